@@ -1,0 +1,59 @@
+//! What a backend hands the suite.
+
+use std::any::Any;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use fencelock_core::{FencedStorage, LockBackend};
+
+/// A boxed future, as returned by an [`Outage`].
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// Makes the backend unreachable for the rest of the test: kill the server, black-hole its
+/// connections, end its sessions. Called at most once per test.
+pub type Outage = Box<dyn Fn() -> BoxFuture<()> + Send + Sync>;
+
+/// One backend under test, fresh for each property.
+pub struct Setup {
+    /// The lock backend.
+    pub backend: Arc<dyn LockBackend>,
+    /// A fenced storage of the same family (or any storage, for lock-only backends).
+    pub storage: Arc<dyn FencedStorage>,
+    /// Takes the backend away, for the `lost()` property.
+    pub outage: Outage,
+    /// Whatever must live as long as the test: spawned servers, throwaway schemas.
+    pub keep_alive: Vec<Box<dyn Any + Send + Sync>>,
+}
+
+impl fmt::Debug for Setup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Setup")
+            .field("backend", &self.backend)
+            .field("storage", &self.storage)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Setup {
+    /// A setup without anything to keep alive.
+    pub fn new(
+        backend: Arc<dyn LockBackend>,
+        storage: Arc<dyn FencedStorage>,
+        outage: Outage,
+    ) -> Self {
+        Setup {
+            backend,
+            storage,
+            outage,
+            keep_alive: Vec::new(),
+        }
+    }
+
+    /// Keeps `value` alive for the duration of the test.
+    pub fn keep(mut self, value: impl Any + Send + Sync) -> Self {
+        self.keep_alive.push(Box::new(value));
+        self
+    }
+}

@@ -1,0 +1,132 @@
+//! The `LockBackend` trait: the contract every lock service meets.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::capabilities::Capabilities;
+use crate::error::{Error, Result};
+use crate::fence::FencingToken;
+use crate::key::LockKey;
+use crate::lease::{Lease, LockInfo};
+
+/// The shortest ttl any backend accepts: leases are kept with millisecond resolution.
+pub const MIN_TTL: Duration = Duration::from_millis(1);
+
+/// A lock service that grants leases with fencing tokens.
+///
+/// # Contract
+///
+/// - **Mutual exclusion while valid.** While a lease is held and its `valid_until` has not
+///   passed, no other `try_acquire` of the same key succeeds, provided the backend's
+///   [`TimeAuthority`](crate::TimeAuthority) and the drift margin hold. Once they fail (a
+///   paused client, a jumping clock), two holders may overlap: the fence is what keeps data
+///   safe then, not the lock.
+/// - **Token order.** Each grant of a key carries a token strictly greater than every token
+///   granted for that key before, including after release, expiry and
+///   [`advance_token`](Self::advance_token), for as long as the counter survives (see
+///   [`TokenGuarantee`](crate::TokenGuarantee)). Tokens are never reused.
+/// - **Extend** keeps the owner and the token and never re-creates a lock that is gone: when the
+///   lock expired, was released or is held by another owner, it fails with
+///   [`Error::LeaseLost`] and changes nothing.
+/// - **Release** deletes the lock only if this lease still holds it; it returns `false`
+///   when the lease was already lost, and never releases another owner's lock.
+/// - **Input** is checked first: a ttl of zero, below [`MIN_TTL`] or above
+///   [`Capabilities::max_ttl`] is [`Error::InvalidTtl`] and touches nothing.
+#[async_trait]
+pub trait LockBackend: Send + Sync + Debug + 'static {
+    /// A short name for logs and errors (`memory`, `redis`, `redlock`, `pg-lease`, ...).
+    fn name(&self) -> &'static str;
+
+    /// The backend's guarantees.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Takes the lock if it is free, without waiting. `Ok(None)` when another owner holds it.
+    async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>>;
+
+    /// Renews `lease` for `ttl` from now, keeping its owner and token.
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease>;
+
+    /// Releases `lease`. `Ok(false)` when it was no longer held by this owner.
+    async fn release(&self, lease: &Lease) -> Result<bool>;
+
+    /// Waits until the lock on `key` may have been released, or at most `max`.
+    ///
+    /// A hint only: it may return early or spuriously, and the caller tries again. The default
+    /// sleeps for `max`; backends override it with a real wake-up.
+    async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {
+        let _ = key;
+        tokio::time::sleep(max).await;
+        Ok(())
+    }
+
+    /// The current holder, its token and remaining time, and the key's last token.
+    async fn inspect(&self, key: &LockKey) -> Result<LockInfo>;
+
+    /// Raises the key's token counter to at least `floor`, so the next grant carries a token
+    /// greater than `floor`. Returns the counter's value afterwards. Used to recover after a
+    /// counter was lost (for example a Redis restart without persistence).
+    async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken>;
+}
+
+/// Checks `ttl` against the common minimum and the backend's maximum.
+pub fn validate_ttl(ttl: Duration, capabilities: &Capabilities) -> Result<()> {
+    if ttl.is_zero() {
+        return Err(Error::InvalidTtl {
+            ttl,
+            reason: "ttl must be greater than zero".into(),
+        });
+    }
+    if ttl < MIN_TTL {
+        return Err(Error::InvalidTtl {
+            ttl,
+            reason: format!("ttl must be at least {MIN_TTL:?}"),
+        });
+    }
+    if ttl > capabilities.max_ttl {
+        return Err(Error::InvalidTtl {
+            ttl,
+            reason: format!(
+                "ttl must be at most {:?} on this backend",
+                capabilities.max_ttl
+            ),
+        });
+    }
+    Ok(())
+}
+
+macro_rules! forward_lock_backend {
+    ($($ptr:ident),*) => {$(
+        #[async_trait]
+        impl<T: LockBackend + ?Sized> LockBackend for $ptr<T> {
+            fn name(&self) -> &'static str {
+                (**self).name()
+            }
+            fn capabilities(&self) -> Capabilities {
+                (**self).capabilities()
+            }
+            async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
+                (**self).try_acquire(key, ttl).await
+            }
+            async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+                (**self).extend(lease, ttl).await
+            }
+            async fn release(&self, lease: &Lease) -> Result<bool> {
+                (**self).release(lease).await
+            }
+            async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {
+                (**self).wait_for_release(key, max).await
+            }
+            async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
+                (**self).inspect(key).await
+            }
+            async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
+                (**self).advance_token(key, floor).await
+            }
+        }
+    )*};
+}
+
+forward_lock_backend!(Arc, Box);

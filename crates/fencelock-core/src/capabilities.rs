@@ -1,0 +1,80 @@
+//! What a backend guarantees, read by users and by the conformance suite.
+
+use std::time::Duration;
+
+/// How durable a backend's fencing-token counters are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TokenGuarantee {
+    /// Counters survive restarts of the server (a transactional database).
+    Durable,
+    /// Counters survive a restart only if the server persists its data; `server_persists` says
+    /// what the server reported when asked (`None` if it could not be asked).
+    DurableIfServerPersists {
+        /// The server's persistence as read at connect time.
+        server_persists: Option<bool>,
+    },
+    /// Counters live as long as the backend value (in-process backends).
+    None,
+}
+
+/// Whose clock decides when a lease expires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TimeAuthority {
+    /// The server's clock (Redis `PX`, Postgres `now()`, session time-outs).
+    Server,
+    /// This process's monotonic clock.
+    Client,
+}
+
+/// How [`LockBackend::wait_for_release`](crate::LockBackend::wait_for_release) learns that a lock
+/// was released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WakeUp {
+    /// A release wakes waiters at once (pub/sub, LISTEN/NOTIFY, `Notify`).
+    Notify,
+    /// Waiters poll with backoff.
+    Poll,
+}
+
+/// A backend's guarantees. Built with [`Capabilities::new`] and the `with_*` setters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// Durability of the token counters.
+    pub tokens: TokenGuarantee,
+    /// Whose clock expires leases.
+    pub time_authority: TimeAuthority,
+    /// How waiters are woken.
+    pub wake_up: WakeUp,
+    /// The longest ttl accepted.
+    pub max_ttl: Duration,
+    /// Whether held locks survive a restart of the server.
+    pub locks_survive_restart: bool,
+}
+
+impl Capabilities {
+    /// Capabilities with the given guarantees and `locks_survive_restart = false`.
+    pub const fn new(
+        tokens: TokenGuarantee,
+        time_authority: TimeAuthority,
+        wake_up: WakeUp,
+        max_ttl: Duration,
+    ) -> Self {
+        Capabilities {
+            tokens,
+            time_authority,
+            wake_up,
+            max_ttl,
+            locks_survive_restart: false,
+        }
+    }
+
+    /// Sets [`locks_survive_restart`](Self::locks_survive_restart).
+    pub const fn with_locks_survive_restart(mut self, survive: bool) -> Self {
+        self.locks_survive_restart = survive;
+        self
+    }
+}

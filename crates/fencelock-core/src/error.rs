@@ -1,0 +1,191 @@
+//! The one error type of fencelock.
+
+use std::time::Duration;
+
+use crate::fence::Fence;
+
+/// A boxed error from a driver or the operating system, kept as the `source` of an [`Error`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// `Result` with fencelock's [`Error`] as the default error type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why a lease is no longer held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The backend no longer has the lock: it expired or was released.
+    NotHeld,
+    /// Another owner holds the lock now.
+    Superseded,
+    /// The backend session that carried the lease ended (for example a terminated connection).
+    SessionEnded,
+    /// The local deadline (`valid_until`) passed before a renewal could be confirmed.
+    DeadlinePassed,
+    /// The guard released the lease.
+    Released,
+}
+
+impl std::fmt::Display for LostReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LostReason::NotHeld => "the lock expired or was released",
+            LostReason::Superseded => "another owner holds the lock",
+            LostReason::SessionEnded => "the backend session holding the lock ended",
+            LostReason::DeadlinePassed => "the lease's local deadline passed before renewal",
+            LostReason::Released => "the lease was released",
+        })
+    }
+}
+
+/// What one node of a multi-node backend answered, reported by [`Error::QuorumFailed`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeReport {
+    /// The node's address.
+    pub node: String,
+    /// What it answered, in words (`granted`, `held by another owner`, `timed out after 50ms`, ...).
+    pub outcome: String,
+}
+
+impl std::fmt::Display for NodeReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.node, self.outcome)
+    }
+}
+
+fn join_reports(nodes: &[NodeReport]) -> String {
+    nodes
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Every failure fencelock reports. Callers match on meaning, never on driver types.
+///
+/// Input errors ([`InvalidKey`](Error::InvalidKey), [`InvalidTtl`](Error::InvalidTtl),
+/// [`InvalidConfig`](Error::InvalidConfig), [`ValueTooLarge`](Error::ValueTooLarge)) are raised
+/// before any backend is touched, so they change nothing.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The key is empty, too long, or contains a NUL or control character.
+    #[error("invalid key {key:?}: {reason}")]
+    InvalidKey {
+        /// The offending key, lossily decoded and shortened for display.
+        key: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The ttl is zero, below the 1 ms resolution, or above the backend's maximum.
+    #[error("invalid ttl {ttl:?}: {reason}")]
+    InvalidTtl {
+        /// The ttl that was asked for.
+        ttl: Duration,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A configuration value (URL, option, wait budget) is not usable.
+    #[error("invalid configuration: {message}")]
+    InvalidConfig {
+        /// What is wrong.
+        message: String,
+        /// The underlying parse error, if any.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// A value is larger than the storage accepts.
+    #[error("value of {size} bytes is larger than the maximum of {max} bytes")]
+    ValueTooLarge {
+        /// The value's size.
+        size: usize,
+        /// The storage's maximum.
+        max: usize,
+    },
+    /// The lock was not obtained within the wait budget.
+    #[error("lock {key:?} not obtained within {waited:?}")]
+    Timeout {
+        /// The key that was asked for.
+        key: String,
+        /// How long the request waited.
+        waited: Duration,
+    },
+    /// The lease is no longer held by its owner.
+    #[error("lease on {key:?} lost: {reason}")]
+    LeaseLost {
+        /// The key of the lease.
+        key: String,
+        /// Why it is lost.
+        reason: LostReason,
+    },
+    /// A fenced operation presented a fence older than the one the storage last admitted.
+    /// Nothing was changed.
+    #[error("stale fence on {resource:?}: presented {presented}, storage is at {current}")]
+    Stale {
+        /// The resource the operation was for.
+        resource: String,
+        /// The fence the operation carried.
+        presented: Fence,
+        /// The newest fence the storage has admitted.
+        current: Fence,
+    },
+    /// A multi-node backend could not gather a quorum.
+    #[error("quorum not reached: {granted} of {needed} needed ({})", join_reports(.nodes))]
+    QuorumFailed {
+        /// Nodes that granted.
+        granted: usize,
+        /// Nodes needed for a quorum.
+        needed: usize,
+        /// What each node answered.
+        nodes: Vec<NodeReport>,
+    },
+    /// The backend could not be reached, or did not answer in time.
+    #[error("{backend} unavailable: {message}")]
+    Unavailable {
+        /// The backend's name.
+        backend: &'static str,
+        /// What happened.
+        message: String,
+        /// The driver error, if any.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// The backend answered with an error or with something the protocol does not allow.
+    #[error("{backend} error: {message}")]
+    Backend {
+        /// The backend's name.
+        backend: &'static str,
+        /// What happened.
+        message: String,
+        /// The driver error, if any.
+        #[source]
+        source: Option<BoxError>,
+    },
+}
+
+impl Error {
+    /// Whether trying the same call again later may succeed: time-outs, an unreachable backend,
+    /// a missed quorum. Input errors, lost leases and stale fences are not retryable.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Error::Timeout { .. } | Error::Unavailable { .. } | Error::QuorumFailed { .. }
+        )
+    }
+
+    /// A [`Error::LeaseLost`] for `key`.
+    pub fn lease_lost(key: &crate::LockKey, reason: LostReason) -> Self {
+        Error::LeaseLost {
+            key: key.to_string(),
+            reason,
+        }
+    }
+
+    /// A [`Error::InvalidConfig`] without a source.
+    pub fn config(message: impl Into<String>) -> Self {
+        Error::InvalidConfig {
+            message: message.into(),
+            source: None,
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! Fencing tokens, owners, fences and the admission rule every storage applies.
+
+use std::fmt;
+use std::num::NonZeroU64;
+use std::str::FromStr;
+
+use crate::error::{Error, Result};
+
+/// A fencing token: a non-zero `u64` that a backend hands out in increasing order per key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FencingToken(NonZeroU64);
+
+impl FencingToken {
+    /// The smallest token.
+    pub const MIN: FencingToken = FencingToken(NonZeroU64::MIN);
+
+    /// `None` for zero.
+    pub const fn new(value: u64) -> Option<Self> {
+        match NonZeroU64::new(value) {
+            Some(v) => Some(FencingToken(v)),
+            None => None,
+        }
+    }
+
+    /// The token as a number.
+    pub const fn get(self) -> u64 {
+        self.0.get()
+    }
+
+    /// Converts a counter value read from a backend, refusing zero and negative numbers as a
+    /// protocol error of `backend`.
+    pub fn from_backend(backend: &'static str, value: i64) -> Result<Self> {
+        u64::try_from(value)
+            .ok()
+            .and_then(Self::new)
+            .ok_or_else(|| Error::Backend {
+                backend,
+                message: format!("backend returned invalid fencing token {value}"),
+                source: None,
+            })
+    }
+}
+
+impl fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A random 128-bit identity drawn from the operating system's CSPRNG for each grant.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OwnerId(u128);
+
+impl OwnerId {
+    /// A fresh random owner.
+    ///
+    /// # Panics
+    /// Only if the operating system has no random source at all, a condition no lock can be
+    /// granted safely under.
+    pub fn random() -> Self {
+        let mut bytes = [0u8; 16];
+        #[allow(clippy::expect_used)] // invariant stated in the doc: no CSPRNG, no safe grant
+        getrandom::fill(&mut bytes).expect("the operating system's random source failed");
+        OwnerId(u128::from_le_bytes(bytes))
+    }
+
+    /// An owner from its numeric value (for reading it back from a backend).
+    pub const fn from_u128(value: u128) -> Self {
+        OwnerId(value)
+    }
+
+    /// The owner as a number.
+    pub const fn as_u128(self) -> u128 {
+        self.0
+    }
+}
+
+impl fmt::Display for OwnerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+impl fmt::Debug for OwnerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "OwnerId({self})")
+    }
+}
+
+impl FromStr for OwnerId {
+    type Err = Error;
+    /// Parses the 32-digit hexadecimal form that `Display` writes.
+    fn from_str(s: &str) -> Result<Self> {
+        if s.len() != 32 {
+            return Err(Error::config(format!(
+                "owner id {s:?} is not 32 hex digits"
+            )));
+        }
+        u128::from_str_radix(s, 16)
+            .map(OwnerId)
+            .map_err(|e| Error::InvalidConfig {
+                message: format!("owner id {s:?} is not 32 hex digits"),
+                source: Some(Box::new(e)),
+            })
+    }
+}
+
+/// A fence: the `(token, owner)` pair a holder presents to a [`FencedStorage`](crate::FencedStorage).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Fence {
+    /// The fencing token of the grant.
+    pub token: FencingToken,
+    /// The owner of the grant.
+    pub owner: OwnerId,
+}
+
+impl Fence {
+    /// A fence from its parts.
+    pub const fn new(token: FencingToken, owner: OwnerId) -> Self {
+        Fence { token, owner }
+    }
+}
+
+impl fmt::Display for Fence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "token {} (owner {})", self.token, self.owner)
+    }
+}
+
+/// Which fences a storage admits after it has admitted `last`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum FenceRule {
+    /// The default: admit a newer token, or the same token from the same owner (so one holder
+    /// can read, then write, then write again within its grant).
+    #[default]
+    Monotonic,
+    /// Write-once / replay protection: every admitted operation needs a token strictly newer
+    /// than the last one. A holder gets exactly one operation per grant.
+    Strict,
+}
+
+impl FenceRule {
+    /// Whether a storage that last admitted `last` admits `presented`.
+    ///
+    /// This is the single definition of the rule (DESIGN section 2); every storage either calls
+    /// it or mirrors it in its own language (Lua, SQL) and is held to it by the conformance
+    /// suite.
+    ///
+    /// ```
+    /// use fencelock_core::{Fence, FenceRule, FencingToken, OwnerId};
+    /// let a = Fence::new(FencingToken::new(5).unwrap(), OwnerId::random());
+    /// let b = Fence::new(FencingToken::new(6).unwrap(), OwnerId::random());
+    /// assert!(FenceRule::Monotonic.admits(None, a));
+    /// assert!(FenceRule::Monotonic.admits(Some(a), a));
+    /// assert!(FenceRule::Monotonic.admits(Some(a), b));
+    /// assert!(!FenceRule::Monotonic.admits(Some(b), a));
+    /// assert!(!FenceRule::Strict.admits(Some(a), a));
+    /// ```
+    pub fn admits(self, last: Option<Fence>, presented: Fence) -> bool {
+        let Some(last) = last else { return true };
+        match self {
+            FenceRule::Monotonic => {
+                presented.token > last.token
+                    || (presented.token == last.token && presented.owner == last.owner)
+            }
+            FenceRule::Strict => presented.token > last.token,
+        }
+    }
+
+    /// [`admits`](Self::admits) as a `Result`: `Err(Error::Stale)` when refused.
+    pub fn check(self, resource: &str, last: Option<Fence>, presented: Fence) -> Result<()> {
+        match last {
+            Some(current) if !self.admits(Some(current), presented) => Err(Error::Stale {
+                resource: resource.to_owned(),
+                presented,
+                current,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// The rule's name as stored by backends that evaluate it server-side.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FenceRule::Monotonic => "monotonic",
+            FenceRule::Strict => "strict",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fence(token: u64, owner: u128) -> Fence {
+        Fence::new(FencingToken::new(token).unwrap(), OwnerId::from_u128(owner))
+    }
+
+    #[test]
+    fn monotonic_rule() {
+        let rule = FenceRule::Monotonic;
+        assert!(rule.admits(None, fence(1, 1)));
+        assert!(rule.admits(Some(fence(5, 1)), fence(5, 1)));
+        assert!(rule.admits(Some(fence(5, 1)), fence(6, 2)));
+        assert!(!rule.admits(Some(fence(5, 1)), fence(5, 2)));
+        assert!(!rule.admits(Some(fence(5, 1)), fence(4, 1)));
+    }
+
+    #[test]
+    fn strict_rule() {
+        let rule = FenceRule::Strict;
+        assert!(rule.admits(None, fence(1, 1)));
+        assert!(!rule.admits(Some(fence(5, 1)), fence(5, 1)));
+        assert!(rule.admits(Some(fence(5, 1)), fence(6, 1)));
+    }
+
+    #[test]
+    fn check_reports_both_fences() {
+        let err = FenceRule::Monotonic
+            .check("r", Some(fence(6, 2)), fence(5, 1))
+            .unwrap_err();
+        match err {
+            Error::Stale {
+                presented, current, ..
+            } => {
+                assert_eq!(presented, fence(5, 1));
+                assert_eq!(current, fence(6, 2));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn owner_ids_round_trip_and_differ() {
+        let a = OwnerId::random();
+        let b = OwnerId::random();
+        assert_ne!(a, b);
+        assert_eq!(a.to_string().parse::<OwnerId>().unwrap(), a);
+        assert!("xyz".parse::<OwnerId>().is_err());
+    }
+
+    #[test]
+    fn backend_tokens_must_be_positive() {
+        assert!(FencingToken::from_backend("t", 0).is_err());
+        assert!(FencingToken::from_backend("t", -3).is_err());
+        assert_eq!(FencingToken::from_backend("t", 7).unwrap().get(), 7);
+    }
+}

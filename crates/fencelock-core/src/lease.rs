@@ -1,0 +1,66 @@
+//! Leases: what a backend grants.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::fence::{Fence, FencingToken, OwnerId};
+use crate::key::LockKey;
+
+/// A granted lock: who holds it, with which fencing token, and until when this process may
+/// assume it still does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The lock's key.
+    pub key: LockKey,
+    /// The random owner drawn for this grant.
+    pub owner: OwnerId,
+    /// The grant's fencing token.
+    pub token: FencingToken,
+    /// The ttl the backend was asked for.
+    pub ttl: Duration,
+    /// A conservative local deadline: measured on the monotonic clock from the moment the
+    /// request was *sent*, less the drift margin. Past it, the holder must assume the lock is gone.
+    pub valid_until: Instant,
+}
+
+impl Lease {
+    /// The fence to present to a [`FencedStorage`](crate::FencedStorage).
+    pub fn fence(&self) -> Fence {
+        Fence::new(self.token, self.owner)
+    }
+
+    /// Time left before `valid_until`, zero once it has passed.
+    pub fn remaining(&self) -> Duration {
+        self.valid_until.saturating_duration_since(Instant::now())
+    }
+
+    /// Whether `valid_until` is still ahead.
+    pub fn is_valid(&self) -> bool {
+        Instant::now() < self.valid_until
+    }
+}
+
+/// The default drift margin for a ttl: `ttl / 100 + 2 ms`.
+pub fn drift_margin(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+/// The conservative deadline of a lease whose request was sent at `sent_at`:
+/// `sent_at + ttl - drift_margin(ttl)`, never before `sent_at`.
+pub fn valid_until(sent_at: Instant, ttl: Duration) -> Instant {
+    sent_at + ttl.saturating_sub(drift_margin(ttl))
+}
+
+/// What a backend reports about a key, for operators ([`LockBackend::inspect`](crate::LockBackend::inspect)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockInfo {
+    /// The key.
+    pub key: LockKey,
+    /// The current holder and its fence, if the lock is held.
+    pub holder: Option<Fence>,
+    /// The time left on the current holder's lease, as the backend sees it.
+    pub remaining: Option<Duration>,
+    /// The last token handed out for this key, if any ever was.
+    pub last_token: Option<FencingToken>,
+}

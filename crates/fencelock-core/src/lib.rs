@@ -1,0 +1,29 @@
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
+
+mod backend;
+mod backoff;
+mod capabilities;
+mod error;
+mod fence;
+mod guard;
+mod key;
+mod lease;
+mod locker;
+mod storage;
+
+pub use backend::{LockBackend, MIN_TTL, validate_ttl};
+pub use backoff::Backoff;
+pub use capabilities::{Capabilities, TimeAuthority, TokenGuarantee, WakeUp};
+pub use error::{BoxError, Error, LostReason, NodeReport, Result};
+pub use fence::{Fence, FenceRule, FencingToken, OwnerId};
+pub use guard::LockGuard;
+pub use key::LockKey;
+pub use lease::{Lease, LockInfo, drift_margin, valid_until};
+pub use locker::{LockOptions, LockRequest, Locker};
+pub use storage::{FencedStorage, Snapshot, validate_value};
+
+/// Re-exported so backend crates and users share one version.
+pub use async_trait::async_trait;
+/// Re-exported for [`LockGuard::lost_token`].
+pub use tokio_util::sync::CancellationToken;

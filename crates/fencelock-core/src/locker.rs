@@ -1,0 +1,217 @@
+//! `Locker`: waiting for a lock within a budget and wrapping the grant in a `LockGuard`.
+
+use std::fmt;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::backend::{LockBackend, validate_ttl};
+use crate::backoff::Backoff;
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::key::LockKey;
+
+/// Default options for the requests a [`Locker`] builds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockOptions {
+    /// Lease ttl. Default 30 s.
+    pub ttl: Duration,
+    /// How long to wait for a held lock. Default 10 s; zero tries once.
+    pub wait: Duration,
+    /// Whether the guard renews the lease at about ttl/3. Default on.
+    pub watchdog: bool,
+    /// Pauses between tries while waiting.
+    pub backoff: Backoff,
+}
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        LockOptions {
+            ttl: Duration::from_secs(30),
+            wait: Duration::from_secs(10),
+            watchdog: true,
+            backoff: Backoff::default(),
+        }
+    }
+}
+
+/// Takes locks from one backend. Cheap to clone.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> fencelock_core::Result<()> {
+/// # use std::{sync::Arc, time::Duration};
+/// use fencelock_core::Locker;
+/// let locker = Locker::new(Arc::new(fencelock_memory::MemoryLockBackend::new()));
+/// let guard = locker.lock("reports/daily").ttl(Duration::from_secs(5)).wait(Duration::from_secs(1)).await?;
+/// let fence = guard.fence(); // present this to the storage with every operation
+/// assert!(guard.is_held());
+/// guard.release().await?;
+/// # let _ = fence;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Locker {
+    backend: Arc<dyn LockBackend>,
+    options: LockOptions,
+}
+
+impl fmt::Debug for Locker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Locker")
+            .field("backend", &self.backend.name())
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+impl Locker {
+    /// A locker over `backend` with default options.
+    pub fn new(backend: Arc<dyn LockBackend>) -> Self {
+        Locker {
+            backend,
+            options: LockOptions::default(),
+        }
+    }
+
+    /// Replaces the default options of the requests this locker builds.
+    pub fn with_options(mut self, options: LockOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<dyn LockBackend> {
+        &self.backend
+    }
+
+    /// A request for the lock on `key`; await it to wait for the lock. An invalid key is
+    /// reported when the request is awaited, before any backend is touched.
+    pub fn lock(&self, key: impl AsRef<str>) -> LockRequest {
+        LockRequest {
+            backend: self.backend.clone(),
+            key: LockKey::new(key),
+            options: self.options,
+        }
+    }
+
+    /// Tries once: `Ok(None)` if another owner holds the lock.
+    pub async fn try_lock(&self, key: impl AsRef<str>) -> Result<Option<LockGuard>> {
+        match self.lock(key).wait(Duration::ZERO).await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(Error::Timeout { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// A lock request built by [`Locker::lock`]; `.await` it for a [`LockGuard`].
+///
+/// Waiting alternates tries with [`LockBackend::wait_for_release`] bounded by a backoff pause
+/// with full jitter, until the wait budget is spent ([`Error::Timeout`]). Retryable backend
+/// errors are retried within the budget. Dropping the future cancels the wait; a grant in
+/// flight at that moment lapses after its ttl.
+#[must_use = "a lock request does nothing until awaited"]
+#[derive(Debug)]
+pub struct LockRequest {
+    backend: Arc<dyn LockBackend>,
+    key: Result<LockKey>,
+    options: LockOptions,
+}
+
+impl LockRequest {
+    /// The lease ttl.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.options.ttl = ttl;
+        self
+    }
+
+    /// How long to wait for a held lock; zero tries once.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.options.wait = wait;
+        self
+    }
+
+    /// Whether the guard renews the lease in the background.
+    pub fn watchdog(mut self, on: bool) -> Self {
+        self.options.watchdog = on;
+        self
+    }
+
+    /// The pauses between tries.
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.options.backoff = backoff;
+        self
+    }
+
+    async fn run(self) -> Result<LockGuard> {
+        let key = self.key?;
+        let options = self.options;
+        validate_ttl(options.ttl, &self.backend.capabilities())?;
+        let started = Instant::now();
+        let deadline = started.checked_add(options.wait).ok_or_else(|| {
+            Error::config(format!(
+                "wait budget {:?} overflows the clock",
+                options.wait
+            ))
+        })?;
+        let span = tracing::debug_span!(
+            "fencelock.acquire",
+            backend = self.backend.name(),
+            key = %key,
+            ttl_ms = options.ttl.as_millis() as u64,
+        );
+        async move {
+            let mut attempt = 0u32;
+            loop {
+                let outcome = self.backend.try_acquire(&key, options.ttl).await;
+                match outcome {
+                    Ok(Some(lease)) => {
+                        tracing::debug!(
+                            token = lease.token.get(),
+                            waited_ms = started.elapsed().as_millis() as u64,
+                            "acquired"
+                        );
+                        return Ok(LockGuard::new(self.backend, lease, options.watchdog));
+                    }
+                    Ok(None) => {}
+                    Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                        tracing::debug!(error = %e, "acquire failed, retrying");
+                    }
+                    Err(e) => return Err(e),
+                }
+                let now = Instant::now();
+                if now >= deadline {
+                    tracing::debug!(outcome = "timeout", "not acquired");
+                    return Err(Error::Timeout {
+                        key: key.to_string(),
+                        waited: now - started,
+                    });
+                }
+                let pause = options.backoff.pause(attempt).min(deadline - now);
+                attempt = attempt.saturating_add(1);
+                if let Err(e) = self.backend.wait_for_release(&key, pause).await {
+                    if !e.is_retryable() {
+                        return Err(e);
+                    }
+                    tokio::time::sleep_until(Instant::now() + pause).await;
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+impl IntoFuture for LockRequest {
+    type Output = Result<LockGuard>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<LockGuard>> + Send>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.run())
+    }
+}

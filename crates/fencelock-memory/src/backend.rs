@@ -1,0 +1,196 @@
+//! `MemoryLockBackend`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fencelock_core::{
+    Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LostReason,
+    OwnerId, Result, TimeAuthority, TokenGuarantee, WakeUp, validate_ttl, valid_until,
+};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::BACKEND;
+use crate::shards::Shards;
+
+/// The longest ttl the memory backend accepts: one year.
+const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+
+#[derive(Debug, Default)]
+struct Entry {
+    holder: Option<Holder>,
+    last_token: u64,
+    released: Arc<Notify>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Holder {
+    owner: OwnerId,
+    token: FencingToken,
+    expires_at: Instant,
+}
+
+impl Entry {
+    /// The holder whose lease has not expired at `now`.
+    fn live_holder(&self, now: Instant) -> Option<Holder> {
+        self.holder.filter(|h| h.expires_at > now)
+    }
+}
+
+/// An in-process [`LockBackend`]. Clones share the same locks.
+///
+/// Tokens come from one counter per key that is never removed, so they strictly increase for
+/// the life of the backend; they do not survive the process ([`TokenGuarantee::None`]).
+#[derive(Debug, Clone)]
+pub struct MemoryLockBackend {
+    entries: Arc<Shards<Entry>>,
+}
+
+impl Default for MemoryLockBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryLockBackend {
+    /// An empty backend.
+    pub fn new() -> Self {
+        MemoryLockBackend {
+            entries: Arc::new(Shards::new()),
+        }
+    }
+}
+
+fn exhausted() -> Error {
+    Error::Backend {
+        backend: BACKEND,
+        message: "token counter exhausted".into(),
+        source: None,
+    }
+}
+
+#[async_trait]
+impl LockBackend for MemoryLockBackend {
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(
+            TokenGuarantee::None,
+            TimeAuthority::Client,
+            WakeUp::Notify,
+            MAX_TTL,
+        )
+    }
+
+    async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
+        validate_ttl(ttl, &self.capabilities())?;
+        let now = Instant::now();
+        let mut shard = self.entries.lock(key);
+        let entry = shard.entry(key.clone()).or_default();
+        if entry.live_holder(now).is_some() {
+            return Ok(None);
+        }
+        let next = entry.last_token.checked_add(1).ok_or_else(exhausted)?;
+        let token = FencingToken::new(next).ok_or_else(exhausted)?;
+        let owner = OwnerId::random();
+        entry.last_token = next;
+        entry.holder = Some(Holder {
+            owner,
+            token,
+            expires_at: now + ttl,
+        });
+        Ok(Some(Lease {
+            key: key.clone(),
+            owner,
+            token,
+            ttl,
+            valid_until: valid_until(now, ttl),
+        }))
+    }
+
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        validate_ttl(ttl, &self.capabilities())?;
+        let now = Instant::now();
+        let mut shard = self.entries.lock(&lease.key);
+        let holder = shard
+            .get_mut(&lease.key)
+            .and_then(|entry| entry.holder.as_mut())
+            .filter(|h| h.expires_at > now);
+        match holder {
+            Some(h) if h.owner == lease.owner && h.token == lease.token => {
+                h.expires_at = now + ttl;
+                Ok(Lease {
+                    ttl,
+                    valid_until: valid_until(now, ttl),
+                    ..lease.clone()
+                })
+            }
+            Some(_) => Err(Error::lease_lost(&lease.key, LostReason::Superseded)),
+            None => Err(Error::lease_lost(&lease.key, LostReason::NotHeld)),
+        }
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let now = Instant::now();
+        let mut shard = self.entries.lock(&lease.key);
+        let Some(entry) = shard.get_mut(&lease.key) else {
+            return Ok(false);
+        };
+        let ours = entry
+            .holder
+            .is_some_and(|h| h.owner == lease.owner && h.token == lease.token);
+        if !ours {
+            return Ok(false);
+        }
+        let was_live = entry.live_holder(now).is_some();
+        entry.holder = None;
+        entry.released.notify_waiters();
+        Ok(was_live)
+    }
+
+    async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {
+        let started = Instant::now();
+        let released = self.entries.lock(key).entry(key.clone()).or_default().released.clone();
+        let notified = released.notified();
+        tokio::pin!(notified);
+        // Registered before looking at the holder, so a release in between still wakes us.
+        notified.as_mut().enable();
+        let expires_at = {
+            let now = Instant::now();
+            let shard = self.entries.lock(key);
+            match shard.get(key).and_then(|e| e.live_holder(now)) {
+                Some(h) => h.expires_at,
+                None => return Ok(()),
+            }
+        };
+        let until = started.checked_add(max).map_or(expires_at, |t| t.min(expires_at));
+        tokio::select! {
+            _ = notified => {}
+            _ = tokio::time::sleep_until(until) => {}
+        }
+        Ok(())
+    }
+
+    async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
+        let now = Instant::now();
+        let shard = self.entries.lock(key);
+        let entry = shard.get(key);
+        let holder = entry.and_then(|e| e.live_holder(now));
+        Ok(LockInfo {
+            key: key.clone(),
+            holder: holder.map(|h| fencelock_core::Fence::new(h.token, h.owner)),
+            remaining: holder.map(|h| h.expires_at - now),
+            last_token: entry.and_then(|e| FencingToken::new(e.last_token)),
+        })
+    }
+
+    async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
+        let mut shard = self.entries.lock(key);
+        let entry = shard.entry(key.clone()).or_default();
+        entry.last_token = entry.last_token.max(floor.get());
+        FencingToken::new(entry.last_token).ok_or_else(exhausted)
+    }
+}

@@ -1,0 +1,37 @@
+//! A map split over independently locked shards.
+
+use std::collections::HashMap;
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use fencelock_core::LockKey;
+
+const SHARDS: usize = 16;
+
+/// `SHARDS` maps keyed by [`LockKey`]; a key always lives in the same shard.
+#[derive(Debug)]
+pub(crate) struct Shards<V> {
+    hasher: RandomState,
+    shards: Box<[Mutex<HashMap<LockKey, V>>]>,
+}
+
+impl<V> Shards<V> {
+    pub(crate) fn new() -> Self {
+        Shards {
+            hasher: RandomState::new(),
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+        }
+    }
+
+    /// Locks the shard of `key`. Callers keep the guard for a few map operations only and
+    /// never across an `.await`. A poisoned shard is still consistent: every critical section
+    /// leaves the map valid between statements, so poisoning is ignored.
+    pub(crate) fn lock(&self, key: &LockKey) -> MutexGuard<'_, HashMap<LockKey, V>> {
+        // The modulo keeps the index in bounds, so indexing cannot panic.
+        let index = (self.hasher.hash_one(key) as usize) % self.shards.len();
+        self.shards[index]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}

@@ -1,0 +1,1 @@
+//! Test tools for fencelock: real services for real tests. `publish = false`.
