@@ -1,1 +1,4 @@
 //! Test tools for fencelock: real services for real tests. `publish = false`.
+
+pub mod proxy;
+pub mod redis;

@@ -1,0 +1,345 @@
+//! `RedisLockBackend`: one Redis node.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fencelock_core::{
+    Capabilities, Error, Fence, FencingToken, Lease, LockBackend, LockInfo, LockKey, LostReason,
+    OwnerId, Result, TimeAuthority, TokenGuarantee, WakeUp, valid_until, validate_ttl,
+};
+use tokio::time::Instant;
+use tracing::Instrument;
+use tracing::field::Empty;
+
+use crate::BACKEND;
+use crate::config::{Connection, RedisConfig};
+use crate::error::{bounded, protocol};
+use crate::scripts::SCRIPTS;
+use crate::storage::RedisStorage;
+use crate::waiters::Waiters;
+
+/// The longest ttl accepted: 30 days.
+pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// A [`LockBackend`] on one Redis server.
+///
+/// Each key has a lock (`{prefix}:{<key>}:lock`, a string `<owner>:<token>` with a `PX`
+/// expiry set by the server's clock) and a counter (`{prefix}:{<key>}:token`, never expired or
+/// deleted). Acquire, extend, release, inspect and `advance_token` are one Lua script each, so
+/// each is atomic and one round trip. Release publishes on `{prefix}:{<key>}:released`, which
+/// [`wait_for_release`](LockBackend::wait_for_release) listens to over one shared pub/sub
+/// connection. Clones share the connection and the subscriber.
+///
+/// Tokens survive a server restart only if the server persists every write
+/// (`appendonly yes`, `appendfsync always`); [`Capabilities::tokens`] reports what the server
+/// said at connect time. After a counter was lost, [`advance_token`](LockBackend::advance_token)
+/// restores liveness; data safety never depended on it (see the crate docs).
+///
+/// ```no_run
+/// # async fn demo() -> fencelock_core::Result<()> {
+/// use std::time::Duration;
+/// use fencelock_core::{LockBackend, LockKey};
+/// use fencelock_redis::RedisLockBackend;
+///
+/// let backend = RedisLockBackend::connect("redis://127.0.0.1:6379").await?;
+/// let key = LockKey::new("reports/daily")?;
+/// if let Some(lease) = backend.try_acquire(&key, Duration::from_secs(10)).await? {
+///     // ... work, presenting lease.fence() to a FencedStorage ...
+///     backend.release(&lease).await?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RedisLockBackend {
+    conn: Connection,
+    waiters: Arc<Waiters>,
+    server_persists: Option<bool>,
+}
+
+impl RedisLockBackend {
+    pub(crate) fn new(conn: Connection, server_persists: Option<bool>) -> Self {
+        RedisLockBackend {
+            waiters: Arc::new(Waiters::new(conn.clone())),
+            conn,
+            server_persists,
+        }
+    }
+
+    /// Connects to `url` with the default [`RedisConfig`].
+    pub async fn connect(url: &str) -> Result<Self> {
+        RedisConfig::new(url).connect().await
+    }
+
+    /// A [`RedisStorage`] on the same connection and prefix, with the default rule and value
+    /// limit.
+    pub fn storage(&self) -> RedisStorage {
+        RedisStorage::new(
+            self.conn.clone(),
+            fencelock_core::FenceRule::Monotonic,
+            crate::config::DEFAULT_MAX_VALUE_LEN,
+        )
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        self.conn.keys.prefix()
+    }
+}
+
+/// `ttl` in whole milliseconds, rounded up, so the server never expires a lock before the
+/// local deadline computed from the same ttl.
+fn ttl_millis(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_micros().div_ceil(1000)).unwrap_or(u64::MAX)
+}
+
+fn lock_value(owner: OwnerId, token: FencingToken) -> String {
+    format!("{owner}:{token}")
+}
+
+fn parse_token(value: &str) -> Result<FencingToken> {
+    let number = value
+        .parse::<i64>()
+        .map_err(|_| protocol(format!("token {value:?} is not an integer")))?;
+    FencingToken::from_backend(BACKEND, number)
+}
+
+fn parse_lock_value(value: &str) -> Result<Fence> {
+    let parsed = value.split_once(':').and_then(|(owner, token)| {
+        let owner = owner.parse::<OwnerId>().ok()?;
+        let token = parse_token(token).ok()?;
+        Some(Fence::new(token, owner))
+    });
+    parsed.ok_or_else(|| protocol(format!("lock value {value:?} was not written by fencelock")))
+}
+
+/// Records how an operation ended on its span and passes the result on.
+fn finish<T>(span: &tracing::Span, result: Result<T>) -> Result<T> {
+    match &result {
+        Ok(_) => span.record("outcome", "ok"),
+        Err(e) => span.record("outcome", tracing::field::display(e)),
+    };
+    result
+}
+
+#[async_trait]
+impl LockBackend for RedisLockBackend {
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(
+            TokenGuarantee::DurableIfServerPersists {
+                server_persists: self.server_persists,
+            },
+            TimeAuthority::Server,
+            WakeUp::Notify,
+            MAX_TTL,
+        )
+        .with_locks_survive_restart(self.server_persists == Some(true))
+    }
+
+    async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
+        validate_ttl(ttl, &self.capabilities())?;
+        let span = tracing::debug_span!("try_acquire", backend = BACKEND, key = %key, ?ttl, token = Empty, outcome = Empty);
+        let result = async {
+            let owner = OwnerId::random();
+            let mut invocation = SCRIPTS.acquire.prepare_invoke();
+            invocation
+                .key(self.conn.keys.lock(key))
+                .key(self.conn.keys.token(key))
+                .arg(owner.to_string())
+                .arg(ttl_millis(ttl));
+            let mut conn = self.conn.manager.clone();
+            let sent_at = Instant::now();
+            let reply: Option<String> = bounded(
+                self.conn.call_timeout,
+                "acquire",
+                invocation.invoke_async(&mut conn),
+            )
+            .await?;
+            let Some(token) = reply else {
+                return Ok(None);
+            };
+            let token = parse_token(&token)?;
+            Ok(Some(Lease {
+                key: key.clone(),
+                owner,
+                token,
+                ttl,
+                valid_until: valid_until(sent_at, ttl),
+            }))
+        }
+        .instrument(span.clone())
+        .await;
+        match &result {
+            Ok(Some(lease)) => {
+                span.record("token", lease.token.get());
+                span.record("outcome", "granted");
+            }
+            Ok(None) => {
+                span.record("outcome", "held");
+            }
+            Err(e) => {
+                span.record("outcome", tracing::field::display(e));
+            }
+        }
+        result
+    }
+
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        validate_ttl(ttl, &self.capabilities())?;
+        let span = tracing::debug_span!("extend", backend = BACKEND, key = %lease.key, token = lease.token.get(), ?ttl, outcome = Empty);
+        let result = async {
+            let mut invocation = SCRIPTS.extend.prepare_invoke();
+            invocation
+                .key(self.conn.keys.lock(&lease.key))
+                .arg(lock_value(lease.owner, lease.token))
+                .arg(ttl_millis(ttl));
+            let mut conn = self.conn.manager.clone();
+            let sent_at = Instant::now();
+            let reply: i64 = bounded(
+                self.conn.call_timeout,
+                "extend",
+                invocation.invoke_async(&mut conn),
+            )
+            .await?;
+            match reply {
+                1 => Ok(Lease {
+                    ttl,
+                    valid_until: valid_until(sent_at, ttl),
+                    ..lease.clone()
+                }),
+                0 => Err(Error::lease_lost(&lease.key, LostReason::NotHeld)),
+                -1 => Err(Error::lease_lost(&lease.key, LostReason::Superseded)),
+                other => Err(protocol(format!("extend script answered {other}"))),
+            }
+        }
+        .instrument(span.clone())
+        .await;
+        finish(&span, result)
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let span = tracing::debug_span!("release", backend = BACKEND, key = %lease.key, token = lease.token.get(), outcome = Empty);
+        let result = async {
+            let mut invocation = SCRIPTS.release.prepare_invoke();
+            invocation
+                .key(self.conn.keys.lock(&lease.key))
+                .arg(lock_value(lease.owner, lease.token))
+                .arg(self.conn.keys.channel(&lease.key));
+            let mut conn = self.conn.manager.clone();
+            let reply: i64 = bounded(
+                self.conn.call_timeout,
+                "release",
+                invocation.invoke_async(&mut conn),
+            )
+            .await?;
+            match reply {
+                1 => Ok(true),
+                0 => Ok(false),
+                other => Err(protocol(format!("release script answered {other}"))),
+            }
+        }
+        .instrument(span.clone())
+        .await;
+        finish(&span, result)
+    }
+
+    async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {
+        let span = tracing::debug_span!("wait_for_release", backend = BACKEND, key = %key, ?max);
+        self.waiters.wait(key, max).instrument(span).await
+    }
+
+    async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
+        let span = tracing::debug_span!("inspect", backend = BACKEND, key = %key, outcome = Empty);
+        let result = async {
+            let mut invocation = SCRIPTS.inspect.prepare_invoke();
+            invocation
+                .key(self.conn.keys.lock(key))
+                .key(self.conn.keys.token(key));
+            let mut conn = self.conn.manager.clone();
+            let (value, pttl, last): (Option<String>, i64, Option<String>) = bounded(
+                self.conn.call_timeout,
+                "inspect",
+                invocation.invoke_async(&mut conn),
+            )
+            .await?;
+            let holder = value.as_deref().map(parse_lock_value).transpose()?;
+            let remaining = if holder.is_some() && pttl >= 0 {
+                Some(Duration::from_millis(pttl.unsigned_abs()))
+            } else {
+                None
+            };
+            Ok(LockInfo {
+                key: key.clone(),
+                holder,
+                remaining,
+                last_token: last.as_deref().map(parse_token).transpose()?,
+            })
+        }
+        .instrument(span.clone())
+        .await;
+        finish(&span, result)
+    }
+
+    async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
+        if i64::try_from(floor.get()).is_err() {
+            return Err(Error::config(format!(
+                "token floor {floor} is above the range of a Redis counter ({})",
+                i64::MAX
+            )));
+        }
+        let span = tracing::debug_span!("advance_token", backend = BACKEND, key = %key, floor = floor.get(), outcome = Empty);
+        let result = async {
+            let mut invocation = SCRIPTS.advance_token.prepare_invoke();
+            invocation
+                .key(self.conn.keys.token(key))
+                .arg(floor.get().to_string());
+            let mut conn = self.conn.manager.clone();
+            let reply: String = bounded(
+                self.conn.call_timeout,
+                "advance_token",
+                invocation.invoke_async(&mut conn),
+            )
+            .await?;
+            parse_token(&reply)
+        }
+        .instrument(span.clone())
+        .await;
+        finish(&span, result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn ttl_rounds_up_to_whole_milliseconds() {
+        assert_eq!(ttl_millis(Duration::from_millis(1)), 1);
+        assert_eq!(ttl_millis(Duration::from_micros(1500)), 2);
+        assert_eq!(ttl_millis(MAX_TTL), 30 * 24 * 3600 * 1000);
+    }
+
+    #[test]
+    fn lock_values_round_trip() {
+        let fence = Fence::new(FencingToken::new(42).unwrap(), OwnerId::random());
+        let value = lock_value(fence.owner, fence.token);
+        assert_eq!(parse_lock_value(&value).unwrap(), fence);
+        for bad in [
+            "",
+            "x",
+            "abc:1",
+            &format!("{}:0", fence.owner),
+            &format!("{}:-3", fence.owner),
+        ] {
+            assert!(
+                matches!(parse_lock_value(bad), Err(Error::Backend { .. })),
+                "{bad:?}"
+            );
+        }
+    }
+}

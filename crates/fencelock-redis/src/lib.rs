@@ -1,0 +1,19 @@
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
+
+mod backend;
+mod config;
+mod error;
+mod keys;
+mod scripts;
+mod storage;
+mod waiters;
+
+pub use backend::{MAX_TTL, RedisLockBackend};
+pub use config::{
+    DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_VALUE_LEN, RedisConfig,
+};
+pub use storage::RedisStorage;
+
+/// The backend's name in errors, logs and spans.
+const BACKEND: &str = "redis";

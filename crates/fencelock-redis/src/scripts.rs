@@ -1,0 +1,27 @@
+//! The Lua scripts, loaded from `scripts/*.lua`. `Script::invoke_async` sends EVALSHA and
+//! falls back to loading the script on `NOSCRIPT` (after a restart or `SCRIPT FLUSH`).
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// Every script, hashed once per process.
+pub(crate) struct Scripts {
+    pub(crate) acquire: Script,
+    pub(crate) extend: Script,
+    pub(crate) release: Script,
+    pub(crate) inspect: Script,
+    pub(crate) advance_token: Script,
+    pub(crate) storage_read: Script,
+    pub(crate) storage_write: Script,
+}
+
+pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    acquire: Script::new(include_str!("../scripts/acquire.lua")),
+    extend: Script::new(include_str!("../scripts/extend.lua")),
+    release: Script::new(include_str!("../scripts/release.lua")),
+    inspect: Script::new(include_str!("../scripts/inspect.lua")),
+    advance_token: Script::new(include_str!("../scripts/advance_token.lua")),
+    storage_read: Script::new(include_str!("../scripts/storage_read.lua")),
+    storage_write: Script::new(include_str!("../scripts/storage_write.lua")),
+});

@@ -1,0 +1,211 @@
+//! `RedisStorage`: the fenced data side on Redis.
+
+use async_trait::async_trait;
+use fencelock_core::{
+    Error, Fence, FenceRule, FencedStorage, FencingToken, LockKey, OwnerId, Result, Snapshot,
+    validate_value,
+};
+use tracing::Instrument;
+use tracing::field::Empty;
+
+use crate::BACKEND;
+use crate::config::{Connection, RedisConfig};
+use crate::error::{bounded, protocol};
+use crate::scripts::SCRIPTS;
+
+/// A [`FencedStorage`] on one Redis server: one hash per resource
+/// (`{prefix}:{<resource>}:data` with fields `value`, `token`, `owner`), and one Lua script per
+/// operation that applies the [`FenceRule`] and the update atomically.
+///
+/// Tokens are compared as decimal strings inside the scripts, so the full `u64` range is exact
+/// (Lua numbers are doubles). A refused operation changes nothing and is [`Error::Stale`].
+/// Values larger than [`max_value_len`](FencedStorage::max_value_len) are refused before any
+/// I/O. The storage is as durable as the server's persistence settings make it.
+///
+/// ```no_run
+/// # async fn demo() -> fencelock_core::Result<()> {
+/// use std::time::Duration;
+/// use fencelock_core::{FencedStorage, LockBackend, LockKey};
+/// use fencelock_redis::RedisLockBackend;
+///
+/// let backend = RedisLockBackend::connect("redis://127.0.0.1:6379").await?;
+/// let storage = backend.storage();
+/// let key = LockKey::new("ledger")?;
+/// if let Some(lease) = backend.try_acquire(&key, Duration::from_secs(10)).await? {
+///     let balance = storage.read(&key, lease.fence()).await?;
+///     storage.write(&key, lease.fence(), b"100").await?;
+///     backend.release(&lease).await?;
+/// #   let _ = balance;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RedisStorage {
+    conn: Connection,
+    rule: FenceRule,
+    max_value_len: usize,
+}
+
+impl RedisStorage {
+    pub(crate) fn new(conn: Connection, rule: FenceRule, max_value_len: usize) -> Self {
+        RedisStorage {
+            conn,
+            rule,
+            max_value_len,
+        }
+    }
+
+    /// Connects to `url` with the default [`RedisConfig`].
+    pub async fn connect(url: &str) -> Result<Self> {
+        RedisConfig::new(url).connect_storage().await
+    }
+
+    /// Applies `rule` instead of the default [`FenceRule::Monotonic`].
+    pub fn with_rule(mut self, rule: FenceRule) -> Self {
+        self.rule = rule;
+        self
+    }
+
+    /// Accepts values up to `max` bytes (default 16 MiB).
+    pub fn with_max_value_len(mut self, max: usize) -> Self {
+        self.max_value_len = max;
+        self
+    }
+
+    /// The rule this storage applies.
+    pub fn rule(&self) -> FenceRule {
+        self.rule
+    }
+
+    fn stale(resource: &LockKey, presented: Fence, reply: &[Option<Vec<u8>>]) -> Error {
+        match parse_fence(reply.get(1), reply.get(2)) {
+            Ok(current) => Error::Stale {
+                resource: resource.to_string(),
+                presented,
+                current,
+            },
+            Err(e) => e,
+        }
+    }
+}
+
+fn text(field: Option<&Option<Vec<u8>>>) -> Option<&str> {
+    field
+        .and_then(Option::as_deref)
+        .and_then(|b| std::str::from_utf8(b).ok())
+}
+
+fn parse_fence(token: Option<&Option<Vec<u8>>>, owner: Option<&Option<Vec<u8>>>) -> Result<Fence> {
+    let token = text(token)
+        .and_then(|t| t.parse::<u64>().ok())
+        .and_then(FencingToken::new)
+        .ok_or_else(|| protocol("stored fence has no valid token"))?;
+    let owner = text(owner)
+        .and_then(|o| o.parse::<OwnerId>().ok())
+        .ok_or_else(|| protocol("stored fence has no valid owner"))?;
+    Ok(Fence::new(token, owner))
+}
+
+fn status(reply: &[Option<Vec<u8>>]) -> Option<&[u8]> {
+    reply.first().and_then(Option::as_deref)
+}
+
+fn finish<T>(span: &tracing::Span, result: Result<T>) -> Result<T> {
+    match &result {
+        Ok(_) => span.record("outcome", "admitted"),
+        Err(e) => span.record("outcome", tracing::field::display(e)),
+    };
+    result
+}
+
+#[async_trait]
+impl FencedStorage for RedisStorage {
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn max_value_len(&self) -> usize {
+        self.max_value_len
+    }
+
+    async fn read(&self, resource: &LockKey, fence: Fence) -> Result<Option<Vec<u8>>> {
+        let span = tracing::debug_span!("fenced_read", backend = BACKEND, resource = %resource, token = fence.token.get(), outcome = Empty);
+        let result = async {
+            let mut invocation = SCRIPTS.storage_read.prepare_invoke();
+            invocation
+                .key(self.conn.keys.data(resource))
+                .arg(fence.token.get().to_string())
+                .arg(fence.owner.to_string())
+                .arg(self.rule.as_str());
+            let mut conn = self.conn.manager.clone();
+            let mut reply: Vec<Option<Vec<u8>>> = bounded(
+                self.conn.call_timeout,
+                "fenced read",
+                invocation.invoke_async(&mut conn),
+            )
+            .await?;
+            match status(&reply) {
+                Some(b"ok") if reply.len() == 2 => Ok(reply.pop().flatten()),
+                Some(b"stale") => Err(Self::stale(resource, fence, &reply)),
+                _ => Err(protocol("fenced read script answered something unexpected")),
+            }
+        }
+        .instrument(span.clone())
+        .await;
+        finish(&span, result)
+    }
+
+    async fn write(&self, resource: &LockKey, fence: Fence, value: &[u8]) -> Result<()> {
+        validate_value(value, self.max_value_len)?;
+        let span = tracing::debug_span!("fenced_write", backend = BACKEND, resource = %resource, token = fence.token.get(), len = value.len(), outcome = Empty);
+        let result = async {
+            let mut invocation = SCRIPTS.storage_write.prepare_invoke();
+            invocation
+                .key(self.conn.keys.data(resource))
+                .arg(fence.token.get().to_string())
+                .arg(fence.owner.to_string())
+                .arg(self.rule.as_str())
+                .arg(value);
+            let mut conn = self.conn.manager.clone();
+            let reply: Vec<Option<Vec<u8>>> = bounded(
+                self.conn.call_timeout,
+                "fenced write",
+                invocation.invoke_async(&mut conn),
+            )
+            .await?;
+            match status(&reply) {
+                Some(b"ok") => Ok(()),
+                Some(b"stale") => Err(Self::stale(resource, fence, &reply)),
+                _ => Err(protocol(
+                    "fenced write script answered something unexpected",
+                )),
+            }
+        }
+        .instrument(span.clone())
+        .await;
+        finish(&span, result)
+    }
+
+    async fn peek(&self, resource: &LockKey) -> Result<Option<Snapshot>> {
+        let mut conn = self.conn.manager.clone();
+        let reply: Vec<Option<Vec<u8>>> = bounded(
+            self.conn.call_timeout,
+            "peek",
+            redis::cmd("HMGET")
+                .arg(self.conn.keys.data(resource))
+                .arg("token")
+                .arg("owner")
+                .arg("value")
+                .query_async(&mut conn),
+        )
+        .await?;
+        if reply.first().is_none_or(Option::is_none) {
+            return Ok(None);
+        }
+        let fence = parse_fence(reply.first(), reply.get(1))?;
+        Ok(Some(Snapshot {
+            value: reply.get(2).cloned().flatten(),
+            fence,
+        }))
+    }
+}
