@@ -35,9 +35,7 @@ impl Backoff {
         if nanos == 0 {
             return Duration::ZERO;
         }
-        // The jitter only spreads waiters; a failed random source just means no spread.
-        let random = getrandom::u64().unwrap_or(nanos / 2);
-        Duration::from_nanos(random % (nanos + 1))
+        Duration::from_nanos(rand::random_range(0..=nanos))
     }
 }
 

@@ -240,7 +240,8 @@ async fn renew_once(shared: &Shared) -> std::result::Result<(), LostReason> {
             Ok(Err(Error::LeaseLost { reason, .. })) => return Err(reason),
             Ok(Err(e)) => {
                 tracing::debug!(key = %lease.key, error = %e, "renewal failed, retrying");
-                let pause = (lease.ttl / 10).clamp(Duration::from_millis(1), Duration::from_secs(1));
+                let pause =
+                    (lease.ttl / 10).clamp(Duration::from_millis(1), Duration::from_secs(1));
                 sleep_until((Instant::now() + pause).min(lease.valid_until)).await;
             }
             Err(_) => return Err(LostReason::DeadlinePassed),

@@ -120,7 +120,14 @@ mod tests {
 
     #[test]
     fn accepts_ordinary_and_unusual_keys() {
-        for key in ["a", "{braces}", "quote\"s", "with space", "ünïcødé ✓", &"x".repeat(512)] {
+        for key in [
+            "a",
+            "{braces}",
+            "quote\"s",
+            "with space",
+            "ünïcødé ✓",
+            &"x".repeat(512),
+        ] {
             assert_eq!(LockKey::new(key).unwrap().as_str(), key);
         }
     }

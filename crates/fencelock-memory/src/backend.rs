@@ -1,12 +1,13 @@
 //! `MemoryLockBackend`.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use fencelock_core::{
-    Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LostReason,
-    OwnerId, Result, TimeAuthority, TokenGuarantee, WakeUp, validate_ttl, valid_until,
+    Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LostReason, OwnerId,
+    Result, TimeAuthority, TokenGuarantee, WakeUp, valid_until, validate_ttl,
 };
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -45,6 +46,7 @@ impl Entry {
 #[derive(Debug, Clone)]
 pub struct MemoryLockBackend {
     entries: Arc<Shards<Entry>>,
+    closed: Arc<AtomicBool>,
 }
 
 impl Default for MemoryLockBackend {
@@ -58,7 +60,31 @@ impl MemoryLockBackend {
     pub fn new() -> Self {
         MemoryLockBackend {
             entries: Arc::new(Shards::new()),
+            closed: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// Closes the backend for every clone: later calls fail with [`Error::Unavailable`], as a
+    /// networked backend's would after its server went away, so held guards see their leases
+    /// lost. Locks held at that moment are never released.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        for shard in self.entries.all() {
+            for entry in shard.values() {
+                entry.released.notify_waiters();
+            }
+        }
+    }
+
+    fn open(&self) -> Result<()> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(Error::Unavailable {
+                backend: BACKEND,
+                message: "the backend was closed".into(),
+                source: None,
+            });
+        }
+        Ok(())
     }
 }
 
@@ -87,6 +113,7 @@ impl LockBackend for MemoryLockBackend {
 
     async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
         validate_ttl(ttl, &self.capabilities())?;
+        self.open()?;
         let now = Instant::now();
         let mut shard = self.entries.lock(key);
         let entry = shard.entry(key.clone()).or_default();
@@ -113,6 +140,7 @@ impl LockBackend for MemoryLockBackend {
 
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         validate_ttl(ttl, &self.capabilities())?;
+        self.open()?;
         let now = Instant::now();
         let mut shard = self.entries.lock(&lease.key);
         let holder = shard
@@ -134,6 +162,7 @@ impl LockBackend for MemoryLockBackend {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.open()?;
         let now = Instant::now();
         let mut shard = self.entries.lock(&lease.key);
         let Some(entry) = shard.get_mut(&lease.key) else {
@@ -152,8 +181,15 @@ impl LockBackend for MemoryLockBackend {
     }
 
     async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {
+        self.open()?;
         let started = Instant::now();
-        let released = self.entries.lock(key).entry(key.clone()).or_default().released.clone();
+        let released = self
+            .entries
+            .lock(key)
+            .entry(key.clone())
+            .or_default()
+            .released
+            .clone();
         let notified = released.notified();
         tokio::pin!(notified);
         // Registered before looking at the holder, so a release in between still wakes us.
@@ -166,7 +202,9 @@ impl LockBackend for MemoryLockBackend {
                 None => return Ok(()),
             }
         };
-        let until = started.checked_add(max).map_or(expires_at, |t| t.min(expires_at));
+        let until = started
+            .checked_add(max)
+            .map_or(expires_at, |t| t.min(expires_at));
         tokio::select! {
             _ = notified => {}
             _ = tokio::time::sleep_until(until) => {}
@@ -175,6 +213,7 @@ impl LockBackend for MemoryLockBackend {
     }
 
     async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
+        self.open()?;
         let now = Instant::now();
         let shard = self.entries.lock(key);
         let entry = shard.get(key);
@@ -188,6 +227,7 @@ impl LockBackend for MemoryLockBackend {
     }
 
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
+        self.open()?;
         let mut shard = self.entries.lock(key);
         let entry = shard.entry(key.clone()).or_default();
         entry.last_token = entry.last_token.max(floor.get());

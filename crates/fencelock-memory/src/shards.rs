@@ -34,4 +34,11 @@ impl<V> Shards<V> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// Locks each shard in turn.
+    pub(crate) fn all(&self) -> impl Iterator<Item = MutexGuard<'_, HashMap<LockKey, V>>> {
+        self.shards
+            .iter()
+            .map(|shard| shard.lock().unwrap_or_else(PoisonError::into_inner))
+    }
 }

@@ -3,9 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use fencelock_core::{
-    Fence, FenceRule, FencedStorage, LockKey, Result, Snapshot, validate_value,
-};
+use fencelock_core::{Fence, FenceRule, FencedStorage, LockKey, Result, Snapshot, validate_value};
 
 use crate::BACKEND;
 use crate::shards::Shards;
@@ -59,10 +57,9 @@ impl MemoryStorage {
         let mut shard = self.slots.lock(resource);
         let last = shard.get(resource).map(|s| s.fence);
         self.rule.check(resource.as_str(), last, fence)?;
-        let slot = shard.entry(resource.clone()).or_insert(Snapshot {
-            value: None,
-            fence,
-        });
+        let slot = shard
+            .entry(resource.clone())
+            .or_insert(Snapshot { value: None, fence });
         slot.fence = fence;
         Ok(update(&mut slot.value))
     }

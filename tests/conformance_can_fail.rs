@@ -1,0 +1,189 @@
+//! The suite can fail: deliberately broken backends, each with one fault, fail the properties
+//! that target that fault (and a correct backend passes the same properties in
+//! `conformance_memory.rs`).
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fencelock::memory::{MemoryLockBackend, MemoryStorage};
+use fencelock::{
+    Fence, FencedStorage, FencingToken, Lease, LockBackend, LockInfo, LockKey, Result, Snapshot,
+    async_trait, validate_value,
+};
+use fencelock_conformance::{Setup, properties};
+
+/// Fault: hands every grant the same token.
+#[derive(Debug, Default)]
+struct ReusesTokens(MemoryLockBackend);
+
+/// Fault: releases whoever holds the lock, not only the lease's owner.
+#[derive(Debug, Default)]
+struct ReleasesAnyOwner(MemoryLockBackend);
+
+/// Fault: admits every operation, whatever its fence (a plain map, as storage without fencing).
+#[derive(Debug, Default)]
+struct SkipsFenceCheck(Mutex<HashMap<LockKey, Snapshot>>);
+
+macro_rules! delegate_backend {
+    ($ty:ident, release: $release:expr, try_acquire: $acquire:expr) => {
+        #[async_trait]
+        impl LockBackend for $ty {
+            fn name(&self) -> &'static str {
+                stringify!($ty)
+            }
+            fn capabilities(&self) -> fencelock::Capabilities {
+                self.0.capabilities()
+            }
+            async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
+                let acquire: fn(Option<Lease>) -> Option<Lease> = $acquire;
+                Ok(acquire(self.0.try_acquire(key, ttl).await?))
+            }
+            async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+                self.0.extend(lease, ttl).await
+            }
+            async fn release(&self, lease: &Lease) -> Result<bool> {
+                $release(&self.0, lease).await
+            }
+            async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {
+                self.0.wait_for_release(key, max).await
+            }
+            async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
+                self.0.inspect(key).await
+            }
+            async fn advance_token(
+                &self,
+                key: &LockKey,
+                floor: FencingToken,
+            ) -> Result<FencingToken> {
+                self.0.advance_token(key, floor).await
+            }
+        }
+    };
+}
+
+async fn honest_release(inner: &MemoryLockBackend, lease: &Lease) -> Result<bool> {
+    inner.release(lease).await
+}
+
+async fn release_any_owner(inner: &MemoryLockBackend, lease: &Lease) -> Result<bool> {
+    let info = inner.inspect(&lease.key).await?;
+    let Some(holder) = info.holder else {
+        return Ok(false);
+    };
+    let theirs = Lease {
+        owner: holder.owner,
+        token: holder.token,
+        ..lease.clone()
+    };
+    inner.release(&theirs).await
+}
+
+delegate_backend!(ReusesTokens, release: honest_release, try_acquire: |lease| {
+    lease.map(|lease| Lease { token: FencingToken::MIN, ..lease })
+});
+delegate_backend!(ReleasesAnyOwner, release: release_any_owner, try_acquire: |lease| lease);
+
+#[async_trait]
+impl FencedStorage for SkipsFenceCheck {
+    fn name(&self) -> &'static str {
+        "SkipsFenceCheck"
+    }
+    fn max_value_len(&self) -> usize {
+        16 << 20
+    }
+    async fn read(&self, resource: &LockKey, fence: Fence) -> Result<Option<Vec<u8>>> {
+        let mut map = self.0.lock().unwrap();
+        let slot = map
+            .entry(resource.clone())
+            .or_insert(Snapshot { value: None, fence });
+        slot.fence = fence;
+        Ok(slot.value.clone())
+    }
+    async fn write(&self, resource: &LockKey, fence: Fence, value: &[u8]) -> Result<()> {
+        validate_value(value, self.max_value_len())?;
+        let snapshot = Snapshot {
+            value: Some(value.to_vec()),
+            fence,
+        };
+        self.0.lock().unwrap().insert(resource.clone(), snapshot);
+        Ok(())
+    }
+    async fn peek(&self, resource: &LockKey) -> Result<Option<Snapshot>> {
+        Ok(self.0.lock().unwrap().get(resource).cloned())
+    }
+}
+
+fn setup(backend: impl LockBackend, storage: impl FencedStorage) -> Setup {
+    Setup::new(
+        Arc::new(backend),
+        Arc::new(storage),
+        Box::new(|| Box::pin(async {})),
+    )
+}
+
+/// Runs `property` and asserts that it panicked.
+async fn must_fail<F: Future<Output = ()> + Send + 'static>(name: &str, property: F) {
+    let outcome = tokio::spawn(property).await;
+    assert!(
+        outcome.as_ref().is_err_and(|e| e.is_panic()),
+        "property {name} passed on a broken backend"
+    );
+}
+
+macro_rules! fails {
+    ($test:ident: $property:ident on $make:expr) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            let setup = $make;
+            must_fail(stringify!($property), async move {
+                properties::$property(&setup).await
+            })
+            .await;
+        }
+    };
+}
+
+fn reused_tokens() -> Setup {
+    setup(ReusesTokens::default(), MemoryStorage::new())
+}
+fn any_owner_release() -> Setup {
+    setup(ReleasesAnyOwner::default(), MemoryStorage::new())
+}
+fn unfenced_storage() -> Setup {
+    setup(MemoryLockBackend::new(), SkipsFenceCheck::default())
+}
+
+fails!(reused_tokens_fail_grant_contend_release: grant_contend_release on reused_tokens());
+fails!(reused_tokens_fail_thousand_grants: tokens_increase_over_1000_grants on reused_tokens());
+fails!(reused_tokens_fail_never_reused: tokens_never_reused_after_release_expiry_or_advance on reused_tokens());
+fails!(reused_tokens_fail_paused_client: paused_client_is_refused on reused_tokens());
+fails!(any_owner_release_fails_stale_release: stale_release_is_a_noop on any_owner_release());
+fails!(any_owner_release_fails_double_release: double_release on any_owner_release());
+fails!(any_owner_release_fails_lost_takeover: lost_fires_when_lease_is_taken_over on any_owner_release());
+fails!(unfenced_storage_fails_paused_client: paused_client_is_refused on unfenced_storage());
+fails!(unfenced_storage_fails_older_token: storage_refuses_older_token on unfenced_storage());
+fails!(unfenced_storage_fails_equal_token: storage_refuses_equal_token_other_owner on unfenced_storage());
+fails!(unfenced_storage_fails_lost_update: fenced_reads_prevent_lost_update on unfenced_storage());
+fails!(unfenced_storage_fails_refused_changes_nothing: refused_operation_changes_nothing on unfenced_storage());
+
+/// The same properties pass on the honest memory backend, so the failures above are the faults'.
+mod honest_control {
+    use super::*;
+
+    async fn honest() -> Setup {
+        setup(MemoryLockBackend::new(), MemoryStorage::new())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn targeted_properties_pass() {
+        properties::grant_contend_release(&honest().await).await;
+        properties::stale_release_is_a_noop(&honest().await).await;
+        properties::double_release(&honest().await).await;
+        properties::paused_client_is_refused(&honest().await).await;
+        properties::storage_refuses_older_token(&honest().await).await;
+    }
+}
