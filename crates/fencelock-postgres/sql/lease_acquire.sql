@@ -1,0 +1,26 @@
+-- $1 key, $2 owner, $3 ttl in microseconds.
+-- Bumps the key's counter only when no live lease exists, then writes the lease. The final
+-- ON CONFLICT ... WHERE re-checks expiry against the latest committed row, so two racing
+-- acquirers can never both be granted; the loser of such a race may leave a gap in the
+-- key's token sequence (tokens still strictly increase).
+WITH counter AS (
+    INSERT INTO fencelock_counters AS c (key, last_token)
+    VALUES ($1, 1)
+    ON CONFLICT (key) DO UPDATE
+        SET last_token = c.last_token + 1
+        WHERE NOT EXISTS (
+            SELECT 1 FROM fencelock_leases l
+             WHERE l.key = $1 AND l.expires_at > clock_timestamp()
+        )
+    RETURNING last_token
+)
+INSERT INTO fencelock_leases AS l (key, owner, token, expires_at)
+SELECT $1, $2, counter.last_token,
+       clock_timestamp() + $3::float8 * interval '1 microsecond'
+  FROM counter
+ON CONFLICT (key) DO UPDATE
+    SET owner = EXCLUDED.owner,
+        token = EXCLUDED.token,
+        expires_at = EXCLUDED.expires_at
+    WHERE l.expires_at <= clock_timestamp()
+RETURNING token

@@ -1,0 +1,378 @@
+//! `PgAdvisoryBackend`: session advisory locks on connections held for the life of a lease.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fencelock_core::{
+    Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LostReason, OwnerId,
+    Result, TimeAuthority, TokenGuarantee, WakeUp, valid_until, validate_ttl,
+};
+use sqlx::pool::PoolConnection;
+use sqlx::{PgConnection, Postgres};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::PgDatabase;
+use crate::codec::{micros, millis_setting, owner_bytes, token_param};
+use crate::error::timed;
+use crate::hash::advisory_lock_id;
+use crate::lease_table::{advance_token, lock_info};
+
+const BACKEND: &str = "pg-advisory";
+/// `idle_session_timeout` is a 32-bit count of milliseconds (about 24.8 days).
+const MAX_TTL: Duration = Duration::from_secs(24 * 24 * 3600);
+/// How long after its last known deadline an abandoned lease's connection is closed.
+const ABANDONED_GRACE: Duration = Duration::from_secs(1);
+
+const ACQUIRE: &str = include_str!("../sql/advisory_acquire.sql");
+const EXTEND: &str = include_str!("../sql/advisory_extend.sql");
+const RELEASE: &str = include_str!("../sql/advisory_release.sql");
+const INSPECT: &str = include_str!("../sql/advisory_inspect.sql");
+
+/// Locks as Postgres session advisory locks (`pg_try_advisory_lock(bigint)`).
+///
+/// Each grant takes a connection out of the database's holder pool and keeps it for the life
+/// of the lease. The server enforces expiry: `idle_session_timeout` is set to the ttl on that
+/// session, so a holder that goes silent (crashed, paused, partitioned) has its session ended
+/// and its lock freed by the server. [`extend`](LockBackend::extend) is a ping on that
+/// session that re-arms the time-out; [`release`](LockBackend::release) unlocks and hands the
+/// connection back. Needs PostgreSQL 14 or newer.
+///
+/// Keys map to lock ids with [`advisory_lock_id`]: `#402` is the raw id 402, any other key is
+/// hashed. So a lock taken here excludes `SELECT pg_advisory_lock(402)` in any other client,
+/// and [`PgStorage::transaction`](crate::PgStorage::transaction) on the same key.
+///
+/// Tokens come from the same never-deleted counter rows as [`PgLeaseBackend`](crate::PgLeaseBackend),
+/// so they survive restarts; held locks do not (a restart ends every session).
+/// A lease can be extended and released only through the backend (or a clone of it) that
+/// granted it, because that is where its connection lives. Needs a direct connection, not a
+/// transaction-mode pooler.
+#[derive(Debug, Clone)]
+pub struct PgAdvisoryBackend {
+    db: PgDatabase,
+    held: Arc<Mutex<HashMap<LeaseId, Arc<Held>>>>,
+}
+
+type LeaseId = (LockKey, OwnerId, FencingToken);
+
+#[derive(Debug)]
+struct Held {
+    holder: tokio::sync::Mutex<Option<Holder>>,
+    /// When the server will end the session if nothing is sent on it.
+    deadline: Mutex<Instant>,
+}
+
+/// A connection holding (or about to hold) an advisory lock. Dropping it closes the
+/// connection, which makes the server free every lock of the session; only
+/// [`give_back`](Self::give_back), after a clean unlock, returns it to the pool.
+#[derive(Debug)]
+struct Holder(Option<PoolConnection<Postgres>>);
+
+impl Holder {
+    fn conn(&mut self) -> Result<&mut PgConnection> {
+        match self.0.as_mut() {
+            Some(conn) => Ok(&mut **conn),
+            None => Err(crate::error::protocol(
+                BACKEND,
+                "holder connection already gone",
+            )),
+        }
+    }
+
+    fn give_back(mut self) {
+        drop(self.0.take());
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.take() {
+            drop(conn.detach());
+        }
+    }
+}
+
+fn lease_id(lease: &Lease) -> LeaseId {
+    (lease.key.clone(), lease.owner, lease.token)
+}
+
+/// Whether `error` means the holding session is gone (and with it the lock).
+fn session_gone(error: &Error) -> bool {
+    match error {
+        Error::Unavailable { source, .. } => source.is_some(),
+        _ => false,
+    }
+}
+
+impl PgAdvisoryBackend {
+    /// An advisory-lock backend on `db`.
+    pub fn new(db: &PgDatabase) -> Self {
+        PgAdvisoryBackend {
+            db: db.clone(),
+            held: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// Connects to `url` (schema `fencelock`) and returns an advisory-lock backend on it.
+    pub async fn connect(url: &str) -> Result<Self> {
+        Ok(Self::new(&PgDatabase::connect(url).await?))
+    }
+
+    /// The database this backend uses.
+    pub fn database(&self) -> &PgDatabase {
+        &self.db
+    }
+
+    /// How many leases this backend (and its clones) currently keeps a connection for.
+    pub fn held_count(&self) -> usize {
+        self.held_map().len()
+    }
+
+    fn timeout(&self) -> Duration {
+        self.db.operation_timeout()
+    }
+
+    fn held_map(&self) -> std::sync::MutexGuard<'_, HashMap<LeaseId, Arc<Held>>> {
+        // The map stays consistent under a panic elsewhere: every update is a single insert or
+        // remove.
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Closes the connections of leases whose holders dropped them without releasing: past
+    /// their deadline the server has ended (or is about to end) those sessions anyway.
+    fn sweep_abandoned(&self) {
+        let now = Instant::now();
+        let abandoned: Vec<Arc<Held>> = {
+            let mut map = self.held_map();
+            let expired: Vec<LeaseId> = map
+                .iter()
+                .filter(|(_, held)| {
+                    let deadline = *held.deadline.lock().unwrap_or_else(PoisonError::into_inner);
+                    deadline + ABANDONED_GRACE < now
+                })
+                .map(|(id, _)| id.clone())
+                .collect();
+            expired.iter().filter_map(|id| map.remove(id)).collect()
+        };
+        // Dropping the last reference closes the connection.
+        drop(abandoned);
+    }
+}
+
+#[async_trait]
+impl LockBackend for PgAdvisoryBackend {
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(
+            TokenGuarantee::Durable,
+            TimeAuthority::Server,
+            WakeUp::Notify,
+            MAX_TTL,
+        )
+        .with_locks_survive_restart(false)
+    }
+
+    async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
+        validate_ttl(ttl, &self.capabilities())?;
+        self.sweep_abandoned();
+        let lock_id = advisory_lock_id(key);
+        let span = tracing::debug_span!(
+            "fencelock.pg.acquire",
+            backend = BACKEND,
+            key = %key,
+            lock_id
+        );
+        async {
+            let owner = OwnerId::random();
+            let conn = timed(BACKEND, self.timeout(), self.db.holders().acquire()).await?;
+            let mut holder = Holder(Some(conn));
+            let sent_at = Instant::now();
+            // On error or cancellation `holder` is dropped, closing the connection and with it
+            // any lock the statement may have taken.
+            let (got, token, _armed): (Option<bool>, Option<i64>, Option<String>) = timed(
+                BACKEND,
+                self.timeout(),
+                sqlx::query_as(ACQUIRE)
+                    .bind(lock_id)
+                    .bind(key.as_str())
+                    .bind(&owner_bytes(owner)[..])
+                    .bind(micros(ttl))
+                    .bind(millis_setting(ttl))
+                    .fetch_one(holder.conn()?),
+            )
+            .await?;
+            let replied_at = Instant::now();
+            match (got, token) {
+                (Some(true), Some(token)) => {
+                    let token = FencingToken::from_backend(BACKEND, token)?;
+                    let lease = Lease {
+                        key: key.clone(),
+                        owner,
+                        token,
+                        ttl,
+                        valid_until: valid_until(sent_at, ttl),
+                    };
+                    let held = Arc::new(Held {
+                        holder: tokio::sync::Mutex::new(Some(holder)),
+                        deadline: Mutex::new(replied_at + ttl),
+                    });
+                    self.held_map().insert(lease_id(&lease), held);
+                    tracing::debug!(token = token.get(), outcome = "granted", "acquired");
+                    Ok(Some(lease))
+                }
+                (Some(false), _) => {
+                    holder.give_back();
+                    tracing::debug!(outcome = "held", "not acquired");
+                    Ok(None)
+                }
+                _ => Err(crate::error::protocol(
+                    BACKEND,
+                    "advisory lock granted without a token",
+                )),
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        validate_ttl(ttl, &self.capabilities())?;
+        let span = tracing::debug_span!(
+            "fencelock.pg.extend",
+            backend = BACKEND,
+            key = %lease.key,
+            token = lease.token.get()
+        );
+        async {
+            let id = lease_id(lease);
+            let Some(held) = self.held_map().get(&id).cloned() else {
+                return Err(Error::lease_lost(&lease.key, LostReason::NotHeld));
+            };
+            let mut slot = held.holder.lock().await;
+            let Some(holder) = slot.as_mut() else {
+                return Err(Error::lease_lost(&lease.key, LostReason::NotHeld));
+            };
+            let sent_at = Instant::now();
+            let outcome: Result<Option<Option<String>>> = async {
+                timed(
+                    BACKEND,
+                    self.timeout(),
+                    sqlx::query_scalar(EXTEND)
+                        .bind(lease.key.as_str())
+                        .bind(&owner_bytes(lease.owner)[..])
+                        .bind(token_param(BACKEND, lease.token)?)
+                        .bind(micros(ttl))
+                        .bind(millis_setting(ttl))
+                        .fetch_optional(holder.conn()?),
+                )
+                .await
+            }
+            .await;
+            match outcome {
+                Ok(Some(_)) => {
+                    *held.deadline.lock().unwrap_or_else(PoisonError::into_inner) =
+                        Instant::now() + ttl;
+                    Ok(Lease {
+                        ttl,
+                        valid_until: valid_until(sent_at, ttl),
+                        ..lease.clone()
+                    })
+                }
+                Ok(None) => {
+                    // The session lives but no longer records this lease as holder.
+                    slot.take();
+                    self.held_map().remove(&id);
+                    Err(Error::lease_lost(&lease.key, LostReason::Superseded))
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "holder session failed");
+                    // Closing the session frees the lock, so the lease is gone either way.
+                    slot.take();
+                    self.held_map().remove(&id);
+                    Err(Error::lease_lost(&lease.key, LostReason::SessionEnded))
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let span = tracing::debug_span!(
+            "fencelock.pg.release",
+            backend = BACKEND,
+            key = %lease.key,
+            token = lease.token.get()
+        );
+        async {
+            let Some(held) = self.held_map().remove(&lease_id(lease)) else {
+                return Ok(false);
+            };
+            let Some(mut holder) = held.holder.lock().await.take() else {
+                return Ok(false);
+            };
+            let outcome: Result<(bool, bool, String)> = async {
+                timed(
+                    BACKEND,
+                    self.timeout(),
+                    sqlx::query_as(RELEASE)
+                        .bind(advisory_lock_id(&lease.key))
+                        .bind(lease.key.as_str())
+                        .bind(&owner_bytes(lease.owner)[..])
+                        .bind(token_param(BACKEND, lease.token)?)
+                        .fetch_one(holder.conn()?),
+                )
+                .await
+            }
+            .await;
+            match outcome {
+                Ok((unlocked, _forgotten, _)) => {
+                    if unlocked {
+                        holder.give_back();
+                    }
+                    Ok(unlocked)
+                }
+                // The session ended on its own (time-out, termination): the lock went with it.
+                Err(error) if session_gone(&error) => Ok(false),
+                // Dropping `holder` closes the session, which frees the lock.
+                Err(error) => Err(error),
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {
+        let mut waiter = self.db.wakeups(BACKEND).await?.subscribe();
+        let info = self.inspect(key).await?;
+        let Some(left) = info.remaining.filter(|_| info.holder.is_some()) else {
+            return Ok(());
+        };
+        // A session ended by the server sends no notification: wake near its deadline too.
+        waiter
+            .released(key, max.min(left + Duration::from_millis(5)))
+            .await;
+        Ok(())
+    }
+
+    async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
+        let row = timed(
+            BACKEND,
+            self.timeout(),
+            sqlx::query_as(INSPECT)
+                .bind(key.as_str())
+                .fetch_one(self.db.pool()),
+        )
+        .await?;
+        lock_info(BACKEND, key, row)
+    }
+
+    async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
+        advance_token(&self.db, BACKEND, key, floor).await
+    }
+}

@@ -1,0 +1,110 @@
+//! The one mapping from `sqlx` errors to fencelock's [`Error`].
+
+use std::future::Future;
+use std::time::Duration;
+
+use fencelock_core::Error;
+
+/// Maps a `sqlx` error to fencelock's [`Error`], naming `backend` in the message.
+///
+/// - I/O, TLS, pool time-outs, a closed pool, and server errors that mean the connection is
+///   gone or refused (SQLSTATE class `08`, `53300`, `57P01`..`57P05`) are
+///   [`Error::Unavailable`] (retryable).
+/// - A malformed URL or option is [`Error::InvalidConfig`].
+/// - Every other server error is [`Error::Backend`] with its SQLSTATE in the message, and
+///   anything the protocol does not allow (decode failures, missing columns) is
+///   [`Error::Backend`] too.
+pub fn map_sqlx_error(backend: &'static str, error: sqlx::Error) -> Error {
+    match error {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => Error::Unavailable {
+            backend,
+            message: error.to_string(),
+            source: Some(Box::new(error)),
+        },
+        sqlx::Error::Configuration(_) => Error::InvalidConfig {
+            message: format!("{backend}: {error}"),
+            source: Some(Box::new(error)),
+        },
+        sqlx::Error::Database(ref db) => {
+            let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+            let message = format!("SQLSTATE {code}: {}", db.message());
+            if connection_gone(&code) {
+                Error::Unavailable {
+                    backend,
+                    message,
+                    source: Some(Box::new(error)),
+                }
+            } else {
+                Error::Backend {
+                    backend,
+                    message,
+                    source: Some(Box::new(error)),
+                }
+            }
+        }
+        sqlx::Error::Migrate(migrate) => match *migrate {
+            sqlx::migrate::MigrateError::Execute(inner) => map_sqlx_error(backend, inner),
+            other => Error::Backend {
+                backend,
+                message: format!("migration failed: {other}"),
+                source: Some(Box::new(other)),
+            },
+        },
+        other => Error::Backend {
+            backend,
+            message: other.to_string(),
+            source: Some(Box::new(other)),
+        },
+    }
+}
+
+/// SQLSTATEs meaning the session is gone or could not be opened: the server may be back later.
+fn connection_gone(code: &str) -> bool {
+    code.starts_with("08")
+        || matches!(
+            code,
+            "53300" | "57P01" | "57P02" | "57P03" | "57P04" | "57P05"
+        )
+}
+
+/// The SQLSTATE of a server error, if `error` is one.
+pub(crate) fn sqlstate(error: &sqlx::Error) -> Option<String> {
+    match error {
+        sqlx::Error::Database(db) => db.code().map(|c| c.into_owned()),
+        _ => None,
+    }
+}
+
+/// Runs one database call under the per-call time-out: a dead server never hangs a caller.
+pub(crate) async fn timed<T>(
+    backend: &'static str,
+    timeout: Duration,
+    call: impl Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, Error> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(result) => result.map_err(|e| map_sqlx_error(backend, e)),
+        Err(_) => Err(timed_out(backend, timeout)),
+    }
+}
+
+/// The [`Error::Unavailable`] of a call that did not answer within `timeout`.
+pub(crate) fn timed_out(backend: &'static str, timeout: Duration) -> Error {
+    Error::Unavailable {
+        backend,
+        message: format!("no answer within {timeout:?}"),
+        source: None,
+    }
+}
+
+/// A reply that the protocol between fencelock and its own SQL does not allow.
+pub(crate) fn protocol(backend: &'static str, message: impl Into<String>) -> Error {
+    Error::Backend {
+        backend,
+        message: message.into(),
+        source: None,
+    }
+}

@@ -1,0 +1,253 @@
+//! `PgLeaseBackend`: leases in a table, expired by the server's clock.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fencelock_core::{
+    Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LostReason, OwnerId,
+    Result, TimeAuthority, TokenGuarantee, WakeUp, valid_until, validate_ttl,
+};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::PgDatabase;
+use crate::codec::{fence_from, micros, owner_bytes, remaining, token_param};
+use crate::error::timed;
+
+const BACKEND: &str = "pg-lease";
+const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+
+const ACQUIRE: &str = include_str!("../sql/lease_acquire.sql");
+const EXTEND: &str = include_str!("../sql/lease_extend.sql");
+const RELEASE: &str = include_str!("../sql/lease_release.sql");
+const INSPECT: &str = include_str!("../sql/lease_inspect.sql");
+pub(crate) const ADVANCE: &str = include_str!("../sql/advance_token.sql");
+
+/// Locks as rows of a lease table, expired by the server's clock (`clock_timestamp()`).
+///
+/// Acquire, extend and release are one statement each, and no connection is held between
+/// calls, so it works behind a transaction-mode pooler and scales to many held locks. Leases
+/// and token counters are ordinary rows: both survive a server restart.
+///
+/// ```no_run
+/// # async fn demo() -> fencelock_core::Result<()> {
+/// use std::{sync::Arc, time::Duration};
+/// use fencelock_core::Locker;
+/// use fencelock_postgres::PgDatabase;
+/// let db = PgDatabase::connect("postgres://postgres@127.0.0.1:5432/test").await?;
+/// let locker = Locker::new(Arc::new(db.lease_backend()));
+/// let guard = locker.lock("invoices/42").ttl(Duration::from_secs(10)).await?;
+/// db.storage().write(&"invoices/42".try_into()?, guard.fence(), b"paid").await?;
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+/// (`write` comes from [`FencedStorage`](fencelock_core::FencedStorage).)
+#[derive(Debug, Clone)]
+pub struct PgLeaseBackend {
+    db: PgDatabase,
+}
+
+impl PgLeaseBackend {
+    /// A lease backend on `db`.
+    pub fn new(db: &PgDatabase) -> Self {
+        PgLeaseBackend { db: db.clone() }
+    }
+
+    /// Connects to `url` (schema `fencelock`) and returns a lease backend on it.
+    pub async fn connect(url: &str) -> Result<Self> {
+        Ok(Self::new(&PgDatabase::connect(url).await?))
+    }
+
+    /// The database this backend uses.
+    pub fn database(&self) -> &PgDatabase {
+        &self.db
+    }
+
+    fn timeout(&self) -> Duration {
+        self.db.operation_timeout()
+    }
+}
+
+#[async_trait]
+impl LockBackend for PgLeaseBackend {
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(
+            TokenGuarantee::Durable,
+            TimeAuthority::Server,
+            WakeUp::Notify,
+            MAX_TTL,
+        )
+        .with_locks_survive_restart(true)
+    }
+
+    async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
+        validate_ttl(ttl, &self.capabilities())?;
+        let span = tracing::debug_span!("fencelock.pg.acquire", backend = BACKEND, key = %key);
+        async {
+            let owner = OwnerId::random();
+            let sent_at = Instant::now();
+            let token: Option<i64> = timed(
+                BACKEND,
+                self.timeout(),
+                sqlx::query_scalar(ACQUIRE)
+                    .bind(key.as_str())
+                    .bind(&owner_bytes(owner)[..])
+                    .bind(micros(ttl))
+                    .fetch_optional(self.db.pool()),
+            )
+            .await?;
+            let Some(token) = token else {
+                tracing::debug!(outcome = "held", "not acquired");
+                return Ok(None);
+            };
+            let token = FencingToken::from_backend(BACKEND, token)?;
+            tracing::debug!(token = token.get(), outcome = "granted", "acquired");
+            Ok(Some(Lease {
+                key: key.clone(),
+                owner,
+                token,
+                ttl,
+                valid_until: valid_until(sent_at, ttl),
+            }))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        validate_ttl(ttl, &self.capabilities())?;
+        let span = tracing::debug_span!(
+            "fencelock.pg.extend",
+            backend = BACKEND,
+            key = %lease.key,
+            token = lease.token.get()
+        );
+        async {
+            let sent_at = Instant::now();
+            let (extended, superseded): (bool, bool) = timed(
+                BACKEND,
+                self.timeout(),
+                sqlx::query_as(EXTEND)
+                    .bind(lease.key.as_str())
+                    .bind(&owner_bytes(lease.owner)[..])
+                    .bind(token_param(BACKEND, lease.token)?)
+                    .bind(micros(ttl))
+                    .fetch_one(self.db.pool()),
+            )
+            .await?;
+            match (extended, superseded) {
+                (true, _) => Ok(Lease {
+                    ttl,
+                    valid_until: valid_until(sent_at, ttl),
+                    ..lease.clone()
+                }),
+                (false, true) => Err(Error::lease_lost(&lease.key, LostReason::Superseded)),
+                (false, false) => Err(Error::lease_lost(&lease.key, LostReason::NotHeld)),
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let span = tracing::debug_span!(
+            "fencelock.pg.release",
+            backend = BACKEND,
+            key = %lease.key,
+            token = lease.token.get()
+        );
+        async {
+            let live: Option<bool> = timed(
+                BACKEND,
+                self.timeout(),
+                sqlx::query_scalar(RELEASE)
+                    .bind(lease.key.as_str())
+                    .bind(&owner_bytes(lease.owner)[..])
+                    .bind(token_param(BACKEND, lease.token)?)
+                    .fetch_optional(self.db.pool()),
+            )
+            .await?;
+            Ok(live.unwrap_or(false))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {
+        let mut waiter = self.db.wakeups(BACKEND).await?.subscribe();
+        // Subscribed before looking, so a release in between still wakes us.
+        let info = self.inspect(key).await?;
+        let Some(left) = info.remaining.filter(|_| info.holder.is_some()) else {
+            return Ok(());
+        };
+        waiter
+            .released(key, max.min(left + Duration::from_millis(1)))
+            .await;
+        Ok(())
+    }
+
+    async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
+        let row: (Option<i64>, Option<Vec<u8>>, Option<i64>, Option<i64>) = timed(
+            BACKEND,
+            self.timeout(),
+            sqlx::query_as(INSPECT)
+                .bind(key.as_str())
+                .fetch_one(self.db.pool()),
+        )
+        .await?;
+        lock_info(BACKEND, key, row)
+    }
+
+    async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
+        advance_token(&self.db, BACKEND, key, floor).await
+    }
+}
+
+/// A [`LockInfo`] from the columns of an inspect query.
+pub(crate) fn lock_info(
+    backend: &'static str,
+    key: &LockKey,
+    (last_token, owner, token, remaining_us): (
+        Option<i64>,
+        Option<Vec<u8>>,
+        Option<i64>,
+        Option<i64>,
+    ),
+) -> Result<LockInfo> {
+    let holder = match (token, owner) {
+        (Some(token), Some(owner)) => Some(fence_from(backend, token, &owner)?),
+        _ => None,
+    };
+    Ok(LockInfo {
+        key: key.clone(),
+        remaining: holder.and(remaining(remaining_us)),
+        holder,
+        last_token: last_token
+            .map(|t| FencingToken::from_backend(backend, t))
+            .transpose()?,
+    })
+}
+
+/// Raises the shared counter of `key` to at least `floor`.
+pub(crate) async fn advance_token(
+    db: &PgDatabase,
+    backend: &'static str,
+    key: &LockKey,
+    floor: FencingToken,
+) -> Result<FencingToken> {
+    let floor = token_param(backend, floor)?;
+    let value: i64 = timed(
+        backend,
+        db.operation_timeout(),
+        sqlx::query_scalar(ADVANCE)
+            .bind(key.as_str())
+            .bind(floor)
+            .fetch_one(db.pool()),
+    )
+    .await?;
+    FencingToken::from_backend(backend, value)
+}

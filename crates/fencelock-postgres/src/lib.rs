@@ -1,0 +1,23 @@
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
+
+mod advisory;
+mod codec;
+mod database;
+mod error;
+mod hash;
+mod lease_table;
+mod storage;
+mod transaction;
+mod wakeups;
+
+pub use advisory::PgAdvisoryBackend;
+pub use database::{DEFAULT_SCHEMA, MAX_SCHEMA_LEN, PgConfig, PgDatabase};
+pub use error::map_sqlx_error;
+pub use hash::{advisory_lock_id, raw_lock_key};
+pub use lease_table::PgLeaseBackend;
+pub use storage::{DEFAULT_MAX_VALUE_LEN, PgStorage};
+pub use transaction::{BoxFuture, FencedTransaction};
+
+/// Re-exported so users share the driver version fencelock was built with.
+pub use sqlx;

@@ -1,0 +1,194 @@
+//! The transaction API: a lock, a token and fenced writes that commit or roll back together.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use fencelock_core::{Error, Fence, FencingToken, LockKey, OwnerId, Result, Snapshot};
+use sqlx::{PgConnection, Postgres, Transaction};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::PgStorage;
+use crate::codec::{fence_from, millis_setting};
+use crate::error::{map_sqlx_error, sqlstate, timed};
+use crate::hash::advisory_lock_id;
+use crate::storage::BACKEND;
+
+const XACT_LOCK: &str = include_str!("../sql/xact_lock.sql");
+const PEEK: &str = include_str!("../sql/storage_peek.sql");
+
+/// A boxed future borrowing for `'a`, as returned by the closure given to
+/// [`PgStorage::transaction`].
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// An open transaction that holds the transaction-level advisory lock of a key and a fresh
+/// fencing token for it. Handed to the closure of [`PgStorage::transaction`].
+///
+/// Fenced reads and writes through it, and any SQL run on [`connection`](Self::connection),
+/// commit together when the closure returns `Ok`, or roll back together when it returns `Err`.
+#[derive(Debug)]
+pub struct FencedTransaction {
+    tx: Transaction<'static, Postgres>,
+    key: LockKey,
+    fence: Fence,
+    storage: PgStorage,
+}
+
+impl FencedTransaction {
+    /// The locked key.
+    pub fn key(&self) -> &LockKey {
+        &self.key
+    }
+
+    /// The fence this transaction presents to the storage.
+    pub fn fence(&self) -> Fence {
+        self.fence
+    }
+
+    /// The transaction's fencing token.
+    pub fn token(&self) -> FencingToken {
+        self.fence.token
+    }
+
+    /// The transaction's connection, for the caller's own SQL (its `search_path` is
+    /// fencelock's schema). Map `sqlx` errors with [`map_sqlx_error`](crate::map_sqlx_error).
+    pub fn connection(&mut self) -> &mut PgConnection {
+        &mut self.tx
+    }
+
+    /// A fenced read of `resource` within the transaction.
+    pub async fn read(&mut self, resource: &LockKey) -> Result<Option<Vec<u8>>> {
+        self.storage
+            .apply(&mut *self.tx, resource, self.fence, None)
+            .await
+    }
+
+    /// A fenced write of `resource` within the transaction. A refused write is
+    /// [`Error::Stale`]; returning it from the closure rolls everything back.
+    pub async fn write(&mut self, resource: &LockKey, value: &[u8]) -> Result<()> {
+        self.storage
+            .apply(&mut *self.tx, resource, self.fence, Some(value))
+            .await
+            .map(drop)
+    }
+
+    /// The unfenced view of `resource` within the transaction (seeing its own writes).
+    pub async fn peek(&mut self, resource: &LockKey) -> Result<Option<Snapshot>> {
+        let row: Option<(Option<Vec<u8>>, i64, Vec<u8>)> = timed(
+            BACKEND,
+            self.storage.timeout(),
+            sqlx::query_as(PEEK)
+                .bind(resource.as_str())
+                .fetch_optional(&mut *self.tx),
+        )
+        .await?;
+        row.map(|(value, token, owner)| {
+            Ok(Snapshot {
+                value,
+                fence: fence_from(BACKEND, token, &owner)?,
+            })
+        })
+        .transpose()
+    }
+}
+
+impl PgStorage {
+    /// Runs `f` inside one transaction that holds `pg_advisory_xact_lock` on `key` and a fresh
+    /// fencing token for it; everything `f` does through the [`FencedTransaction`] commits if
+    /// it returns `Ok` and rolls back if it returns `Err`.
+    ///
+    /// The lock is the advisory lock id of `key` (see [`advisory_lock_id`](crate::advisory_lock_id)),
+    /// so it also excludes [`PgAdvisoryBackend`](crate::PgAdvisoryBackend) holders of the same
+    /// key. Waiting for it is bounded by `wait` (server-side, `lock_timeout`); past it the call
+    /// fails with [`Error::Timeout`]. The token comes from the key's counter inside the
+    /// transaction: a rolled-back transaction leaves no trace, its token included.
+    ///
+    /// ```no_run
+    /// # async fn demo(storage: fencelock_postgres::PgStorage) -> fencelock_core::Result<()> {
+    /// use std::time::Duration;
+    /// use fencelock_core::LockKey;
+    /// let account = LockKey::new("account/7")?;
+    /// let resource = account.clone();
+    /// let balance = storage
+    ///     .transaction(&account, Duration::from_secs(5), move |tx| {
+    ///         Box::pin(async move {
+    ///             let old = tx.read(&resource).await?.unwrap_or_default();
+    ///             let mut next = u64::from_le_bytes(old.try_into().unwrap_or_default());
+    ///             next += 10;
+    ///             tx.write(&resource, &next.to_le_bytes()).await?;
+    ///             Ok::<_, fencelock_core::Error>(next)
+    ///         })
+    ///     })
+    ///     .await?;
+    /// # let _ = balance; Ok(()) }
+    /// ```
+    pub async fn transaction<T, E, F>(&self, key: &LockKey, wait: Duration, f: F) -> Result<T, E>
+    where
+        T: Send,
+        E: From<Error> + Send,
+        F: for<'t> FnOnce(&'t mut FencedTransaction) -> BoxFuture<'t, Result<T, E>> + Send,
+    {
+        let span = tracing::debug_span!("fencelock.pg.transaction", key = %key);
+        async {
+            let mut locked = self.begin_locked(key, wait).await?;
+            tracing::debug!(token = locked.fence.token.get(), "locked");
+            match f(&mut locked).await {
+                Ok(value) => {
+                    timed(BACKEND, self.timeout(), locked.tx.commit()).await?;
+                    tracing::debug!(outcome = "committed");
+                    Ok(value)
+                }
+                Err(error) => {
+                    // A failed rollback still ends the transaction: the connection is closed.
+                    let _ = timed(BACKEND, self.timeout(), locked.tx.rollback()).await;
+                    tracing::debug!(outcome = "rolled back");
+                    Err(error)
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn begin_locked(&self, key: &LockKey, wait: Duration) -> Result<FencedTransaction> {
+        let started = Instant::now();
+        let mut tx = timed(BACKEND, self.timeout(), self.database().pool().begin()).await?;
+        // lock_timeout = 0 would mean "wait forever".
+        let wait = wait.max(Duration::from_millis(1));
+        timed(
+            BACKEND,
+            self.timeout(),
+            sqlx::query("SELECT set_config('lock_timeout', $1, true)")
+                .bind(millis_setting(wait))
+                .execute(&mut *tx),
+        )
+        .await?;
+        let bound = wait.saturating_add(self.timeout());
+        let outcome = tokio::time::timeout(
+            bound,
+            sqlx::query_scalar::<_, i64>(XACT_LOCK)
+                .bind(advisory_lock_id(key))
+                .bind(key.as_str())
+                .fetch_one(&mut *tx),
+        )
+        .await;
+        let token = match outcome {
+            Ok(Ok(token)) => FencingToken::from_backend(BACKEND, token)?,
+            Ok(Err(e)) if sqlstate(&e).as_deref() == Some("55P03") => {
+                return Err(Error::Timeout {
+                    key: key.to_string(),
+                    waited: started.elapsed(),
+                });
+            }
+            Ok(Err(e)) => return Err(map_sqlx_error(BACKEND, e)),
+            Err(_) => return Err(crate::error::timed_out(BACKEND, bound)),
+        };
+        Ok(FencedTransaction {
+            tx,
+            key: key.clone(),
+            fence: Fence::new(token, OwnerId::random()),
+            storage: self.clone(),
+        })
+    }
+}
