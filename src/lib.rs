@@ -8,3 +8,7 @@ pub use fencelock_core::*;
 /// The in-process backend.
 #[cfg(feature = "memory")]
 pub use fencelock_memory as memory;
+
+/// The Redis backend (one node).
+#[cfg(feature = "redis")]
+pub use fencelock_redis as redis;

@@ -200,6 +200,15 @@ impl RedisConfig {
         )
         .instrument(span)
         .await?;
+        // The manager connects without sending a command; a PING surfaces refused or
+        // missing credentials now rather than at the first lock.
+        let mut conn = manager.clone();
+        let () = bounded(
+            self.call_timeout,
+            "PING",
+            redis::cmd("PING").query_async(&mut conn),
+        )
+        .await?;
         Ok(Connection {
             client,
             manager,

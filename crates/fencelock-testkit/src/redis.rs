@@ -213,9 +213,14 @@ impl RedisServer {
             command.arg("--requirepass").arg(pass);
         }
         if let Some((user, pass)) = &self.options.acl_user {
-            command
-                .arg("--user")
-                .arg(format!("{user} on >{pass} ~* &* +@all"));
+            command.arg("--user").args([
+                user.as_str(),
+                "on",
+                &format!(">{pass}"),
+                "~*",
+                "&*",
+                "+@all",
+            ]);
         }
         let mut child = command
             .stdin(Stdio::null())
