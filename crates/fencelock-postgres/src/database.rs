@@ -71,6 +71,14 @@ impl PgConfig {
     /// A configuration from a `postgres://` / `postgresql://` URL (anything `sqlx` accepts).
     /// A malformed URL is [`Error::InvalidConfig`].
     pub fn from_url(url: &str) -> Result<Self> {
+        let scheme = url
+            .split_once("://")
+            .map(|(scheme, _)| scheme.to_ascii_lowercase());
+        if !matches!(scheme.as_deref(), Some("postgres" | "postgresql")) {
+            return Err(Error::config(
+                "invalid Postgres URL: expected postgres://user@host:port/database",
+            ));
+        }
         let options = PgConnectOptions::from_str(url).map_err(|e| Error::InvalidConfig {
             message: format!("invalid Postgres URL: {e}"),
             source: Some(Box::new(e)),

@@ -32,16 +32,15 @@ pub(crate) const ADVANCE: &str = include_str!("../sql/advance_token.sql");
 /// ```no_run
 /// # async fn demo() -> fencelock_core::Result<()> {
 /// use std::{sync::Arc, time::Duration};
-/// use fencelock_core::Locker;
+/// use fencelock_core::{FencedStorage, LockKey, Locker};
 /// use fencelock_postgres::PgDatabase;
 /// let db = PgDatabase::connect("postgres://postgres@127.0.0.1:5432/test").await?;
 /// let locker = Locker::new(Arc::new(db.lease_backend()));
 /// let guard = locker.lock("invoices/42").ttl(Duration::from_secs(10)).await?;
-/// db.storage().write(&"invoices/42".try_into()?, guard.fence(), b"paid").await?;
+/// db.storage().write(&LockKey::new("invoices/42")?, guard.fence(), b"paid").await?;
 /// guard.release().await?;
 /// # Ok(()) }
 /// ```
-/// (`write` comes from [`FencedStorage`](fencelock_core::FencedStorage).)
 #[derive(Debug, Clone)]
 pub struct PgLeaseBackend {
     db: PgDatabase,
