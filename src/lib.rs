@@ -12,3 +12,7 @@ pub use fencelock_memory as memory;
 /// The Redis backend (one node).
 #[cfg(feature = "redis")]
 pub use fencelock_redis as redis;
+
+/// The PostgreSQL backends (lease table, advisory locks, transactions, fenced storage).
+#[cfg(feature = "postgres")]
+pub use fencelock_postgres as postgres;
