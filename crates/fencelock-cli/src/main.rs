@@ -8,6 +8,8 @@ use clap::{Parser, Subcommand};
 use fencelock::spec::BackendSpec;
 
 mod demo;
+mod inspect;
+mod run;
 
 /// Distributed locks with fencing tokens.
 #[derive(Debug, Parser)]
@@ -25,6 +27,32 @@ enum Command {
         after_help = "Examples:\n  fencelock demo\n  fencelock demo --backend redis://127.0.0.1:6379 --ttl 500ms"
     )]
     Demo(demo::Args),
+    /// Take a lock, run a command while holding it (renewing the lease), release when it exits.
+    ///
+    /// The command sees FENCELOCK_KEY, FENCELOCK_TOKEN and FENCELOCK_OWNER in its environment;
+    /// it should present the token to whatever it writes. If the lease is lost while the
+    /// command runs, the command gets SIGTERM, then SIGKILL after --grace.
+    #[command(after_help = "Exit codes:
+  the command's own exit code, or 128+N if signal N ended it
+  1    fencelock failed (bad spec, unreachable backend, ...)
+  2    bad arguments
+  75   the lock was not obtained within --wait
+  76   the lease was lost while the command ran; it was sent SIGTERM (SIGKILL after --grace)
+  126  the command could not be executed
+  127  the command was not found
+  130  fencelock was interrupted; the command was stopped and the lock released
+
+Examples:
+  # a cron job that runs once across hosts
+  fencelock run --backend redis://redis.example:6379 --key nightly-report -- ./report.sh
+  # wait up to a minute for the lock, with a 10 s lease renewed while the job runs
+  fencelock run --backend postgres://app@db.example/app --key migrate --wait 1m --ttl 10s -- ./migrate")]
+    Run(run::Args),
+    /// Show a lock's holder, token and time left, and the backend's capabilities.
+    #[command(after_help = "Examples:
+  fencelock inspect --backend redis://127.0.0.1:6379 nightly-report
+  fencelock inspect --backend postgres://postgres@127.0.0.1:5432/test migrate")]
+    Inspect(inspect::Args),
 }
 
 /// The `--backend` option every subcommand shares.
@@ -47,6 +75,16 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 mod exit {
     /// The command failed: bad arguments, unreachable backend, or a broken invariant.
     pub(crate) const FAILURE: u8 = 1;
+    /// `run`: the lock was not obtained within the wait (EX_TEMPFAIL).
+    pub(crate) const NOT_OBTAINED: u8 = 75;
+    /// `run`: the lease was lost while the command ran.
+    pub(crate) const LEASE_LOST: u8 = 76;
+    /// `run`: the command exists but could not be executed.
+    pub(crate) const COMMAND_NOT_EXECUTABLE: u8 = 126;
+    /// `run`: the command was not found.
+    pub(crate) const COMMAND_NOT_FOUND: u8 = 127;
+    /// `run`: fencelock itself was interrupted (SIGINT).
+    pub(crate) const INTERRUPTED: u8 = 130;
 }
 
 #[tokio::main]
@@ -54,6 +92,8 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Demo(args) => demo::run(args).await,
+        Command::Run(args) => run::run(args).await,
+        Command::Inspect(args) => inspect::run(args).await,
     };
     match outcome {
         Ok(code) => code,

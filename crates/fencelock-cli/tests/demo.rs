@@ -1,5 +1,7 @@
 //! `fencelock demo` end to end, as a user runs it.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::process::Command;
 
 fn fencelock(args: &[&str]) -> (i32, String, String) {
