@@ -30,6 +30,7 @@ const ACQUIRE: &str = include_str!("../sql/advisory_acquire.sql");
 const EXTEND: &str = include_str!("../sql/advisory_extend.sql");
 const RELEASE: &str = include_str!("../sql/advisory_release.sql");
 const INSPECT: &str = include_str!("../sql/advisory_inspect.sql");
+const HELD: &str = include_str!("../sql/advisory_held.sql");
 
 /// Locks as Postgres session advisory locks (`pg_try_advisory_lock(bigint)`).
 ///
@@ -348,15 +349,33 @@ impl LockBackend for PgAdvisoryBackend {
     }
 
     async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {
-        let mut waiter = self.db.wakeups(BACKEND).await?.subscribe();
+        let waiter = crate::wakeups::subscribe(&self.db, BACKEND).await;
+        // Subscribed before looking, so a release in between still wakes us.
         let info = self.inspect(key).await?;
-        let Some(left) = info.remaining.filter(|_| info.holder.is_some()) else {
-            return Ok(());
+        let bound = match info.remaining.filter(|_| info.holder.is_some()) {
+            // Also wake near a fencelock holder's deadline: a session ended by the server
+            // sends no notification.
+            Some(left) => max.min(left + Duration::from_millis(5)),
+            None => {
+                let held: bool = timed(
+                    BACKEND,
+                    self.timeout(),
+                    sqlx::query_scalar(HELD)
+                        .bind(advisory_lock_id(key))
+                        .fetch_one(self.db.pool()),
+                )
+                .await?;
+                if !held {
+                    return Ok(());
+                }
+                // Held by a plain SQL client: its unlock is not announced, so wait it out.
+                max
+            }
         };
-        // A session ended by the server sends no notification: wake near its deadline too.
-        waiter
-            .released(key, max.min(left + Duration::from_millis(5)))
-            .await;
+        match waiter {
+            Some(mut waiter) => waiter.released(key, bound).await,
+            None => tokio::time::sleep(bound).await,
+        }
         Ok(())
     }
 

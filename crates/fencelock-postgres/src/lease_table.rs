@@ -177,15 +177,19 @@ impl LockBackend for PgLeaseBackend {
     }
 
     async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {
-        let mut waiter = self.db.wakeups(BACKEND).await?.subscribe();
+        let waiter = crate::wakeups::subscribe(&self.db, BACKEND).await;
         // Subscribed before looking, so a release in between still wakes us.
         let info = self.inspect(key).await?;
         let Some(left) = info.remaining.filter(|_| info.holder.is_some()) else {
             return Ok(());
         };
-        waiter
-            .released(key, max.min(left + Duration::from_millis(1)))
-            .await;
+        // Also wake near the holder's deadline: an expiry (or a session ended by the server)
+        // sends no notification.
+        let bound = max.min(left + Duration::from_millis(1));
+        match waiter {
+            Some(mut waiter) => waiter.released(key, bound).await,
+            None => tokio::time::sleep(bound).await,
+        }
         Ok(())
     }
 

@@ -71,6 +71,18 @@ async fn forward(mut listener: PgListener, sender: broadcast::Sender<Arc<str>>) 
     }
 }
 
+/// A receiver of `db`'s release notifications, or `None` when no listener can be started
+/// (for example behind a transaction-mode pooler): the caller then sleeps instead.
+pub(crate) async fn subscribe(db: &crate::PgDatabase, backend: &'static str) -> Option<Waiter> {
+    match db.wakeups(backend).await {
+        Ok(wakeups) => Some(wakeups.subscribe()),
+        Err(error) => {
+            tracing::debug!(%error, "no release notifications; waiting by the deadline");
+            None
+        }
+    }
+}
+
 /// One waiter's view of the release notifications.
 pub(crate) struct Waiter {
     receiver: broadcast::Receiver<Arc<str>>,

@@ -210,3 +210,39 @@ async fn released_connections_are_reused_clean() {
     assert!(backend.release(&lease).await.unwrap());
     schema.cleanup().await;
 }
+
+/// A waiter queued behind a plain SQL holder gets the lock once that client unlocks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_behind_plain_sql_holder_gets_the_lock() {
+    let (schema, db) = common::database().await;
+    let locker = fencelock_core::Locker::new(std::sync::Arc::new(db.advisory_backend()));
+    let id = schema.unique_id() ^ 2;
+    let mut other = plain_connection().await;
+    sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(id)
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let key = raw_lock_key(id);
+    let waiting = tokio::spawn({
+        let locker = locker.clone();
+        async move {
+            locker
+                .lock(key.as_str())
+                .ttl(TTL)
+                .wait(Duration::from_secs(10))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished());
+    sqlx::query("SELECT pg_advisory_unlock($1)")
+        .bind(id)
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let guard = waiting.await.unwrap().unwrap();
+    assert!(guard.release().await.unwrap());
+    other.close().await.unwrap();
+    schema.cleanup().await;
+}
