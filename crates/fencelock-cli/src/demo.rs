@@ -95,7 +95,10 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
     fencelock::validate_ttl(args.ttl, &connected.backend.capabilities())?;
     println!("fencelock demo on {spec}: client 1 pauses past its lease, client 2 takes over.\n");
 
-    println!("With fencing ({} storage)", connected.storage.name());
+    println!(
+        "With fencing (fenced storage: {})",
+        connected.storage.name()
+    );
     let fenced = story(&connected, &Store::Fenced(&*connected.storage), args.ttl).await?;
     let expected = OPENING_BALANCE + DEPOSIT;
     let fenced_ok = fenced.stale_write_refused && fenced.final_balance == expected;

@@ -16,9 +16,8 @@ fn fencelock(args: &[&str]) -> (i32, String, String) {
     )
 }
 
-#[test]
-fn demo_refuses_the_stale_write_and_shows_unfenced_corruption() {
-    let (code, out, err) = fencelock(&["demo", "--ttl", "200ms"]);
+fn demo_on(spec: &str) {
+    let (code, out, err) = fencelock(&["demo", "--backend", spec, "--ttl", "300ms"]);
     assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
     let fenced = out.split("Without fencing").next().unwrap();
     assert!(fenced.contains("REFUSED: stale fence token 1"), "{out}");
@@ -27,6 +26,33 @@ fn demo_refuses_the_stale_write_and_shows_unfenced_corruption() {
     let unfenced = out.split("Without fencing").nth(1).unwrap();
     assert!(unfenced.contains("ACCEPTED"), "{out}");
     assert!(unfenced.contains("final balance 70: CORRUPTED"), "{out}");
+}
+
+#[test]
+fn demo_on_memory() {
+    demo_on("memory://");
+}
+
+#[test]
+fn demo_on_redis() {
+    let server = fencelock_testkit::redis::RedisServer::spawn();
+    demo_on(&server.url());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_on_postgres_lease_and_advisory() {
+    let schema = fencelock_testkit::postgres::PgSchema::create().await;
+    for backend in ["lease", "advisory"] {
+        let spec = format!(
+            "{}?schema={}&backend={backend}",
+            schema.url(),
+            schema.name()
+        );
+        tokio::task::spawn_blocking(move || demo_on(&spec))
+            .await
+            .unwrap();
+    }
+    schema.cleanup().await;
 }
 
 #[test]
