@@ -45,7 +45,10 @@ fn acquire_release(c: &mut Criterion) {
     group.bench_function("fencelock memory", |b| {
         b.to_async(&rt).iter(|| async {
             let lease = backend.try_acquire(&key, ttl).await;
-            let lease = lease.ok().flatten().unwrap_or_else(|| panic!("not granted"));
+            let lease = lease
+                .ok()
+                .flatten()
+                .unwrap_or_else(|| panic!("not granted"));
             black_box(backend.release(&lease).await.ok());
         })
     });

@@ -14,7 +14,10 @@ fn fencelock() -> Command {
 }
 
 fn run(args: &[&str]) -> Output {
-    fencelock().args(args).output().expect("the fencelock binary runs")
+    fencelock()
+        .args(args)
+        .output()
+        .expect("the fencelock binary runs")
 }
 
 fn code(out: &Output) -> i32 {
@@ -38,7 +41,15 @@ fn exit_codes_pass_through() {
     assert_eq!(code(&out), 128 + 9, "{}", explain(&out));
     let out = run(&["run", "--key", "k", "--", "/nonexistent/command"]);
     assert_eq!(code(&out), 127, "{}", explain(&out));
-    let out = run(&["run", "--key", "k", "--", "sh", "-c", "test \"$FENCELOCK_KEY\" = k && test \"$FENCELOCK_TOKEN\" -ge 1 && test ${#FENCELOCK_OWNER} -eq 32"]);
+    let out = run(&[
+        "run",
+        "--key",
+        "k",
+        "--",
+        "sh",
+        "-c",
+        "test \"$FENCELOCK_KEY\" = k && test \"$FENCELOCK_TOKEN\" -ge 1 && test ${#FENCELOCK_OWNER} -eq 32",
+    ]);
     assert_eq!(code(&out), 0, "environment not passed: {}", explain(&out));
 }
 
@@ -50,11 +61,20 @@ fn bad_input_gives_clear_errors() {
     assert_eq!(code(&out), 1, "{}", explain(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid key"));
     let out = run(&["run", "--key", "k"]);
-    assert_eq!(code(&out), 2, "a missing command is a usage error: {}", explain(&out));
+    assert_eq!(
+        code(&out),
+        2,
+        "a missing command is a usage error: {}",
+        explain(&out)
+    );
     let dead = format!("redis://127.0.0.1:{}", free_port().unwrap());
     let out = run(&["run", "--backend", &dead, "--key", "k", "--", "true"]);
     assert_eq!(code(&out), 1, "{}", explain(&out));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unavailable"), "{}", explain(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("unavailable"),
+        "{}",
+        explain(&out)
+    );
 }
 
 /// Four concurrent `fencelock run`s of three rounds each: the file shows every critical
@@ -71,8 +91,19 @@ fn never_overlap(spec: &str, dir: &Path) {
             std::thread::spawn(move || {
                 for _ in 0..3 {
                     let out = run(&[
-                        "run", "--backend", &spec, "--key", "overlap", "--wait", "60s", "--ttl",
-                        "5s", "--", "sh", "-c", &script,
+                        "run",
+                        "--backend",
+                        &spec,
+                        "--key",
+                        "overlap",
+                        "--wait",
+                        "60s",
+                        "--ttl",
+                        "5s",
+                        "--",
+                        "sh",
+                        "-c",
+                        &script,
                     ]);
                     assert_eq!(code(&out), 0, "{}", explain(&out));
                 }
@@ -87,8 +118,12 @@ fn never_overlap(spec: &str, dir: &Path) {
     assert_eq!(lines.len(), 24, "{text}");
     let mut last_token = 0u64;
     for pair in lines.chunks(2) {
-        let start = pair[0].strip_prefix("start ").unwrap_or_else(|| panic!("overlap:\n{text}"));
-        let end = pair[1].strip_prefix("end ").unwrap_or_else(|| panic!("overlap:\n{text}"));
+        let start = pair[0]
+            .strip_prefix("start ")
+            .unwrap_or_else(|| panic!("overlap:\n{text}"));
+        let end = pair[1]
+            .strip_prefix("end ")
+            .unwrap_or_else(|| panic!("overlap:\n{text}"));
         assert_eq!(start, end, "sections interleaved:\n{text}");
         let token: u64 = start.parse().unwrap();
         assert!(token > last_token, "tokens went back:\n{text}");
@@ -108,10 +143,16 @@ async fn runs_never_overlap_on_postgres() {
     let schema = PgSchema::create().await;
     let dir = tempfile::tempdir().unwrap();
     for backend in ["lease", "advisory"] {
-        let spec = format!("{}?schema={}&backend={backend}", schema.url(), schema.name());
+        let spec = format!(
+            "{}?schema={}&backend={backend}",
+            schema.url(),
+            schema.name()
+        );
         let (spec, path) = (spec.clone(), dir.path().join(backend));
         std::fs::create_dir(&path).unwrap();
-        tokio::task::spawn_blocking(move || never_overlap(&spec, &path)).await.unwrap();
+        tokio::task::spawn_blocking(move || never_overlap(&spec, &path))
+            .await
+            .unwrap();
     }
     schema.cleanup().await;
 }
@@ -121,12 +162,31 @@ fn held_lock_is_exit_75() {
     let server = RedisServer::spawn();
     let url = server.url();
     let mut holder = fencelock()
-        .args(["run", "--backend", &url, "--key", "busy", "--", "sleep", "5"])
+        .args([
+            "run",
+            "--backend",
+            &url,
+            "--key",
+            "busy",
+            "--",
+            "sleep",
+            "5",
+        ])
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_secs(1));
-    let out = run(&["run", "--backend", &url, "--key", "busy", "--wait", "200ms", "--", "true"]);
+    let out = run(&[
+        "run",
+        "--backend",
+        &url,
+        "--key",
+        "busy",
+        "--wait",
+        "200ms",
+        "--",
+        "true",
+    ]);
     assert_eq!(code(&out), 75, "{}", explain(&out));
     assert!(holder.wait().unwrap().success());
 }
@@ -134,8 +194,15 @@ fn held_lock_is_exit_75() {
 /// Waits until `path` contains `text`.
 fn wait_for(path: &Path, text: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !std::fs::read_to_string(path).unwrap_or_default().contains(text) {
-        assert!(Instant::now() < deadline, "{text:?} never appeared in {}", path.display());
+    while !std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .contains(text)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{text:?} never appeared in {}",
+            path.display()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -146,14 +213,36 @@ fn wait_for(path: &Path, text: &str) {
 fn child_outliving_a_lost_lease_is_signalled() {
     let dir = tempfile::tempdir().unwrap();
     for (name, script, grace) in [
-        ("polite", "trap 'echo TERM >> {log}; exit 0' TERM; echo started >> {log}; while :; do sleep 0.1; done", "5s"),
-        ("stubborn", "trap '' TERM; echo started >> {log}; while :; do sleep 0.1; done", "1s"),
+        (
+            "polite",
+            "trap 'echo TERM >> {log}; exit 0' TERM; echo started >> {log}; while :; do sleep 0.1; done",
+            "5s",
+        ),
+        (
+            "stubborn",
+            "trap '' TERM; echo started >> {log}; while :; do sleep 0.1; done",
+            "1s",
+        ),
     ] {
         let server = RedisServer::spawn();
         let log = dir.path().join(name);
         let script = script.replace("{log}", &log.display().to_string());
         let child = fencelock()
-            .args(["run", "--backend", &server.url(), "--key", "lost", "--ttl", "1s", "--grace", grace, "--", "sh", "-c", &script])
+            .args([
+                "run",
+                "--backend",
+                &server.url(),
+                "--key",
+                "lost",
+                "--ttl",
+                "1s",
+                "--grace",
+                grace,
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
