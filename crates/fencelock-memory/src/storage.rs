@@ -50,13 +50,30 @@ impl MemoryStorage {
     /// Admits `fence` for `resource` and, if admitted, applies `update` to the slot.
     fn admit<T>(
         &self,
+        operation: &'static str,
         resource: &LockKey,
         fence: Fence,
         update: impl FnOnce(&mut Option<Vec<u8>>) -> T,
     ) -> Result<T> {
         let mut shard = self.slots.lock(resource);
         let last = shard.get(resource).map(|s| s.fence);
-        self.rule.check(resource.as_str(), last, fence)?;
+        if let Err(stale) = self.rule.check(resource.as_str(), last, fence) {
+            tracing::debug!(
+                backend = BACKEND,
+                operation,
+                resource = %resource,
+                token = fence.token.get(),
+                outcome = "stale",
+            );
+            return Err(stale);
+        }
+        tracing::trace!(
+            backend = BACKEND,
+            operation,
+            resource = %resource,
+            token = fence.token.get(),
+            outcome = "admitted",
+        );
         let slot = shard
             .entry(resource.clone())
             .or_insert(Snapshot { value: None, fence });
@@ -76,12 +93,14 @@ impl FencedStorage for MemoryStorage {
     }
 
     async fn read(&self, resource: &LockKey, fence: Fence) -> Result<Option<Vec<u8>>> {
-        self.admit(resource, fence, |value| value.clone())
+        self.admit("fenced_read", resource, fence, |value| value.clone())
     }
 
     async fn write(&self, resource: &LockKey, fence: Fence, value: &[u8]) -> Result<()> {
         validate_value(value, self.max_value_len)?;
-        self.admit(resource, fence, |slot| *slot = Some(value.to_vec()))
+        self.admit("fenced_write", resource, fence, |slot| {
+            *slot = Some(value.to_vec())
+        })
     }
 
     async fn peek(&self, resource: &LockKey) -> Result<Option<Snapshot>> {
