@@ -89,7 +89,7 @@ impl RedisLockBackend {
 
 /// `ttl` in whole milliseconds, rounded up, so the server never expires a lock before the
 /// local deadline computed from the same ttl.
-fn ttl_millis(ttl: Duration) -> u64 {
+pub(crate) fn ttl_millis(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_micros().div_ceil(1000)).unwrap_or(u64::MAX)
 }
 
@@ -97,14 +97,14 @@ fn lock_value(owner: OwnerId, token: FencingToken) -> String {
     format!("{owner}:{token}")
 }
 
-fn parse_token(value: &str) -> Result<FencingToken> {
+pub(crate) fn parse_token(value: &str) -> Result<FencingToken> {
     let number = value
         .parse::<i64>()
         .map_err(|_| protocol(format!("token {value:?} is not an integer")))?;
     FencingToken::from_backend(BACKEND, number)
 }
 
-fn parse_lock_value(value: &str) -> Result<Fence> {
+pub(crate) fn parse_lock_value(value: &str) -> Result<Fence> {
     let parsed = value.split_once(':').and_then(|(owner, token)| {
         let owner = owner.parse::<OwnerId>().ok()?;
         let token = parse_token(token).ok()?;
@@ -114,7 +114,7 @@ fn parse_lock_value(value: &str) -> Result<Fence> {
 }
 
 /// Records how an operation ended on its span and passes the result on.
-fn finish<T>(span: &tracing::Span, result: Result<T>) -> Result<T> {
+pub(crate) fn finish<T>(span: &tracing::Span, result: Result<T>) -> Result<T> {
     match &result {
         Ok(_) => span.record("outcome", "ok"),
         Err(e) => span.record("outcome", tracing::field::display(e)),

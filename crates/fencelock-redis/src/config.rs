@@ -244,7 +244,7 @@ impl fmt::Debug for Connection {
 impl Connection {
     /// Whether the server persists every write before answering (`appendonly yes` with
     /// `appendfsync always`). `None` when the server refuses `CONFIG GET`.
-    async fn server_persists(&self) -> Option<bool> {
+    pub(crate) async fn server_persists(&self) -> Option<bool> {
         let mut conn = self.manager.clone();
         let settings: HashMap<String, String> = bounded(
             self.call_timeout,

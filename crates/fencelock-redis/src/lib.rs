@@ -5,6 +5,9 @@ mod backend;
 mod config;
 mod error;
 mod keys;
+mod redlock;
+mod redlock_config;
+mod redlock_round;
 mod scripts;
 mod storage;
 mod waiters;
@@ -13,6 +16,8 @@ pub use backend::{MAX_TTL, RedisLockBackend};
 pub use config::{
     DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_VALUE_LEN, RedisConfig,
 };
+pub use redlock::Redlock;
+pub use redlock_config::{DEFAULT_NODE_TIMEOUT, RedlockConfig};
 pub use storage::RedisStorage;
 
 /// The backend's name in errors, logs and spans.

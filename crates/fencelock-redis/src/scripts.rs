@@ -14,14 +14,23 @@ pub(crate) struct Scripts {
     pub(crate) advance_token: Script,
     pub(crate) storage_read: Script,
     pub(crate) storage_write: Script,
+    pub(crate) redlock_extend: Script,
+    pub(crate) redlock_release: Script,
+    pub(crate) redlock_settle: Script,
 }
 
+/// The acquire script's text, for callers that send it whole with `EVAL`.
+pub(crate) const ACQUIRE: &str = include_str!("../scripts/acquire.lua");
+
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    acquire: Script::new(include_str!("../scripts/acquire.lua")),
+    acquire: Script::new(ACQUIRE),
     extend: Script::new(include_str!("../scripts/extend.lua")),
     release: Script::new(include_str!("../scripts/release.lua")),
     inspect: Script::new(include_str!("../scripts/inspect.lua")),
     advance_token: Script::new(include_str!("../scripts/advance_token.lua")),
     storage_read: Script::new(include_str!("../scripts/storage_read.lua")),
     storage_write: Script::new(include_str!("../scripts/storage_write.lua")),
+    redlock_extend: Script::new(include_str!("../scripts/redlock_extend.lua")),
+    redlock_release: Script::new(include_str!("../scripts/redlock_release.lua")),
+    redlock_settle: Script::new(include_str!("../scripts/redlock_settle.lua")),
 });

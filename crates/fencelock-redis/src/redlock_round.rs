@@ -1,0 +1,240 @@
+//! Redlock's nodes and its fan-out: one call to every node at once, answers gathered as they
+//! come, a decision as soon as the answers so far allow one, and the rest finished in the
+//! background.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencelock_core::{Error, NodeReport, Result};
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use tokio::sync::OnceCell;
+
+use crate::config::{Connection, RedisConfig};
+use crate::waiters::Waiters;
+
+/// One independent Redis server of a Redlock. Connected at most once, lazily: a node that was
+/// down when the Redlock connected is tried again by each call, within that call's time limit.
+pub(crate) struct Node {
+    /// `host:port`, for reports and spans (never credentials).
+    pub(crate) label: String,
+    config: RedisConfig,
+    link: OnceCell<Link>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("node", &self.label)
+            .field("connected", &self.link.initialized())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A connected node: its connection, its release subscriber, its persistence.
+#[derive(Clone)]
+pub(crate) struct Link {
+    pub(crate) conn: Connection,
+    pub(crate) waiters: Arc<Waiters>,
+    pub(crate) persists: Option<bool>,
+}
+
+impl Node {
+    pub(crate) fn new(label: String, config: RedisConfig) -> Self {
+        Node {
+            label,
+            config,
+            link: OnceCell::new(),
+        }
+    }
+
+    /// The node's connection, connecting first if it never was.
+    pub(crate) async fn link(&self) -> Result<Link> {
+        let link = self
+            .link
+            .get_or_try_init(|| async {
+                let conn = self.config.open().await?;
+                let persists = conn.server_persists().await;
+                Ok::<_, Error>(Link {
+                    waiters: Arc::new(Waiters::new(conn.clone())),
+                    conn,
+                    persists,
+                })
+            })
+            .await?;
+        Ok(link.clone())
+    }
+
+    /// The persistence the node reported, if it is connected.
+    pub(crate) fn persists(&self) -> Option<bool> {
+        self.link.get().and_then(|link| link.persists)
+    }
+}
+
+/// What one node answered to one call.
+#[derive(Debug)]
+pub(crate) enum Answer<T> {
+    /// The call succeeded.
+    Ok(T),
+    /// No answer within the limit.
+    TimedOut(Duration),
+    /// The node could not be reached or answered with an error.
+    Failed(Error),
+}
+
+type Call<T> = Pin<Box<dyn Future<Output = (usize, Answer<T>)> + Send>>;
+
+/// One call fanned out to every node. Dropping a round abandons the calls still in flight;
+/// [`finish_in_background`](Self::finish_in_background) lets them complete instead.
+pub(crate) struct Round<T> {
+    calls: FuturesUnordered<Call<T>>,
+    answers: Vec<Option<Answer<T>>>,
+}
+
+impl<T: Send + 'static> Round<T> {
+    /// Sends `op` to every node, each bounded by `limit` (connecting included).
+    pub(crate) fn start<F, Fut>(nodes: &[Arc<Node>], limit: Duration, op: F) -> Self
+    where
+        F: Fn(Link) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<T>> + Send + 'static,
+    {
+        let op = Arc::new(op);
+        let calls = nodes
+            .iter()
+            .enumerate()
+            .map(|(index, node)| {
+                let node = Arc::clone(node);
+                let op = Arc::clone(&op);
+                Box::pin(async move {
+                    let call = async {
+                        let link = node.link().await?;
+                        op(link).await
+                    };
+                    let answer = match tokio::time::timeout(limit, call).await {
+                        Ok(Ok(value)) => Answer::Ok(value),
+                        Ok(Err(e)) => Answer::Failed(e),
+                        Err(_) => Answer::TimedOut(limit),
+                    };
+                    (index, answer)
+                }) as Call<T>
+            })
+            .collect();
+        Round {
+            calls,
+            answers: nodes.iter().map(|_| None).collect(),
+        }
+    }
+
+    /// Waits for the next answer and returns it; `None` once every node answered.
+    pub(crate) async fn next(&mut self) -> Option<&Answer<T>> {
+        let (index, answer) = self.calls.next().await?;
+        let slot = self.answers.get_mut(index)?;
+        Some(slot.insert(answer))
+    }
+
+    /// Moves the calls and answers out, leaving an empty round behind.
+    pub(crate) fn take(&mut self) -> Self {
+        Round {
+            calls: std::mem::take(&mut self.calls),
+            answers: std::mem::take(&mut self.answers),
+        }
+    }
+
+    /// Waits for every answer.
+    pub(crate) async fn all(&mut self) {
+        while self.next().await.is_some() {}
+    }
+
+    /// Calls still without an answer.
+    pub(crate) fn pending(&self) -> usize {
+        self.calls.len()
+    }
+
+    /// The answers so far.
+    pub(crate) fn answers(&self) -> impl Iterator<Item = &Answer<T>> {
+        self.answers.iter().flatten()
+    }
+
+    /// Successful answers for which `f` holds.
+    pub(crate) fn count_ok(&self, f: impl Fn(&T) -> bool) -> usize {
+        self.answers()
+            .filter(|a| matches!(a, Answer::Ok(v) if f(v)))
+            .count()
+    }
+
+    /// Answers that are errors or time-outs.
+    pub(crate) fn count_failed(&self) -> usize {
+        self.answers()
+            .filter(|a| !matches!(a, Answer::Ok(_)))
+            .count()
+    }
+
+    /// What each node answered, in words; `describe` words the successful answers.
+    pub(crate) fn reports(
+        &self,
+        nodes: &[Arc<Node>],
+        describe: impl Fn(&T) -> String,
+    ) -> Vec<NodeReport> {
+        nodes
+            .iter()
+            .zip(&self.answers)
+            .map(|(node, answer)| NodeReport {
+                node: node.label.clone(),
+                outcome: match answer {
+                    None => "no answer yet when the outcome was decided".to_owned(),
+                    Some(Answer::Ok(value)) => describe(value),
+                    Some(Answer::TimedOut(limit)) => format!("timed out after {limit:?}"),
+                    Some(Answer::Failed(e)) => format!("error: {e}"),
+                },
+            })
+            .collect()
+    }
+
+    /// The first answer that is a configuration error (refused credentials), if any: trying
+    /// again cannot help, so it is reported as such rather than as a missed quorum.
+    pub(crate) fn config_error(&mut self) -> Option<Error> {
+        self.answers.iter_mut().find_map(|slot| match slot.take() {
+            Some(Answer::Failed(e @ Error::InvalidConfig { .. })) => Some(e),
+            other => {
+                *slot = other;
+                None
+            }
+        })
+    }
+
+    /// Lets the calls still in flight run to their end on the runtime, then runs `after`.
+    pub(crate) fn finish_in_background<A>(mut self, after: A)
+    where
+        A: Future<Output = ()> + Send + 'static,
+    {
+        spawn(async move {
+            while self.calls.next().await.is_some() {}
+            after.await;
+        });
+    }
+}
+
+/// Spawns `task` on the current Tokio runtime; without one (a caller outside any runtime, where
+/// no call could have been made either) there is nothing to finish.
+pub(crate) fn spawn(task: impl Future<Output = ()> + Send + 'static) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(task);
+    }
+}
+
+/// The number of nodes that makes a quorum of `n`: a strict majority.
+pub(crate) fn quorum(n: usize) -> usize {
+    n / 2 + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quorum_is_a_strict_majority() {
+        assert_eq!([1, 2, 3, 4, 5, 6, 7].map(quorum), [1, 2, 2, 3, 3, 4, 4]);
+    }
+}
