@@ -10,6 +10,33 @@ use std::time::Duration;
 use fencelock::postgres::{PgConfig, map_sqlx_error};
 use fencelock::{Error, LockKey, Result};
 
+/// What a debit can fail with: the ledger's own refusal, or fencelock's (a stale fence, a lock
+/// not obtained in time, the database).
+#[derive(Debug)]
+enum DebitError {
+    InsufficientFunds { balance: i64, amount: i64 },
+    CorruptBalance,
+    Lock(Error),
+}
+
+impl From<Error> for DebitError {
+    fn from(e: Error) -> Self {
+        DebitError::Lock(e)
+    }
+}
+
+impl std::fmt::Display for DebitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DebitError::InsufficientFunds { balance, amount } => {
+                write!(f, "insufficient funds: balance {balance}, debit {amount}")
+            }
+            DebitError::CorruptBalance => f.write_str("the stored balance is not 8 bytes"),
+            DebitError::Lock(e) => e.fmt(f),
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let url = std::env::args()
@@ -31,7 +58,8 @@ async fn main() -> Result<()> {
     .map_err(sql)?;
 
     let storage = db.storage();
-    let account = LockKey::new("account/alice")?;
+    // A new account each run, so the example can be run again and again.
+    let account = LockKey::new(format!("account/{}", fencelock::OwnerId::random()))?;
     for amount in [30_i64, 50, 40] {
         let key = account.clone();
         let outcome = storage
@@ -40,16 +68,12 @@ async fn main() -> Result<()> {
                     // A fenced read: any holder with an older token is now refused.
                     let balance = match tx.read(&key).await? {
                         Some(bytes) => i64::from_le_bytes(
-                            bytes
-                                .try_into()
-                                .map_err(|_| Error::config("corrupt balance"))?,
+                            bytes.try_into().map_err(|_| DebitError::CorruptBalance)?,
                         ),
                         None => 100, // a new account opens with 100
                     };
                     if balance < amount {
-                        return Err(Error::config(format!(
-                            "insufficient funds: balance {balance}, debit {amount}"
-                        )));
+                        return Err(DebitError::InsufficientFunds { balance, amount });
                     }
                     let balance = balance - amount;
                     tx.write(&key, &balance.to_le_bytes()).await?;
@@ -66,7 +90,7 @@ async fn main() -> Result<()> {
                     .execute(tx.connection())
                     .await
                     .map_err(|e| map_sqlx_error("ledger", e))?;
-                    Ok::<_, Error>((balance, token))
+                    Ok::<_, DebitError>((balance, token))
                 })
             })
             .await;
@@ -80,7 +104,8 @@ async fn main() -> Result<()> {
             Err(e) => show(&format!("debit {amount} refused, nothing changed: {e}")),
         }
     }
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM ledger_audit")
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM ledger_audit WHERE account = $1")
+        .bind(account.as_str())
         .fetch_one(db.pool())
         .await
         .map_err(sql)?;
