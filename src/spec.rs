@@ -4,7 +4,15 @@
 //! |---|---|
 //! | `memory://` | [`MemoryLockBackend`](fencelock_memory::MemoryLockBackend) + `MemoryStorage` (in-process) |
 //! | `redis://[user][:password@]host[:port][/db]` | `RedisLockBackend` + `RedisStorage` (feature `redis`; `rediss://` with `tls`) |
+//! | `redlock://[user][:password@]host1:port1,host2:port2,...[/db][?storage=redis://...]` | `Redlock` over the listed independent servers, each reached as `redis://[user][:password@]hostN:portN[/db]` (one set of credentials and one database number for every node), + `RedisStorage` on the `storage=` server, by default the first node (feature `redis`); see the note below |
 //! | `postgres://user@host[:port]/db[?backend=lease\|advisory][&schema=name]` (or `postgresql://`) | `PgLeaseBackend` (default) or `PgAdvisoryBackend`, + `PgStorage` (feature `postgres`); other query parameters go to the driver |
+//!
+//! Where a `redlock://` spec keeps the data: the lock is Redlock, the data lives on one Redis
+//! server, the first node unless `storage=` names another (a `redis://` URL, percent-encoded
+//! if it carries a query). Point it at a server that persists its writes: a node killed
+//! without persistence loses the stored values, which is data loss, not a fencing failure
+//! (the fence keeps stale writers out; it cannot bring lost data back). Nodes with different
+//! credentials, TLS nodes and other options: build a `RedlockConfig` instead.
 
 use std::fmt;
 use std::sync::Arc;
@@ -22,6 +30,14 @@ pub enum BackendSpec {
     /// `redis://` or `rediss://`: one Redis server; holds the full URL (credentials included;
     /// `Display` hides the password).
     Redis(String),
+    /// `redlock://`: Redlock over independent Redis servers.
+    Redlock {
+        /// Each node's `redis://` URL (credentials included; `Display` hides the password).
+        nodes: Vec<String>,
+        /// The `redis://` URL of the server that holds the fenced data (`?storage=`, by
+        /// default the first node).
+        storage: String,
+    },
     /// `postgres://` or `postgresql://`: one PostgreSQL database.
     Postgres {
         /// The driver URL, without fencelock's own parameters (credentials included;
@@ -54,12 +70,20 @@ pub struct Connected {
     pub storage: Arc<dyn FencedStorage>,
 }
 
-const SCHEMES: &str = "memory://, redis://, rediss://, postgres://, postgresql://";
+const SCHEMES: &str = "memory://, redis://, rediss://, redlock://, postgres://, postgresql://";
+const REDLOCK: &str = "redlock://";
 
 impl BackendSpec {
     /// Parses `spec`. Unknown schemes, malformed URLs and backends this build lacks are
     /// [`Error::InvalidConfig`].
     pub fn parse(spec: &str) -> Result<Self> {
+        // A list of hosts is not a URL authority, so `redlock://` is split by hand.
+        if spec
+            .get(..REDLOCK.len())
+            .is_some_and(|scheme| scheme.eq_ignore_ascii_case(REDLOCK))
+        {
+            return parse_redlock(&spec[REDLOCK.len()..]);
+        }
         let url = Url::parse(spec).map_err(|e| Error::InvalidConfig {
             message: format!("backend spec {spec:?} is not a URL (expected one of {SCHEMES})"),
             source: Some(Box::new(e)),
@@ -99,6 +123,19 @@ impl BackendSpec {
                 Ok(Connected {
                     storage: Arc::new(backend.storage()),
                     backend: Arc::new(backend),
+                })
+            }
+            #[cfg(feature = "redis")]
+            BackendSpec::Redlock { nodes, storage } => {
+                let backend = fencelock_redis::RedlockConfig::new(nodes.iter().cloned())
+                    .connect()
+                    .await?;
+                let storage = fencelock_redis::RedisConfig::new(storage.as_str())
+                    .connect_storage()
+                    .await?;
+                Ok(Connected {
+                    backend: Arc::new(backend),
+                    storage: Arc::new(storage),
                 })
             }
             #[cfg(feature = "postgres")]
@@ -152,6 +189,106 @@ fn parse_redis(spec: &str, url: &Url) -> Result<BackendSpec> {
     } else {
         Err(not_built("redis"))
     }
+}
+
+/// `redlock://` without its scheme: `[userinfo@]host:port,host:port,...[/db][?storage=url]`.
+/// Each node becomes `redis://[userinfo@]host:port[/db]` and is checked like a `redis://`
+/// spec; `storage` must be a `redis://` or `rediss://` spec.
+fn parse_redlock(rest: &str) -> Result<BackendSpec> {
+    let (rest, fragment) = match rest.split_once('#') {
+        Some((rest, fragment)) => (rest, Some(fragment)),
+        None => (rest, None),
+    };
+    let (rest, query) = match rest.split_once('?') {
+        Some((rest, query)) => (rest, Some(query)),
+        None => (rest, None),
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => (Some(userinfo), hosts),
+        None => (None, authority),
+    };
+    let shown = format!(
+        "{REDLOCK}{}{hosts}{path}",
+        if userinfo.is_some() { "***@" } else { "" }
+    );
+    if fragment.is_some() {
+        return Err(Error::config(format!(
+            "redlock spec {shown:?} takes no fragment"
+        )));
+    }
+    if userinfo.is_some_and(|u| u.contains([',', '@'])) {
+        return Err(Error::config(format!(
+            "redlock spec {shown:?}: one set of credentials goes before the first node, \
+             percent-encoded"
+        )));
+    }
+    let mut nodes = Vec::new();
+    for host in hosts.split(',') {
+        if host.is_empty() {
+            return Err(Error::config(format!(
+                "redlock spec {shown:?} lists an empty node"
+            )));
+        }
+        let node = match userinfo {
+            Some(userinfo) => format!("redis://{userinfo}@{host}{path}"),
+            None => format!("redis://{host}{path}"),
+        };
+        let url = Url::parse(&node).map_err(|e| Error::InvalidConfig {
+            message: format!("redlock spec {shown:?}: node {host:?} is not host[:port]"),
+            source: Some(Box::new(e)),
+        })?;
+        match parse_redis(&node, &url)? {
+            BackendSpec::Redis(node) => nodes.push(node),
+            _ => {
+                return Err(Error::config(format!(
+                    "redlock spec {shown:?} is not usable"
+                )));
+            }
+        }
+    }
+    let mut storage = None;
+    for (name, value) in url::form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        match &*name {
+            "storage" if storage.is_none() => {
+                let url = Url::parse(&value).map_err(|e| Error::InvalidConfig {
+                    message: format!("redlock spec {shown:?}: storage is not a redis:// URL"),
+                    source: Some(Box::new(e)),
+                })?;
+                if !matches!(url.scheme(), "redis" | "rediss") {
+                    return Err(Error::config(format!(
+                        "redlock spec {shown:?}: storage must be a redis:// or rediss:// URL"
+                    )));
+                }
+                match parse_redis(&value, &url)? {
+                    BackendSpec::Redis(url) => storage = Some(url),
+                    _ => {
+                        return Err(Error::config(format!(
+                            "redlock spec {shown:?}: storage is not usable"
+                        )));
+                    }
+                }
+            }
+            "storage" => {
+                return Err(Error::config(format!(
+                    "redlock spec {shown:?} repeats `storage`"
+                )));
+            }
+            other => {
+                return Err(Error::config(format!(
+                    "redlock spec {shown:?}: unknown option {other:?} (only `storage`)"
+                )));
+            }
+        }
+    }
+    let storage = match storage {
+        Some(storage) => storage,
+        None => nodes
+            .first()
+            .cloned()
+            .ok_or_else(|| Error::config(format!("redlock spec {shown:?} names no node")))?,
+    };
+    Ok(BackendSpec::Redlock { nodes, storage })
 }
 
 /// `postgres://` / `postgresql://`: a host, fencelock's `backend=` and `schema=` parameters
@@ -249,6 +386,34 @@ impl fmt::Display for BackendSpec {
                 Ok(parsed) => f.write_str(&redact(&parsed)),
                 Err(_) => f.write_str("redis://<unparsable>"),
             },
+            BackendSpec::Redlock { nodes, storage } => {
+                f.write_str(REDLOCK)?;
+                let parsed: Vec<Url> = nodes.iter().filter_map(|n| Url::parse(n).ok()).collect();
+                if let Some(first) = parsed.first()
+                    && (!first.username().is_empty() || first.password().is_some())
+                {
+                    write!(f, "{}", first.username())?;
+                    if first.password().is_some() {
+                        f.write_str(":***")?;
+                    }
+                    f.write_str("@")?;
+                }
+                let hosts: Vec<&str> = parsed
+                    .iter()
+                    .map(|u| &u[url::Position::BeforeHost..url::Position::AfterPort])
+                    .collect();
+                f.write_str(&hosts.join(","))?;
+                if let Some(first) = parsed.first() {
+                    f.write_str(first.path())?;
+                }
+                if nodes.first() != Some(storage) {
+                    match Url::parse(storage) {
+                        Ok(storage) => write!(f, "?storage={}", redact(&storage))?,
+                        Err(_) => f.write_str("?storage=<unparsable>")?,
+                    }
+                }
+                Ok(())
+            }
             BackendSpec::Postgres {
                 url,
                 backend,
@@ -347,6 +512,115 @@ mod tests {
         match BackendSpec::parse("redis://u:secret@host/x") {
             Err(Error::InvalidConfig { message, .. }) => assert!(!message.contains("secret")),
             other => panic!("expected InvalidConfig, got {other:?}"),
+        }
+    }
+
+    #[cfg(feature = "redis")]
+    #[test]
+    fn parses_redlock() {
+        assert_eq!(
+            BackendSpec::parse("redlock://h1:6379,h2:6380,[::1]:6381").unwrap(),
+            BackendSpec::Redlock {
+                nodes: vec![
+                    "redis://h1:6379".into(),
+                    "redis://h2:6380".into(),
+                    "redis://[::1]:6381".into(),
+                ],
+                storage: "redis://h1:6379".into(),
+            }
+        );
+        let spec = BackendSpec::parse(
+            "redlock://app:secret@h1:1,h2:2/3?storage=redis%3A%2F%2Fu%3Apw%40data%3A7%2F1",
+        )
+        .unwrap();
+        assert_eq!(
+            spec,
+            BackendSpec::Redlock {
+                nodes: vec![
+                    "redis://app:secret@h1:1/3".into(),
+                    "redis://app:secret@h2:2/3".into()
+                ],
+                storage: "redis://u:pw@data:7/1".into(),
+            }
+        );
+        let shown = spec.to_string();
+        assert!(
+            !shown.contains("secret") && !shown.contains("pw"),
+            "{shown}"
+        );
+        assert!(
+            shown.starts_with("redlock://app:***@h1:1,h2:2/3?storage="),
+            "{shown}"
+        );
+        assert_eq!(
+            BackendSpec::parse("REDLOCK://h1").unwrap(),
+            BackendSpec::Redlock {
+                nodes: vec!["redis://h1".into()],
+                storage: "redis://h1".into(),
+            }
+        );
+    }
+
+    #[cfg(feature = "redis")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redlock_spec_connects_lock_and_storage() {
+        use fencelock_testkit::redis::RedisServer;
+        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::spawn()).collect();
+        let data = RedisServer::spawn();
+        let hosts: Vec<String> = nodes.iter().map(|n| n.addr().to_string()).collect();
+        let spec = format!("redlock://{}?storage={}", hosts.join(","), data.url());
+        let connected = BackendSpec::parse(&spec).unwrap().connect().await.unwrap();
+        assert_eq!(connected.backend.name(), "redlock");
+        let key = fencelock_core::LockKey::new("spec/redlock").unwrap();
+        let lease = connected
+            .backend
+            .try_acquire(&key, std::time::Duration::from_secs(10))
+            .await
+            .unwrap()
+            .unwrap();
+        connected
+            .storage
+            .write(&key, lease.fence(), b"v")
+            .await
+            .unwrap();
+        assert!(connected.backend.release(&lease).await.unwrap());
+        // The value went to the storage server, not to a lock node.
+        let mut conn = redis::Client::open(data.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let stored: Option<String> = redis::cmd("HGET")
+            .arg("fencelock:{spec/redlock}:data")
+            .arg("value")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(stored.as_deref(), Some("v"));
+    }
+
+    #[test]
+    fn refuses_bad_redlock_specs() {
+        for spec in [
+            "redlock://",
+            "redlock://h1,,h2",
+            "redlock://h1,",
+            "redlock://h1:notaport,h2",
+            "redlock://h1,h2/notadb",
+            "redlock://h1,h2/0/1",
+            "redlock://h1,h2?prefix=x",
+            "redlock://h1,h2?storage=http://x",
+            "redlock://h1,h2?storage=redis://x&storage=redis://y",
+            "redlock://h1,h2#frag",
+            "redlock://u:secret@h1,v:secret@h2",
+            "redlock://u:secret@h1:x",
+        ] {
+            match BackendSpec::parse(spec) {
+                Err(Error::InvalidConfig { message, .. }) => {
+                    assert!(!message.contains("secret"), "{message}");
+                }
+                other => panic!("{spec:?}: expected InvalidConfig, got {other:?}"),
+            }
         }
     }
 
