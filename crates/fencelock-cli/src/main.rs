@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use fencelock::spec::BackendSpec;
 
+mod chaos;
 mod demo;
 mod inspect;
 mod run;
@@ -53,6 +54,24 @@ Examples:
   fencelock inspect --backend redis://127.0.0.1:6379 nightly-report
   fencelock inspect --backend postgres://postgres@127.0.0.1:5432/test migrate")]
     Inspect(inspect::Args),
+    /// Inject faults (paused holders, killed servers, partitions, ended sessions) into worker
+    /// processes sharing a counter, check that fencing lost nothing, and show that the same run
+    /// without fencing does lose updates.
+    #[command(after_help = "Exit codes:
+  0    no violation, and the control run without fencing lost updates
+  1    the run could not be carried out (bad spec, unreachable backend, a worker died, ...)
+  2    bad arguments
+  3    the fenced run broke the safety model (a lost update or a stale operation admitted)
+  4    the control run lost no update: the faults did not bite, so the run proves nothing
+
+Examples:
+  fencelock chaos --spawn-redis 1 --faults pause,kill,partition --duration 30s
+  fencelock chaos --spawn-redis 5 --persistence none --faults pause,kill
+  fencelock chaos --backend 'postgres://postgres@127.0.0.1/test?backend=advisory' --faults pause,terminate,partition")]
+    Chaos(chaos::Args),
+    /// One chaos worker process (started by `fencelock chaos`).
+    #[command(hide = true)]
+    Worker(chaos::worker::Args),
 }
 
 /// The `--backend` option every subcommand shares.
@@ -94,6 +113,8 @@ async fn main() -> ExitCode {
         Command::Demo(args) => demo::run(args).await,
         Command::Run(args) => run::run(args).await,
         Command::Inspect(args) => inspect::run(args).await,
+        Command::Chaos(args) => chaos::run(args).await,
+        Command::Worker(args) => chaos::worker::run(args).await,
     };
     match outcome {
         Ok(code) => code,

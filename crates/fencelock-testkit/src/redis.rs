@@ -142,14 +142,25 @@ impl RedisServer {
     /// # Panics
     /// If it does not come back.
     pub fn restart(&self) {
+        if let Err(e) = self.try_restart() {
+            panic!("{e}");
+        }
+    }
+
+    /// [`restart`](Self::restart), reporting a server that does not come back instead of
+    /// panicking.
+    pub fn try_restart(&self) -> io::Result<()> {
         self.kill();
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             // The port can linger briefly after a kill.
             match self.start() {
-                Ok(()) => return,
+                Ok(()) => return Ok(()),
                 Err(e) if Instant::now() >= deadline => {
-                    panic!("redis-server on port {} did not restart: {e}", self.port)
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("redis-server on port {} did not restart: {e}", self.port),
+                    ));
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(100)),
             }

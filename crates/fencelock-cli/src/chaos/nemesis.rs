@@ -1,0 +1,383 @@
+//! The nemesis: pauses lock holders with SIGSTOP, kills and restarts redis-server nodes,
+//! partitions the network through the fault proxies and ends Postgres sessions.
+//!
+//! Two schedules run side by side. The pauser arms itself every ttl/2 to 2 x ttl and then stops
+//! the next worker that reports a successful read (so the pause lands between its read and its
+//! write) for 1 to 5 times the ttl. The infrastructure schedule waits 2 to 6 x ttl (at least
+//! 0.5 to 1.5 s), then runs one episode of a kind picked at random among those enabled (kill,
+//! partition, terminate) for 1 to 4 x ttl, and heals it before the next gap.
+
+use std::collections::{HashMap, HashSet};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use fencelock::postgres::sqlx;
+use fencelock::{Error, Result};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use rand::seq::IndexedRandom;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::cluster::{self, Cluster, Family};
+
+/// The kinds of fault `--faults` can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum FaultKind {
+    Pause,
+    Kill,
+    Partition,
+    Terminate,
+}
+
+impl FromStr for FaultKind {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "pause" => Ok(FaultKind::Pause),
+            "kill" => Ok(FaultKind::Kill),
+            "partition" => Ok(FaultKind::Partition),
+            "terminate" => Ok(FaultKind::Terminate),
+            other => Err(format!(
+                "unknown fault {other:?} (expected pause, kill, partition or terminate)"
+            )),
+        }
+    }
+}
+
+impl FaultKind {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            FaultKind::Pause => "pause",
+            FaultKind::Kill => "kill",
+            FaultKind::Partition => "partition",
+            FaultKind::Terminate => "terminate",
+        }
+    }
+}
+
+/// What the nemesis did.
+#[derive(Debug, Default)]
+pub(crate) struct FaultCounts {
+    /// Holders stopped with SIGSTOP, each for at least the ttl.
+    pub(crate) pauses: AtomicU64,
+    /// Paused holders whose write, once continued, was refused as stale.
+    pub(crate) paused_writes_refused: AtomicU64,
+    /// Paused holders whose write was still admitted (nobody took the lock meanwhile).
+    pub(crate) paused_writes_admitted: AtomicU64,
+    pub(crate) kill_episodes: AtomicU64,
+    pub(crate) nodes_killed: AtomicU64,
+    pub(crate) partition_delay: AtomicU64,
+    pub(crate) partition_blackhole: AtomicU64,
+    pub(crate) partition_reset: AtomicU64,
+    pub(crate) terminate_episodes: AtomicU64,
+    pub(crate) sessions_terminated: AtomicU64,
+}
+
+impl FaultCounts {
+    pub(crate) fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+
+    fn bump(counter: &AtomicU64, by: u64) {
+        counter.fetch_add(by, Ordering::Relaxed);
+    }
+
+    pub(crate) fn partitions(&self) -> u64 {
+        Self::get(&self.partition_delay)
+            + Self::get(&self.partition_blackhole)
+            + Self::get(&self.partition_reset)
+    }
+}
+
+/// Which faults apply to `cluster`; an error names the first that does not.
+pub(crate) fn check_applicable(faults: &[FaultKind], cluster: &Cluster) -> Result<()> {
+    for fault in faults {
+        match fault {
+            FaultKind::Pause | FaultKind::Partition => {}
+            FaultKind::Kill if cluster.nodes.is_empty() => {
+                return Err(Error::config(
+                    "the kill fault needs servers this command started itself: use \
+                     --spawn-redis N instead of --backend (servers you run are never killed)",
+                ));
+            }
+            FaultKind::Kill => {}
+            FaultKind::Terminate if cluster.family != Family::Postgres => {
+                return Err(Error::config(
+                    "the terminate fault (pg_terminate_backend) applies to postgres:// backends only",
+                ));
+            }
+            FaultKind::Terminate => {}
+        }
+    }
+    Ok(())
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn between(low: Duration, high: Duration) -> Duration {
+    if high <= low {
+        return low;
+    }
+    let span = u64::try_from((high - low).as_micros()).unwrap_or(u64::MAX);
+    low + Duration::from_micros(rand::random_range(0..=span))
+}
+
+/// Stops lock holders between their read and their write.
+#[derive(Debug)]
+pub(crate) struct Pauser {
+    ttl: Duration,
+    pids: Vec<Pid>,
+    armed: AtomicBool,
+    /// Workers stopped right now.
+    paused: Mutex<HashMap<usize, JoinHandle<()>>>,
+    /// Workers stopped after a read whose write has not been reported yet.
+    resumed: Mutex<HashSet<usize>>,
+    counts: Arc<FaultCounts>,
+    enabled: bool,
+}
+
+impl Pauser {
+    pub(crate) fn new(
+        pids: Vec<u32>,
+        ttl: Duration,
+        counts: Arc<FaultCounts>,
+        enabled: bool,
+    ) -> Arc<Self> {
+        Arc::new(Pauser {
+            ttl,
+            pids: pids
+                .into_iter()
+                .map(|p| Pid::from_raw(i32::try_from(p).unwrap_or(i32::MAX)))
+                .collect(),
+            armed: AtomicBool::new(false),
+            paused: Mutex::new(HashMap::new()),
+            resumed: Mutex::new(HashSet::new()),
+            counts,
+            enabled,
+        })
+    }
+
+    /// Workers stopped right now.
+    pub(crate) fn paused_now(&self) -> usize {
+        lock(&self.paused).len()
+    }
+
+    /// Arms the pauser every ttl/2 to 2 x ttl until `stop`.
+    pub(crate) async fn schedule(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        if !self.enabled {
+            return;
+        }
+        loop {
+            let gap = between(self.ttl / 2, self.ttl * 2);
+            tokio::select! {
+                _ = stop.wait_for(|stopped| *stopped) => return,
+                () = tokio::time::sleep(gap) => self.armed.store(true, Ordering::Relaxed),
+            }
+        }
+    }
+
+    /// Worker `worker` just read the counter: stop it now if the pauser is armed.
+    pub(crate) fn on_read(self: &Arc<Self>, worker: usize) {
+        if !self.enabled || !self.armed.load(Ordering::Relaxed) {
+            return;
+        }
+        let Some(pid) = self.pids.get(worker).copied() else {
+            return;
+        };
+        let mut paused = lock(&self.paused);
+        // Keep one worker running so the run makes progress while others are stopped.
+        if paused.contains_key(&worker) || paused.len() + 1 >= self.pids.len().max(2) {
+            return;
+        }
+        if kill(pid, Signal::SIGSTOP).is_err() {
+            return;
+        }
+        self.armed.store(false, Ordering::Relaxed);
+        FaultCounts::bump(&self.counts.pauses, 1);
+        lock(&self.resumed).insert(worker);
+        let hold = between(self.ttl, self.ttl * 5);
+        let this = Arc::clone(self);
+        let task = tokio::spawn(async move {
+            tokio::time::sleep(hold).await;
+            let _ = kill(pid, Signal::SIGCONT);
+            lock(&this.paused).remove(&worker);
+        });
+        paused.insert(worker, task);
+    }
+
+    /// Worker `worker` reported the write of its cycle: admitted, refused or unknown.
+    pub(crate) fn on_write(&self, worker: usize, admitted: Option<bool>) {
+        if !lock(&self.resumed).remove(&worker) {
+            return;
+        }
+        match admitted {
+            Some(false) => FaultCounts::bump(&self.counts.paused_writes_refused, 1),
+            Some(true) => FaultCounts::bump(&self.counts.paused_writes_admitted, 1),
+            None => {}
+        }
+    }
+
+    /// Continues every stopped worker now.
+    pub(crate) fn release_all(&self) {
+        for (worker, task) in lock(&self.paused).drain() {
+            task.abort();
+            if let Some(pid) = self.pids.get(worker) {
+                let _ = kill(*pid, Signal::SIGCONT);
+            }
+        }
+    }
+}
+
+/// Runs infrastructure episodes until `stop`, then heals everything.
+pub(crate) async fn infrastructure(
+    cluster: Arc<Cluster>,
+    kinds: Vec<FaultKind>,
+    ttl: Duration,
+    counts: Arc<FaultCounts>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<()> {
+    let mut outcome = Ok(());
+    if !kinds.is_empty() {
+        let floor = Duration::from_millis(100);
+        loop {
+            let gap = between((ttl * 2).max(floor * 5), (ttl * 6).max(floor * 15));
+            tokio::select! {
+                _ = stop.wait_for(|stopped| *stopped) => break,
+                () = tokio::time::sleep(gap) => {}
+            }
+            let Some(kind) = kinds.choose(&mut rand::rng()).copied() else {
+                break;
+            };
+            let hold = between(ttl.max(floor), (ttl * 4).max(floor * 4));
+            let episode = match kind {
+                FaultKind::Kill => kill_episode(&cluster, hold, &counts, &mut stop).await,
+                FaultKind::Partition => {
+                    partition_episode(&cluster, ttl, hold, &counts, &mut stop).await;
+                    Ok(())
+                }
+                FaultKind::Terminate => terminate_episode(&cluster, &counts).await,
+                FaultKind::Pause => Ok(()),
+            };
+            if let Err(e) = episode {
+                outcome = Err(e);
+                break;
+            }
+        }
+    }
+    let healed = cluster.heal().await;
+    outcome.and(healed)
+}
+
+/// Waits `hold` or until `stop`.
+async fn hold_for(hold: Duration, stop: &mut watch::Receiver<bool>) {
+    tokio::select! {
+        _ = stop.wait_for(|stopped| *stopped) => {}
+        () = tokio::time::sleep(hold) => {}
+    }
+}
+
+/// Kills one node (one node) or a minority (Redlock) with SIGKILL, waits, restarts them.
+async fn kill_episode(
+    cluster: &Cluster,
+    hold: Duration,
+    counts: &FaultCounts,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<()> {
+    let n = cluster.nodes.len();
+    if n == 0 {
+        return Ok(());
+    }
+    let victims = if n == 1 {
+        1
+    } else {
+        rand::random_range(1..=n / 2)
+    };
+    let chosen: Vec<_> = cluster
+        .nodes
+        .choose_multiple(&mut rand::rng(), victims)
+        .cloned()
+        .collect();
+    for node in &chosen {
+        cluster::kill(node.clone()).await?;
+    }
+    FaultCounts::bump(&counts.kill_episodes, 1);
+    FaultCounts::bump(&counts.nodes_killed, chosen.len() as u64);
+    hold_for(hold, stop).await;
+    for node in chosen {
+        cluster::restart(node).await?;
+    }
+    Ok(())
+}
+
+/// Slows, swallows or cuts the traffic to some servers for `hold`, then heals.
+async fn partition_episode(
+    cluster: &Cluster,
+    ttl: Duration,
+    hold: Duration,
+    counts: &FaultCounts,
+    stop: &mut watch::Receiver<bool>,
+) {
+    let proxies = &cluster.proxies;
+    if proxies.is_empty() {
+        return;
+    }
+    let count = rand::random_range(1..=proxies.len());
+    let chosen: Vec<_> = proxies.choose_multiple(&mut rand::rng(), count).collect();
+    match rand::random_range(0..3u8) {
+        0 => {
+            let delay = between(ttl / 4, ttl);
+            for p in &chosen {
+                p.set_delay(delay);
+            }
+            FaultCounts::bump(&counts.partition_delay, 1);
+        }
+        1 => {
+            for p in &chosen {
+                p.set_blackhole(true);
+            }
+            FaultCounts::bump(&counts.partition_blackhole, 1);
+        }
+        _ => {
+            for p in &chosen {
+                p.set_reset(true);
+            }
+            FaultCounts::bump(&counts.partition_reset, 1);
+        }
+    }
+    hold_for(hold, stop).await;
+    for p in chosen {
+        p.heal();
+    }
+}
+
+/// Ends a random half of the workers' Postgres sessions (all of them one time in three).
+async fn terminate_episode(cluster: &Cluster, counts: &FaultCounts) -> Result<()> {
+    let Some(pg) = &cluster.pg else {
+        return Ok(());
+    };
+    let everyone = rand::random_range(0..3u8) == 0;
+    let ended: i64 = sqlx::query_scalar(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+         WHERE application_name = $1 AND pid <> pg_backend_pid() AND ($2 OR random() < 0.5)",
+    )
+    .bind(&pg.application_name)
+    .bind(everyone)
+    .fetch_one(&pg.pool)
+    .await
+    .map_err(|e| Error::Unavailable {
+        backend: "postgres",
+        message: format!("pg_terminate_backend failed: {e}"),
+        source: Some(Box::new(e)),
+    })?;
+    FaultCounts::bump(&counts.terminate_episodes, 1);
+    FaultCounts::bump(
+        &counts.sessions_terminated,
+        u64::try_from(ended).unwrap_or(0),
+    );
+    Ok(())
+}

@@ -1,0 +1,209 @@
+//! `fencelock chaos` end to end against real servers: spawned redis-server processes and the
+//! Postgres server at FENCELOCK_PG_URL (default postgres://postgres@127.0.0.1:5432/test), in a
+//! throwaway schema. A missing service fails the test with a message; nothing is skipped.
+//!
+//! The runs are serialised (each starts several worker processes) so that a loaded two-core
+//! machine is not asked to run them all at once.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use fencelock_testkit::postgres::PgSchema;
+use serde_json::Value;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Runs `fencelock chaos ARGS --json`, returning the exit code, the report and stderr.
+fn chaos(args: &[&str]) -> (i32, Option<Value>, String) {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fencelock"))
+        .arg("chaos")
+        .args(args)
+        .arg("--json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the fencelock binary runs");
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("fencelock chaos {args:?} did not finish within 300s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let out = out.join().unwrap();
+    let err = err.join().unwrap();
+    let report = serde_json::from_str(out.trim()).ok();
+    (status.code().unwrap_or(-1), report, err)
+}
+
+/// Asserts a passing run in which every fault of `faults` was injected.
+fn assert_passes(args: &[&str], faults: &[&str]) -> Value {
+    let (code, report, err) = chaos(args);
+    let tail: String = err.lines().rev().take(15).collect::<Vec<_>>().join("\n");
+    let report = report.unwrap_or_else(|| panic!("no JSON report (exit {code}); stderr:\n{tail}"));
+    assert_eq!(code, 0, "exit {code}\nreport: {report:#}\nstderr:\n{tail}");
+    assert_eq!(report["outcome"], "pass", "{report:#}");
+    let fenced = &report["fenced"];
+    let control = &report["control"];
+    assert_eq!(fenced["violations"], 0, "{report:#}");
+    assert_eq!(fenced["lost_updates"], 0, "{report:#}");
+    assert!(control["lost_updates"].as_u64().unwrap() > 0, "{report:#}");
+    assert!(
+        fenced["writes"]["admitted"].as_u64().unwrap() > 0,
+        "{report:#}"
+    );
+    // Writes with an unknown outcome may have landed too, so the final value can only be larger.
+    assert!(
+        fenced["final_value"].as_u64() >= fenced["writes"]["admitted"].as_u64(),
+        "{report:#}"
+    );
+    for fault in faults {
+        let injected = match *fault {
+            "partition" => ["partition_delay", "partition_blackhole", "partition_reset"]
+                .iter()
+                .map(|k| fenced["faults"][k].as_u64().unwrap())
+                .sum(),
+            other => fenced["faults"][other].as_u64().unwrap(),
+        };
+        assert!(injected > 0, "no {fault} fault injected: {report:#}");
+    }
+    // The pause fault must bite: some paused holder came back to a refused write.
+    if faults.contains(&"pause") {
+        assert!(
+            fenced["faults"]["paused_writes_refused"].as_u64().unwrap() > 0,
+            "{report:#}"
+        );
+    }
+    report
+}
+
+#[test]
+fn redis_one_persistent_node_survives_pauses_kills_and_partitions() {
+    assert_passes(
+        &[
+            "--spawn-redis",
+            "1",
+            "--persistence",
+            "always",
+            "--faults",
+            "pause,kill,partition",
+            "--workers",
+            "4",
+            "--duration",
+            "20s",
+            "--control-duration",
+            "8s",
+        ],
+        &["pause", "kill", "partition"],
+    );
+}
+
+#[test]
+fn redis_node_without_persistence_repeats_tokens_and_the_fence_holds() {
+    // The lock node forgets its counters on every kill; the storage lives on a separate
+    // persistent node. Repeated tokens are refused and healed with advance_token.
+    assert_passes(
+        &[
+            "--spawn-redis",
+            "1",
+            "--persistence",
+            "none",
+            "--faults",
+            "pause,kill",
+            "--workers",
+            "4",
+            "--duration",
+            "15s",
+            "--control-duration",
+            "6s",
+        ],
+        &["pause", "kill"],
+    );
+}
+
+fn pg_spec(schema: &PgSchema, backend: &str) -> String {
+    let url = schema.url();
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}backend={backend}&schema={}", schema.name())
+}
+
+fn pg_run(backend: &str) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let schema = runtime.block_on(PgSchema::create());
+    let spec = pg_spec(&schema, backend);
+    assert_passes(
+        &[
+            "--backend",
+            &spec,
+            "--faults",
+            "pause,terminate,partition",
+            "--workers",
+            "4",
+            "--duration",
+            "15s",
+            "--control-duration",
+            "6s",
+        ],
+        &["pause", "terminate", "partition"],
+    );
+    runtime.block_on(schema.cleanup());
+}
+
+#[test]
+fn postgres_lease_table_survives_pauses_terminations_and_partitions() {
+    pg_run("lease");
+}
+
+#[test]
+fn postgres_advisory_locks_survive_pauses_terminations_and_partitions() {
+    pg_run("advisory");
+}
+
+#[test]
+fn faults_that_do_not_apply_are_refused_with_a_reason() {
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["--backend", "memory://"],
+            "memory:// lives inside one process",
+        ),
+        (
+            &["--backend", "redis://127.0.0.1:1", "--faults", "kill"],
+            "--spawn-redis",
+        ),
+        (
+            &["--spawn-redis", "1", "--faults", "terminate"],
+            "postgres:// backends only",
+        ),
+        (
+            &["--spawn-redis", "1", "--faults", "flood"],
+            "unknown fault",
+        ),
+    ];
+    for (args, expected) in cases {
+        let (code, report, err) = chaos(args);
+        assert!(report.is_none(), "{args:?}: {report:?}");
+        assert!(code == 1 || code == 2, "{args:?}: exit {code}, {err}");
+        assert!(err.contains(expected), "{args:?}: {err}");
+    }
+}
