@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use fencelock::spec::BackendSpec;
 
+mod bench;
 mod chaos;
 mod demo;
 mod inspect;
@@ -54,6 +55,14 @@ Examples:
   fencelock inspect --backend redis://127.0.0.1:6379 nightly-report
   fencelock inspect --backend postgres://postgres@127.0.0.1:5432/test migrate")]
     Inspect(inspect::Args),
+    /// Measure a backend against the raw baseline on the same server: acquire + release, fenced
+    /// write, hand-off, extend and contended throughput, as p50, p99, ops/s and ratios.
+    #[command(after_help = "Examples:
+  fencelock bench
+  fencelock bench --backend redis://127.0.0.1:6379 --duration 5s
+  fencelock bench --backend 'postgres://postgres@127.0.0.1:5432/test?backend=advisory' --concurrency 16 --keys 256
+  fencelock bench --backend redis://127.0.0.1:6379 --json > redis.json")]
+    Bench(bench::Args),
     /// Inject faults (paused holders, killed servers, partitions, ended sessions) into worker
     /// processes sharing a counter, check that fencing lost nothing, and show that the same run
     /// without fencing does lose updates.
@@ -113,6 +122,7 @@ async fn main() -> ExitCode {
         Command::Demo(args) => demo::run(args).await,
         Command::Run(args) => run::run(args).await,
         Command::Inspect(args) => inspect::run(args).await,
+        Command::Bench(args) => bench::run(args).await,
         Command::Chaos(args) => chaos::run(args).await,
         Command::Worker(args) => chaos::worker::run(args).await,
     };

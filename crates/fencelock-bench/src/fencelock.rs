@@ -1,0 +1,191 @@
+//! fencelock as a benchmark subject.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use fencelock_core::{FencedStorage, Lease, LockBackend, LockKey, Locker};
+
+use crate::error::{BenchError, Result};
+use crate::suite::{Op, Subject, TTL};
+
+/// fencelock through one backend and its storage.
+#[derive(Clone)]
+pub struct Fencelock {
+    backend: Arc<dyn LockBackend>,
+    storage: Arc<dyn FencedStorage>,
+    locker: Locker,
+}
+
+impl fmt::Debug for Fencelock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fencelock")
+            .field("backend", &self.backend.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Fencelock {
+    /// fencelock on `backend`, writing to `storage`.
+    pub fn new(backend: Arc<dyn LockBackend>, storage: Arc<dyn FencedStorage>) -> Self {
+        Fencelock {
+            locker: Locker::new(backend.clone()),
+            backend,
+            storage,
+        }
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<dyn LockBackend> {
+        &self.backend
+    }
+
+    async fn grant(&self, key: &LockKey) -> Result<Lease> {
+        self.backend
+            .try_acquire(key, TTL)
+            .await?
+            .ok_or_else(|| BenchError::Run(format!("the lock on {key} is held by someone else")))
+    }
+
+    /// Fenced writes of `resource`, under a lease taken now and released by
+    /// [`Op::finish`].
+    pub async fn writer(&self, resource: &LockKey) -> Result<Box<dyn Op>> {
+        let lease = self.grant(resource).await?;
+        Ok(Box::new(FencedWriter {
+            backend: self.backend.clone(),
+            storage: self.storage.clone(),
+            lease,
+            value: vec![7; 64],
+        }))
+    }
+
+    /// Renewals (`extend`) of a lease on `key`, taken now and released by [`Op::finish`].
+    pub async fn renewer(&self, key: &LockKey) -> Result<Box<dyn Op>> {
+        let lease = self.grant(key).await?;
+        Ok(Box::new(Renewer {
+            backend: self.backend.clone(),
+            lease: Mutex::new(lease),
+        }))
+    }
+
+    /// Hand-offs on `key`: each takes the lock, starts a waiter in `Locker::lock(..).wait(..)`,
+    /// lets it block for `settle`, releases, and measures from the start of the release call
+    /// to the waiter's grant.
+    pub fn handoff(&self, key: &LockKey, settle: Duration) -> Box<dyn Op> {
+        Box::new(Handoff {
+            locker: self.locker.clone(),
+            key: key.clone(),
+            settle,
+        })
+    }
+}
+
+#[async_trait]
+impl Subject for Fencelock {
+    fn label(&self) -> String {
+        format!("fencelock {}", self.backend.name())
+    }
+
+    async fn acquire_release(&self, key: &LockKey) -> Result<()> {
+        let lease = self.grant(key).await?;
+        self.backend.release(&lease).await?;
+        Ok(())
+    }
+
+    async fn lock_release(&self, key: &LockKey, wait: Duration) -> Result<()> {
+        let guard = self.locker.lock(key.as_str()).ttl(TTL).wait(wait).await?;
+        guard.release().await?;
+        Ok(())
+    }
+}
+
+struct FencedWriter {
+    backend: Arc<dyn LockBackend>,
+    storage: Arc<dyn FencedStorage>,
+    lease: Lease,
+    value: Vec<u8>,
+}
+
+#[async_trait]
+impl Op for FencedWriter {
+    async fn once(&self) -> Result<Option<Duration>> {
+        self.storage
+            .write(&self.lease.key, self.lease.fence(), &self.value)
+            .await?;
+        Ok(None)
+    }
+
+    async fn finish(self: Box<Self>) -> Result<()> {
+        self.backend.release(&self.lease).await?;
+        Ok(())
+    }
+}
+
+struct Renewer {
+    backend: Arc<dyn LockBackend>,
+    lease: Mutex<Lease>,
+}
+
+impl Renewer {
+    fn lease(&self) -> Lease {
+        self.lease
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+#[async_trait]
+impl Op for Renewer {
+    async fn once(&self) -> Result<Option<Duration>> {
+        let renewed = self.backend.extend(&self.lease(), TTL).await?;
+        *self.lease.lock().unwrap_or_else(PoisonError::into_inner) = renewed;
+        Ok(None)
+    }
+
+    async fn finish(self: Box<Self>) -> Result<()> {
+        self.backend.release(&self.lease()).await?;
+        Ok(())
+    }
+}
+
+struct Handoff {
+    locker: Locker,
+    key: LockKey,
+    settle: Duration,
+}
+
+#[async_trait]
+impl Op for Handoff {
+    async fn once(&self) -> Result<Option<Duration>> {
+        let wait = Duration::from_secs(30);
+        let holder = self
+            .locker
+            .lock(self.key.as_str())
+            .ttl(TTL)
+            .wait(wait)
+            .watchdog(false)
+            .await?;
+        let locker = self.locker.clone();
+        let key = self.key.clone();
+        let waiter = tokio::spawn(async move {
+            let guard = locker
+                .lock(key.as_str())
+                .ttl(TTL)
+                .wait(wait)
+                .watchdog(false)
+                .await?;
+            let granted = Instant::now();
+            guard.release().await?;
+            Ok::<_, BenchError>(granted)
+        });
+        tokio::time::sleep(self.settle).await;
+        let released = Instant::now();
+        holder.release().await?;
+        let granted = waiter
+            .await
+            .map_err(|e| BenchError::Run(format!("the waiter task died: {e}")))??;
+        Ok(Some(granted.saturating_duration_since(released)))
+    }
+}
