@@ -9,7 +9,7 @@ pub use fencelock_core::*;
 #[cfg(feature = "memory")]
 pub use fencelock_memory as memory;
 
-/// The Redis backend (one node).
+/// The Redis backends (one node, and Redlock over N nodes) and fenced storage.
 #[cfg(feature = "redis")]
 pub use fencelock_redis as redis;
 
