@@ -129,6 +129,37 @@ impl Suite {
         ))
     }
 
+    /// Redlock over the Redis servers at `nodes`, fenced data on `storage`, against raw
+    /// commands on the first node, with fencelock's one-node Redis backend on that node as a
+    /// peer (the cost of the quorum is Redlock's ratio to it).
+    pub async fn redlock(nodes: &[String], storage: &str) -> Result<Self> {
+        let first = nodes
+            .first()
+            .ok_or_else(|| crate::BenchError::Run("Redlock needs at least one node".into()))?;
+        let backend = fencelock_redis::RedlockConfig::new(nodes.iter().cloned())
+            .connect()
+            .await?;
+        let storage = Arc::new(
+            fencelock_redis::RedisConfig::new(storage)
+                .connect_storage()
+                .await?,
+        );
+        let one_node = fencelock_redis::RedisConfig::new(first.as_str())
+            .connect()
+            .await?;
+        let one_node_storage = Arc::new(one_node.storage());
+        let baseline = RedisBaseline::connect(first).await?;
+        Ok(Suite::new(
+            format!("redlock-{}", nodes.len()),
+            Fencelock::new(Arc::new(backend), storage),
+            Arc::new(baseline),
+            vec![Arc::new(Fencelock::new(
+                Arc::new(one_node),
+                one_node_storage,
+            ))],
+        ))
+    }
+
     /// The PostgreSQL database at `url` (fencelock's tables in `schema`, default `fencelock`),
     /// against raw sqlx statements on a pool of its own, and sqlx's `PgAdvisoryLock`.
     pub async fn postgres(url: &str, schema: Option<&str>, kind: PgLockKind) -> Result<Self> {

@@ -52,6 +52,9 @@ async fn suite(spec: &BackendSpec) -> Result<Suite> {
     match spec {
         BackendSpec::Memory => Ok(Suite::memory()),
         BackendSpec::Redis(url) => Suite::redis(url).await.map_err(bench_error),
+        BackendSpec::Redlock { nodes, storage } => {
+            Suite::redlock(nodes, storage).await.map_err(bench_error)
+        }
         BackendSpec::Postgres {
             url,
             backend,

@@ -1,0 +1,198 @@
+//! `fencelock bench` end to end: short runs on every backend, checking the report's shape and
+//! that every figure is positive. No timing thresholds: figures depend on the machine.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Command;
+
+use fencelock_testkit::postgres::PgSchema;
+use fencelock_testkit::redis::RedisServer;
+
+const SCENARIOS: [&str; 7] = [
+    "round_trip",
+    "acquire_release",
+    "fenced_write",
+    "handoff",
+    "extend",
+    "contended_one_key",
+    "contended_many_keys",
+];
+
+fn fencelock(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_fencelock"))
+        .args(args)
+        .output()
+        .expect("the fencelock binary runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const SHORT: [&str; 6] = ["--duration", "100ms", "--concurrency", "4", "--keys", "16"];
+
+/// Runs a short JSON bench on `spec` and checks every row; returns the subjects seen.
+fn bench_json(spec: &str) -> Vec<String> {
+    let mut args = vec!["bench", "--backend", spec, "--json"];
+    args.extend(SHORT);
+    let (code, out, err) = fencelock(&args);
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(err.contains("[1/7] round trip"), "no progress line: {err}");
+    let report: serde_json::Value = serde_json::from_str(&out).expect("the output is JSON");
+    assert_eq!(report["settings"]["concurrency"], 4);
+    assert_eq!(report["settings"]["keys"], 16);
+    let rows = report["rows"].as_array().expect("rows");
+    for scenario in SCENARIOS {
+        let of: Vec<_> = rows.iter().filter(|r| r["scenario"] == scenario).collect();
+        assert!(!of.is_empty(), "{scenario} missing: {out}");
+        let has_baseline = of.iter().any(|r| r["baseline"] == true);
+        let in_round_trips = scenario == "handoff" || scenario == "extend";
+        assert_eq!(has_baseline, !in_round_trips, "{scenario}: {out}");
+    }
+    let mut subjects = Vec::new();
+    for row in rows {
+        for field in ["p50_ns", "p99_ns", "mean_ns", "ops"] {
+            assert!(row[field].as_u64().unwrap() > 0, "{field} in {row}");
+        }
+        assert!(row["ops_per_sec"].as_f64().unwrap() > 0.0, "{row}");
+        assert!(row["p99_ns"].as_u64() >= row["p50_ns"].as_u64(), "{row}");
+        if row["scenario"] != "round_trip" && row["baseline"] == false {
+            assert!(row["ratio"].as_f64().unwrap() > 0.0, "{row}");
+        }
+        subjects.push(row["subject"].as_str().unwrap().to_owned());
+    }
+    subjects
+}
+
+#[test]
+fn bench_memory_prints_a_table() {
+    let mut args = vec!["bench"];
+    args.extend(SHORT);
+    let (code, out, err) = fencelock(&args);
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    let header = lines
+        .iter()
+        .position(|l| l.starts_with("scenario"))
+        .expect("a header line");
+    for column in ["subject", "p50", "p99", "ops/s", "ratio"] {
+        assert!(lines[header].contains(column), "{out}");
+    }
+    let rows: Vec<&str> = lines[header + 1..]
+        .iter()
+        .take_while(|l| !l.is_empty())
+        .copied()
+        .collect();
+    assert_eq!(rows.len(), 11, "{out}");
+    for row in &rows {
+        let ratio = row.split_whitespace().last().unwrap();
+        let figure = ratio.trim_end_matches('x');
+        assert!(
+            ratio == "baseline"
+                || row.ends_with(" RT")
+                || figure.parse::<f64>().is_ok_and(|r| r > 0.0),
+            "{row}"
+        );
+    }
+    assert!(out.contains("fencelock memory"), "{out}");
+    assert!(out.contains("raw tokio Mutex<HashMap>"), "{out}");
+}
+
+#[test]
+fn bench_memory_json() {
+    let subjects = bench_json("memory://");
+    assert!(subjects.iter().any(|s| s == "fencelock memory"));
+}
+
+#[test]
+fn bench_redis() {
+    let server = RedisServer::spawn();
+    let subjects = bench_json(&server.url());
+    assert!(subjects.iter().any(|s| s == "raw SET NX PX + DEL"));
+    assert!(subjects.iter().any(|s| s == "fencelock redis"));
+}
+
+#[test]
+fn bench_redlock() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::spawn()).collect();
+    let spec = format!(
+        "redlock://{}",
+        servers
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port()))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let subjects = bench_json(&spec);
+    assert!(
+        subjects.iter().any(|s| s == "fencelock redlock"),
+        "{subjects:?}"
+    );
+    assert!(
+        subjects.iter().any(|s| s == "fencelock redis"),
+        "{subjects:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_postgres_lease_and_advisory() {
+    let schema = PgSchema::create().await;
+    for backend in ["lease", "advisory"] {
+        let spec = format!(
+            "{}?schema={}&backend={backend}",
+            schema.url(),
+            schema.name()
+        );
+        let subjects = tokio::task::spawn_blocking(move || bench_json(&spec))
+            .await
+            .unwrap();
+        assert!(
+            subjects
+                .iter()
+                .any(|s| s == &format!("fencelock pg-{backend}"))
+        );
+        assert!(subjects.iter().any(|s| s == "sqlx PgAdvisoryLock"));
+    }
+    // The plain table of the UPDATE baseline is gone.
+    let left: i64 = sqlx_count(&schema).await;
+    assert_eq!(left, 0);
+    schema.cleanup().await;
+}
+
+async fn sqlx_count(schema: &PgSchema) -> i64 {
+    use fencelock::postgres::sqlx;
+    sqlx::query_scalar(
+        "SELECT count(*) FROM information_schema.tables \
+         WHERE table_schema = $1 AND table_name LIKE 'fencelock_bench_plain%'",
+    )
+    .bind(schema.name())
+    .fetch_one(schema.admin())
+    .await
+    .unwrap()
+}
+
+#[test]
+fn bench_refuses_bad_input() {
+    for args in [
+        &["bench", "--duration", "0s"][..],
+        &["bench", "--duration", "soon"],
+        &["bench", "--concurrency", "0"],
+        &["bench", "--keys", "-3"],
+        &["bench", "--backend", "nosuch://x"],
+    ] {
+        let (code, out, err) = fencelock(args);
+        assert_eq!(code, 2, "{args:?}: stdout {out} stderr {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let (code, _, err) = fencelock(&[
+        "bench",
+        "--backend",
+        "redis://127.0.0.1:1",
+        "--duration",
+        "10ms",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.starts_with("fencelock: "), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
