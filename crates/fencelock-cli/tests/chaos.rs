@@ -142,6 +142,29 @@ fn redis_node_without_persistence_repeats_tokens_and_the_fence_holds() {
     );
 }
 
+#[test]
+fn redlock_five_nodes_without_persistence_survive_pauses_and_kills() {
+    // A minority of lock nodes is killed at a time and comes back with no counters; the
+    // storage lives on a separate persistent node that is never killed.
+    assert_passes(
+        &[
+            "--spawn-redis",
+            "5",
+            "--persistence",
+            "none",
+            "--faults",
+            "pause,kill",
+            "--workers",
+            "4",
+            "--duration",
+            "15s",
+            "--control-duration",
+            "6s",
+        ],
+        &["pause", "kill"],
+    );
+}
+
 fn pg_spec(schema: &PgSchema, backend: &str) -> String {
     let url = schema.url();
     let sep = if url.contains('?') { '&' } else { '?' };

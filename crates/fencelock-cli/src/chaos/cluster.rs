@@ -118,6 +118,7 @@ impl Cluster {
             Family::Redlock => format!("redlock://{hosts}"),
             _ => format!("redis://{hosts}"),
         };
+        BackendSpec::parse(&worker_backend)?;
         let (worker_storage, direct_storage) = match &storage_node {
             Some(node) => {
                 let via = if proxied {

@@ -385,12 +385,14 @@ async fn run_phase(
         match timeout_at_or_none(ready_by, rx.recv()).await {
             Some(Some((i, event))) => observe(&mut history, &mut seen, &pauser, i, &event, fenced),
             _ => {
-                let tails: Vec<String> = workers
+                let mut tails: Vec<String> = workers
                     .iter()
                     .enumerate()
                     .filter(|(i, _)| !seen[*i].ready)
-                    .map(|(i, w)| format!("worker {i}: {}", w.stderr_tail()))
+                    .map(|(_, w)| w.stderr_tail())
                     .collect();
+                tails.sort();
+                tails.dedup();
                 return Err(Error::Unavailable {
                     backend: "chaos",
                     message: format!(

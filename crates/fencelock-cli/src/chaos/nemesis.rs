@@ -1,7 +1,7 @@
 //! The nemesis: pauses lock holders with SIGSTOP, kills and restarts redis-server nodes,
 //! partitions the network through the fault proxies and ends Postgres sessions.
 //!
-//! Two schedules run side by side. The pauser arms itself every ttl/2 to 2 x ttl and then stops
+//! Two schedules run side by side. The pauser arms itself every ttl/2 to 3 x ttl and then stops
 //! the next worker that reports a successful read (so the pause lands between its read and its
 //! write) for 1 to 5 times the ttl. The infrastructure schedule waits 2 to 6 x ttl (at least
 //! 0.5 to 1.5 s), then runs one episode of a kind picked at random among those enabled (kill,
@@ -167,13 +167,13 @@ impl Pauser {
         lock(&self.paused).len()
     }
 
-    /// Arms the pauser every ttl/2 to 2 x ttl until `stop`.
+    /// Arms the pauser every ttl/2 to 3 x ttl until `stop`.
     pub(crate) async fn schedule(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         if !self.enabled {
             return;
         }
         loop {
-            let gap = between(self.ttl / 2, self.ttl * 2);
+            let gap = between(self.ttl / 2, self.ttl * 3);
             tokio::select! {
                 _ = stop.wait_for(|stopped| *stopped) => return,
                 () = tokio::time::sleep(gap) => self.armed.store(true, Ordering::Relaxed),

@@ -136,9 +136,9 @@ pub(crate) fn text(
         faults(settings)
     );
     let _ = writeln!(out);
-    let _ = writeln!(out, "{:<34} {:>12} {:>12}", "", "fenced", "control");
+    let _ = writeln!(out, "{:<34} {:>16} {:>16}", "", "fenced", "control");
     let mut row = |label: &str, a: String, b: String| {
-        let _ = writeln!(out, "{label:<34} {a:>12} {b:>12}");
+        let _ = writeln!(out, "{label:<34} {a:>16} {b:>16}");
     };
     row(
         "duration",
