@@ -116,7 +116,11 @@ impl LockBackend for MemoryLockBackend {
         self.open()?;
         let now = Instant::now();
         let mut shard = self.entries.lock(key);
-        let entry = shard.entry(key.clone()).or_default();
+        // Look up before `entry`, which would clone the key on every call.
+        let entry = match shard.get_mut(key) {
+            Some(entry) => entry,
+            None => shard.entry(key.clone()).or_default(),
+        };
         if entry.live_holder(now).is_some() {
             return Ok(None);
         }
