@@ -1,5 +1,13 @@
 -- $1 key, $2 owner, $3 token. Deletes only this owner's row; the delete trigger notifies
 -- waiters. Returns whether the lease was still live.
+-- The commit does not wait for its WAL flush (synchronous_commit off for this transaction
+-- only): a release lost in a server crash leaves the lease to expire after its ttl, as a
+-- crashed client would, and tokens live in fencelock_counters, which release never touches.
+-- Every later synchronous commit (the next grant's) flushes this one too.
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true)
+)
 DELETE FROM fencelock_leases
  WHERE key = $1 AND owner = $2 AND token = $3
+   AND EXISTS (SELECT 1 FROM async_commit)
 RETURNING expires_at > clock_timestamp() AS live
