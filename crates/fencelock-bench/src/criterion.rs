@@ -9,7 +9,8 @@ use ::criterion::{BenchmarkGroup, Criterion, measurement::WallTime};
 use tokio::runtime::Runtime;
 
 use crate::scenario::{
-    Scenario, Settings, Stop, contended, contended_keys, contenders, settle_time,
+    IdleRoundTrip, RoundTrip, Scenario, Settings, Stop, contended, contended_keys, contenders,
+    settle_time,
 };
 use crate::suite::{Op, Subject, Suite};
 
@@ -81,7 +82,7 @@ pub fn bench_suite(c: &mut Criterion, rt: &Runtime, suite: &Suite) {
     let key = |index: usize, name: &str| suite.key(index, name).unwrap_or_else(|e| fail(e));
 
     let mut group = c.benchmark_group(format!("{backend}/{}", Scenario::RoundTrip.id()));
-    let round_trip = RoundTripOp(suite.baseline.clone());
+    let round_trip = RoundTrip(suite.baseline.clone());
     bench_op(
         &mut group,
         rt,
@@ -129,15 +130,18 @@ pub fn bench_suite(c: &mut Criterion, rt: &Runtime, suite: &Suite) {
         .sample_size(10)
         .warm_up_time(Duration::from_millis(100))
         .measurement_time(Duration::from_millis(300));
+    let settle = settle_time(Duration::from_micros(200));
+    let idle = IdleRoundTrip {
+        baseline: suite.baseline.clone(),
+        settle,
+    };
     bench_op(
         &mut group,
         rt,
-        &suite.baseline.round_trip_label(),
-        &round_trip,
+        &format!("{} after idle", suite.baseline.round_trip_label()),
+        &idle,
     );
-    let handoff = suite
-        .fencelock
-        .handoff(&key(1, "handoff"), settle_time(Duration::from_micros(200)));
+    let handoff = suite.fencelock.handoff(&key(1, "handoff"), settle);
     bench_op(&mut group, rt, &suite.fencelock.label(), handoff.as_ref());
     group.finish();
 
@@ -177,16 +181,6 @@ pub fn bench_suite(c: &mut Criterion, rt: &Runtime, suite: &Suite) {
             });
         }
         group.finish();
-    }
-}
-
-struct RoundTripOp(Arc<dyn crate::suite::Baseline>);
-
-#[async_trait::async_trait]
-impl Op for RoundTripOp {
-    async fn once(&self) -> crate::Result<Option<Duration>> {
-        self.0.round_trip().await?;
-        Ok(None)
     }
 }
 

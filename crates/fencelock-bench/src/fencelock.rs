@@ -41,8 +41,11 @@ impl Fencelock {
         &self.backend
     }
 
+    // Calls go through `&dyn LockBackend`: on the `Arc` itself they would take the forwarding
+    // impl for `Arc<T>` and box every future twice.
     async fn grant(&self, key: &LockKey) -> Result<Lease> {
         self.backend
+            .as_ref()
             .try_acquire(key, TTL)
             .await?
             .ok_or_else(|| BenchError::Run(format!("the lock on {key} is held by someone else")))
@@ -89,7 +92,7 @@ impl Subject for Fencelock {
 
     async fn acquire_release(&self, key: &LockKey) -> Result<()> {
         let lease = self.grant(key).await?;
-        self.backend.release(&lease).await?;
+        self.backend.as_ref().release(&lease).await?;
         Ok(())
     }
 
@@ -117,7 +120,7 @@ impl Op for FencedWriter {
     }
 
     async fn finish(self: Box<Self>) -> Result<()> {
-        self.backend.release(&self.lease).await?;
+        self.backend.as_ref().release(&self.lease).await?;
         Ok(())
     }
 }
@@ -139,13 +142,13 @@ impl Renewer {
 #[async_trait]
 impl Op for Renewer {
     async fn once(&self) -> Result<Option<Duration>> {
-        let renewed = self.backend.extend(&self.lease(), TTL).await?;
+        let renewed = self.backend.as_ref().extend(&self.lease(), TTL).await?;
         *self.lease.lock().unwrap_or_else(PoisonError::into_inner) = renewed;
         Ok(None)
     }
 
     async fn finish(self: Box<Self>) -> Result<()> {
-        self.backend.release(&self.lease()).await?;
+        self.backend.as_ref().release(&self.lease()).await?;
         Ok(())
     }
 }

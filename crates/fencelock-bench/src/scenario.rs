@@ -44,8 +44,12 @@ impl Default for Settings {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Scenario {
-    /// The baseline's cheapest request: the unit of the hand-off and extend ratios.
+    /// The baseline's cheapest request, back to back: the unit of the extend ratio.
     RoundTrip,
+    /// The same request after the pause a hand-off's waiter is given to block: the unit of
+    /// the hand-off ratio. Idle processes wake slower than busy ones (scheduler, CPU idle
+    /// states), and a hand-off pays that on both ends, so it is counted in these round trips.
+    IdleRoundTrip,
     /// Take a free lock without waiting, release it.
     AcquireRelease,
     /// A write under a held lease: fenced for fencelock, plain for the baseline.
@@ -63,8 +67,9 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario, in report order.
-    pub const ALL: [Scenario; 7] = [
+    pub const ALL: [Scenario; 8] = [
         Scenario::RoundTrip,
+        Scenario::IdleRoundTrip,
         Scenario::AcquireRelease,
         Scenario::FencedWrite,
         Scenario::Handoff,
@@ -78,6 +83,7 @@ impl Scenario {
     pub fn id(self) -> &'static str {
         match self {
             Scenario::RoundTrip => "round_trip",
+            Scenario::IdleRoundTrip => "idle_round_trip",
             Scenario::AcquireRelease => "acquire_release",
             Scenario::FencedWrite => "fenced_write",
             Scenario::Handoff => "handoff",
@@ -91,6 +97,7 @@ impl Scenario {
     pub fn title(self, settings: &Settings) -> String {
         match self {
             Scenario::RoundTrip => "round trip".into(),
+            Scenario::IdleRoundTrip => "round trip after idle".into(),
             Scenario::AcquireRelease => "acquire+release".into(),
             Scenario::FencedWrite => "fenced write".into(),
             Scenario::Handoff => "hand-off".into(),
@@ -110,7 +117,7 @@ impl Scenario {
         )
     }
 
-    /// Whether the ratio counts round trips (the round-trip row is the baseline).
+    /// Whether the ratio counts round trips (hand-off: after idle; extend: back to back).
     pub fn in_round_trips(self) -> bool {
         matches!(self, Scenario::Handoff | Scenario::Extend)
     }
@@ -187,13 +194,29 @@ impl Op for AcquireRelease {
 }
 
 /// One round trip to the baseline's server.
-struct RoundTrip(Arc<dyn crate::suite::Baseline>);
+pub(crate) struct RoundTrip(pub(crate) Arc<dyn crate::suite::Baseline>);
 
 #[async_trait]
 impl Op for RoundTrip {
     async fn once(&self) -> Result<Option<Duration>> {
         self.0.round_trip().await?;
         Ok(None)
+    }
+}
+
+/// One round trip after a pause of `settle`, timed without the pause.
+pub(crate) struct IdleRoundTrip {
+    pub(crate) baseline: Arc<dyn crate::suite::Baseline>,
+    pub(crate) settle: Duration,
+}
+
+#[async_trait]
+impl Op for IdleRoundTrip {
+    async fn once(&self) -> Result<Option<Duration>> {
+        tokio::time::sleep(self.settle).await;
+        let sent = Instant::now();
+        self.baseline.round_trip().await?;
+        Ok(Some(sent.elapsed()))
     }
 }
 
@@ -321,7 +344,7 @@ pub async fn run_all(
 ) -> Result<Report> {
     let slice = settings.duration / ROUNDS;
     let contenders = contenders(suite);
-    let steps = Scenario::ALL.len();
+    let steps = 7;
     let mut step = 0;
     let mut announce = |what: &str| {
         step += 1;
@@ -385,22 +408,33 @@ pub async fn run_all(
     ];
     rows.extend(alternate(Scenario::FencedWrite, ops, slice).await?);
 
-    // Hand-off, in round trips.
-    announce(&format!("hand-off: {}", suite.fencelock.label()));
-    let handoff = suite.fencelock.handoff(
-        &suite.key(1, "handoff")?,
-        settle_time(round_trip.latencies.quantile(0.5)),
-    );
-    let mut measured = Measurement::default();
-    measure_for(handoff.as_ref(), settings.duration, &mut measured).await?;
-    handoff.finish().await?;
-    rows.push(Row {
-        scenario: Scenario::Handoff,
-        subject: suite.fencelock.label(),
-        baseline: false,
-        measurement: measured,
-        ratio: None,
-    });
+    // Hand-off, in round trips after the same idle pause.
+    announce(&format!(
+        "hand-off: {} after idle, {}",
+        suite.baseline.round_trip_label(),
+        suite.fencelock.label()
+    ));
+    let settle = settle_time(round_trip.latencies.quantile(0.5));
+    let ops: Vec<(String, bool, Box<dyn Op>)> = vec![
+        (
+            suite.baseline.round_trip_label(),
+            true,
+            Box::new(IdleRoundTrip {
+                baseline: suite.baseline.clone(),
+                settle,
+            }),
+        ),
+        (
+            suite.fencelock.label(),
+            false,
+            suite.fencelock.handoff(&suite.key(1, "handoff")?, settle),
+        ),
+    ];
+    let mut handoff_rows = alternate(Scenario::Handoff, ops, slice).await?;
+    if let Some(idle) = handoff_rows.first_mut() {
+        idle.scenario = Scenario::IdleRoundTrip;
+    }
+    rows.extend(handoff_rows);
 
     // Extend, in round trips.
     announce(&format!("extend: {}", suite.fencelock.label()));
@@ -485,10 +519,14 @@ async fn alternate(
 }
 
 fn fill_ratios(rows: &mut [Row]) {
-    let round_trip = rows
-        .iter()
-        .find(|r| r.scenario == Scenario::RoundTrip)
-        .map(|r| r.measurement.latencies.quantile(0.5));
+    let unit = |scenario: Scenario| {
+        rows.iter()
+            .find(|r| r.scenario == scenario)
+            .map(|r| r.measurement.latencies.quantile(0.5))
+            .filter(|rt| !rt.is_zero())
+    };
+    let round_trip = unit(Scenario::RoundTrip);
+    let idle_round_trip = unit(Scenario::IdleRoundTrip);
     let baselines: Vec<(Scenario, Measurement)> = rows
         .iter()
         .filter(|r| r.baseline)
@@ -496,20 +534,21 @@ fn fill_ratios(rows: &mut [Row]) {
         .collect();
     for row in rows.iter_mut() {
         let p50 = row.measurement.latencies.quantile(0.5).as_secs_f64();
-        row.ratio = if row.scenario.in_round_trips() {
-            round_trip
-                .filter(|rt| !rt.is_zero())
-                .map(|rt| p50 / rt.as_secs_f64())
-        } else if let Some((_, base)) = baselines.iter().find(|(s, _)| *s == row.scenario) {
-            if row.scenario.is_throughput() {
-                let ours = row.measurement.ops_per_sec();
-                (ours > 0.0).then(|| base.ops_per_sec() / ours)
-            } else {
-                let theirs = base.latencies.quantile(0.5).as_secs_f64();
-                (theirs > 0.0).then(|| p50 / theirs)
-            }
-        } else {
-            None
+        row.ratio = match row.scenario {
+            Scenario::Handoff => idle_round_trip.map(|rt| p50 / rt.as_secs_f64()),
+            Scenario::Extend => round_trip.map(|rt| p50 / rt.as_secs_f64()),
+            scenario => baselines
+                .iter()
+                .find(|(s, _)| *s == scenario)
+                .and_then(|(_, base)| {
+                    if scenario.is_throughput() {
+                        let ours = row.measurement.ops_per_sec();
+                        (ours > 0.0).then(|| base.ops_per_sec() / ours)
+                    } else {
+                        let theirs = base.latencies.quantile(0.5).as_secs_f64();
+                        (theirs > 0.0).then(|| p50 / theirs)
+                    }
+                }),
         };
     }
 }

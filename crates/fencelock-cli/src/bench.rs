@@ -170,7 +170,7 @@ fn table(spec: &BackendSpec, report: &Report) -> String {
     }
     out.push_str(
         "\nratio: p50 over the baseline's p50 (contended: the baseline's ops/s over ours); \
-         RT: p50 in round trips (the round-trip row).\n",
+         RT: p50 in round trips (hand-off: the round trip after idle; extend: the round trip).\n",
     );
     out
 }

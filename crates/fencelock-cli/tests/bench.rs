@@ -8,8 +8,9 @@ use std::process::Command;
 use fencelock_testkit::postgres::PgSchema;
 use fencelock_testkit::redis::RedisServer;
 
-const SCENARIOS: [&str; 7] = [
+const SCENARIOS: [&str; 8] = [
     "round_trip",
+    "idle_round_trip",
     "acquire_release",
     "fenced_write",
     "handoff",
@@ -57,7 +58,7 @@ fn bench_json(spec: &str) -> Vec<String> {
         }
         assert!(row["ops_per_sec"].as_f64().unwrap() > 0.0, "{row}");
         assert!(row["p99_ns"].as_u64() >= row["p50_ns"].as_u64(), "{row}");
-        if row["scenario"] != "round_trip" && row["baseline"] == false {
+        if row["baseline"] == false {
             assert!(row["ratio"].as_f64().unwrap() > 0.0, "{row}");
         }
         subjects.push(row["subject"].as_str().unwrap().to_owned());
@@ -84,7 +85,7 @@ fn bench_memory_prints_a_table() {
         .take_while(|l| !l.is_empty())
         .copied()
         .collect();
-    assert_eq!(rows.len(), 11, "{out}");
+    assert_eq!(rows.len(), 12, "{out}");
     for row in &rows {
         let ratio = row.split_whitespace().last().unwrap();
         let figure = ratio.trim_end_matches('x');
