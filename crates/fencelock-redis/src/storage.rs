@@ -14,8 +14,9 @@ use crate::error::{bounded, protocol};
 use crate::scripts::SCRIPTS;
 
 /// A [`FencedStorage`] on one Redis server: one hash per resource
-/// (`{prefix}:{<resource>}:data` with fields `value`, `token`, `owner`), and one Lua script per
-/// operation that applies the [`FenceRule`] and the update atomically.
+/// (`{prefix}:{<resource>}:data` with fields `value`, `token`, `owner`), and one Lua script
+/// (`scripts/storage_apply.lua`) that applies the [`FenceRule`] and the read or write
+/// atomically, one round trip per operation.
 ///
 /// Tokens are compared as decimal strings inside the scripts, so the full `u64` range is exact
 /// (Lua numbers are doubles). A refused operation changes nothing and is [`Error::Stale`].
@@ -77,6 +78,45 @@ impl RedisStorage {
         self.rule
     }
 
+    /// One fenced operation through `storage_apply.lua`: a write of `value`, or a read (`None`)
+    /// returning the stored value.
+    async fn apply(
+        &self,
+        resource: &LockKey,
+        fence: Fence,
+        value: Option<&[u8]>,
+    ) -> Result<Option<Vec<u8>>> {
+        let mut invocation = SCRIPTS.storage_apply.prepare_invoke();
+        invocation
+            .key(self.conn.keys.data(resource))
+            .arg(fence.token.get().to_string())
+            .arg(fence.owner.to_string())
+            .arg(self.rule.as_str());
+        match value {
+            Some(value) => invocation.arg("write").arg(value),
+            None => invocation.arg("read"),
+        };
+        let operation = if value.is_some() {
+            "fenced write"
+        } else {
+            "fenced read"
+        };
+        let mut conn = self.conn.manager.clone();
+        let mut reply: Vec<Option<Vec<u8>>> = bounded(
+            self.conn.call_timeout,
+            operation,
+            invocation.invoke_async(&mut conn),
+        )
+        .await?;
+        match status(&reply) {
+            Some(b"ok") if reply.len() == 2 => Ok(reply.pop().flatten()),
+            Some(b"stale") => Err(Self::stale(resource, fence, &reply)),
+            _ => Err(protocol(format!(
+                "{operation} script answered something unexpected"
+            ))),
+        }
+    }
+
     fn stale(resource: &LockKey, presented: Fence, reply: &[Option<Vec<u8>>]) -> Error {
         match parse_fence(reply.get(1), reply.get(2)) {
             Ok(current) => Error::Stale {
@@ -130,60 +170,21 @@ impl FencedStorage for RedisStorage {
 
     async fn read(&self, resource: &LockKey, fence: Fence) -> Result<Option<Vec<u8>>> {
         let span = tracing::debug_span!("fenced_read", backend = BACKEND, resource = %resource, token = fence.token.get(), outcome = Empty);
-        let result = async {
-            let mut invocation = SCRIPTS.storage_read.prepare_invoke();
-            invocation
-                .key(self.conn.keys.data(resource))
-                .arg(fence.token.get().to_string())
-                .arg(fence.owner.to_string())
-                .arg(self.rule.as_str());
-            let mut conn = self.conn.manager.clone();
-            let mut reply: Vec<Option<Vec<u8>>> = bounded(
-                self.conn.call_timeout,
-                "fenced read",
-                invocation.invoke_async(&mut conn),
-            )
-            .await?;
-            match status(&reply) {
-                Some(b"ok") if reply.len() == 2 => Ok(reply.pop().flatten()),
-                Some(b"stale") => Err(Self::stale(resource, fence, &reply)),
-                _ => Err(protocol("fenced read script answered something unexpected")),
-            }
-        }
-        .instrument(span.clone())
-        .await;
+        let result = self
+            .apply(resource, fence, None)
+            .instrument(span.clone())
+            .await;
         finish(&span, result)
     }
 
     async fn write(&self, resource: &LockKey, fence: Fence, value: &[u8]) -> Result<()> {
         validate_value(value, self.max_value_len)?;
         let span = tracing::debug_span!("fenced_write", backend = BACKEND, resource = %resource, token = fence.token.get(), len = value.len(), outcome = Empty);
-        let result = async {
-            let mut invocation = SCRIPTS.storage_write.prepare_invoke();
-            invocation
-                .key(self.conn.keys.data(resource))
-                .arg(fence.token.get().to_string())
-                .arg(fence.owner.to_string())
-                .arg(self.rule.as_str())
-                .arg(value);
-            let mut conn = self.conn.manager.clone();
-            let reply: Vec<Option<Vec<u8>>> = bounded(
-                self.conn.call_timeout,
-                "fenced write",
-                invocation.invoke_async(&mut conn),
-            )
-            .await?;
-            match status(&reply) {
-                Some(b"ok") => Ok(()),
-                Some(b"stale") => Err(Self::stale(resource, fence, &reply)),
-                _ => Err(protocol(
-                    "fenced write script answered something unexpected",
-                )),
-            }
-        }
-        .instrument(span.clone())
-        .await;
-        finish(&span, result)
+        let result = self
+            .apply(resource, fence, Some(value))
+            .instrument(span.clone())
+            .await;
+        finish(&span, result.map(drop))
     }
 
     async fn peek(&self, resource: &LockKey) -> Result<Option<Snapshot>> {
