@@ -113,12 +113,32 @@ pub(crate) fn parse_lock_value(value: &str) -> Result<Fence> {
     parsed.ok_or_else(|| protocol(format!("lock value {value:?} was not written by fencelock")))
 }
 
-/// Records how an operation ended on its span and passes the result on.
-pub(crate) fn finish<T>(span: &tracing::Span, result: Result<T>) -> Result<T> {
+/// Records how an operation ended on its span (`ok` names success) and passes the result on.
+pub(crate) fn finish<T>(span: &tracing::Span, result: Result<T>, ok: &'static str) -> Result<T> {
     match &result {
-        Ok(_) => span.record("outcome", "ok"),
+        Ok(_) => span.record("outcome", ok),
         Err(e) => span.record("outcome", tracing::field::display(e)),
     };
+    result
+}
+
+/// [`finish`] for an acquire: the token when granted, `held` when not.
+pub(crate) fn finish_grant(
+    span: &tracing::Span,
+    result: Result<Option<Lease>>,
+) -> Result<Option<Lease>> {
+    match &result {
+        Ok(Some(lease)) => {
+            span.record("token", lease.token.get());
+            span.record("outcome", "granted");
+        }
+        Ok(None) => {
+            span.record("outcome", "held");
+        }
+        Err(e) => {
+            span.record("outcome", tracing::field::display(e));
+        }
+    }
     result
 }
 
@@ -173,19 +193,7 @@ impl LockBackend for RedisLockBackend {
         }
         .instrument(span.clone())
         .await;
-        match &result {
-            Ok(Some(lease)) => {
-                span.record("token", lease.token.get());
-                span.record("outcome", "granted");
-            }
-            Ok(None) => {
-                span.record("outcome", "held");
-            }
-            Err(e) => {
-                span.record("outcome", tracing::field::display(e));
-            }
-        }
-        result
+        finish_grant(&span, result)
     }
 
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
@@ -218,7 +226,7 @@ impl LockBackend for RedisLockBackend {
         }
         .instrument(span.clone())
         .await;
-        finish(&span, result)
+        finish(&span, result, "ok")
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
@@ -244,7 +252,7 @@ impl LockBackend for RedisLockBackend {
         }
         .instrument(span.clone())
         .await;
-        finish(&span, result)
+        finish(&span, result, "ok")
     }
 
     async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {
@@ -281,7 +289,7 @@ impl LockBackend for RedisLockBackend {
         }
         .instrument(span.clone())
         .await;
-        finish(&span, result)
+        finish(&span, result, "ok")
     }
 
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
@@ -308,7 +316,7 @@ impl LockBackend for RedisLockBackend {
         }
         .instrument(span.clone())
         .await;
-        finish(&span, result)
+        finish(&span, result, "ok")
     }
 }
 

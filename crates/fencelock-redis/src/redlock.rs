@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 use tracing::field::Empty;
 
-use crate::backend::{MAX_TTL, finish, parse_lock_value, parse_token, ttl_millis};
+use crate::backend::{MAX_TTL, finish, finish_grant, parse_lock_value, parse_token, ttl_millis};
 use crate::error::{map_error, protocol};
 use crate::redlock_config::RedlockConfig;
 use crate::redlock_round::{Answer, Node, Round, quorum, spawn};
@@ -271,26 +271,14 @@ impl LockBackend for Redlock {
         check_ttl(ttl, &self.capabilities())?;
         let span = tracing::debug_span!("try_acquire", backend = BACKEND, key = %key, ?ttl, token = Empty, outcome = Empty);
         let result = self.acquire(key, ttl).instrument(span.clone()).await;
-        match &result {
-            Ok(Some(lease)) => {
-                span.record("token", lease.token.get());
-                span.record("outcome", "granted");
-            }
-            Ok(None) => {
-                span.record("outcome", "held");
-            }
-            Err(e) => {
-                span.record("outcome", tracing::field::display(e));
-            }
-        }
-        result
+        finish_grant(&span, result)
     }
 
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         check_ttl(ttl, &self.capabilities())?;
         let span = tracing::debug_span!("extend", backend = BACKEND, key = %lease.key, token = lease.token.get(), ?ttl, outcome = Empty);
         let result = self.renew(lease, ttl).instrument(span.clone()).await;
-        finish(&span, result)
+        finish(&span, result, "ok")
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
@@ -322,7 +310,7 @@ impl LockBackend for Redlock {
         }
         .instrument(span.clone())
         .await;
-        finish(&span, result)
+        finish(&span, result, "ok")
     }
 
     async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {
@@ -357,7 +345,7 @@ impl LockBackend for Redlock {
     async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
         let span = tracing::debug_span!("inspect", backend = BACKEND, key = %key, outcome = Empty);
         let result = self.majority_view(key).instrument(span.clone()).await;
-        finish(&span, result)
+        finish(&span, result, "ok")
     }
 
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
@@ -400,7 +388,7 @@ impl LockBackend for Redlock {
         }
         .instrument(span.clone())
         .await;
-        finish(&span, result)
+        finish(&span, result, "ok")
     }
 }
 

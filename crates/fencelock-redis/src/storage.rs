@@ -9,6 +9,7 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use crate::BACKEND;
+use crate::backend::finish;
 use crate::config::{Connection, RedisConfig};
 use crate::error::{bounded, protocol};
 use crate::scripts::SCRIPTS;
@@ -150,14 +151,6 @@ fn status(reply: &[Option<Vec<u8>>]) -> Option<&[u8]> {
     reply.first().and_then(Option::as_deref)
 }
 
-fn finish<T>(span: &tracing::Span, result: Result<T>) -> Result<T> {
-    match &result {
-        Ok(_) => span.record("outcome", "admitted"),
-        Err(e) => span.record("outcome", tracing::field::display(e)),
-    };
-    result
-}
-
 #[async_trait]
 impl FencedStorage for RedisStorage {
     fn name(&self) -> &'static str {
@@ -174,7 +167,7 @@ impl FencedStorage for RedisStorage {
             .apply(resource, fence, None)
             .instrument(span.clone())
             .await;
-        finish(&span, result)
+        finish(&span, result, "admitted")
     }
 
     async fn write(&self, resource: &LockKey, fence: Fence, value: &[u8]) -> Result<()> {
@@ -184,7 +177,7 @@ impl FencedStorage for RedisStorage {
             .apply(resource, fence, Some(value))
             .instrument(span.clone())
             .await;
-        finish(&span, result.map(drop))
+        finish(&span, result.map(drop), "admitted")
     }
 
     async fn peek(&self, resource: &LockKey) -> Result<Option<Snapshot>> {
