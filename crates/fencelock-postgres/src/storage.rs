@@ -76,6 +76,30 @@ impl PgStorage {
     }
 
     /// One fenced operation on `executor`: a read when `value` is `None`.
+    /// The unfenced snapshot of `resource`, on `executor` (the pool, or a transaction that
+    /// sees its own writes).
+    pub(crate) async fn peek_on<'e>(
+        &self,
+        executor: impl PgExecutor<'e>,
+        resource: &LockKey,
+    ) -> Result<Option<Snapshot>> {
+        let row: Option<(Option<Vec<u8>>, i64, Vec<u8>)> = timed(
+            BACKEND,
+            self.timeout(),
+            sqlx::query_as(PEEK)
+                .bind(resource.as_str())
+                .fetch_optional(executor),
+        )
+        .await?;
+        row.map(|(value, token, owner)| {
+            Ok(Snapshot {
+                value,
+                fence: fence_from(BACKEND, token, &owner)?,
+            })
+        })
+        .transpose()
+    }
+
     pub(crate) async fn apply<'e>(
         &self,
         executor: impl PgExecutor<'e>,
@@ -147,20 +171,6 @@ impl FencedStorage for PgStorage {
     }
 
     async fn peek(&self, resource: &LockKey) -> Result<Option<Snapshot>> {
-        let row: Option<(Option<Vec<u8>>, i64, Vec<u8>)> = timed(
-            BACKEND,
-            self.timeout(),
-            sqlx::query_as(PEEK)
-                .bind(resource.as_str())
-                .fetch_optional(self.db.pool()),
-        )
-        .await?;
-        row.map(|(value, token, owner)| {
-            Ok(Snapshot {
-                value,
-                fence: fence_from(BACKEND, token, &owner)?,
-            })
-        })
-        .transpose()
+        self.peek_on(self.db.pool(), resource).await
     }
 }

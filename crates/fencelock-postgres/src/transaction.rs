@@ -10,13 +10,12 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::PgStorage;
-use crate::codec::{fence_from, millis_setting};
+use crate::codec::millis_setting;
 use crate::error::{map_sqlx_error, sqlstate, timed};
 use crate::hash::advisory_lock_id;
 use crate::storage::BACKEND;
 
 const XACT_LOCK: &str = include_str!("../sql/xact_lock.sql");
-const PEEK: &str = include_str!("../sql/storage_peek.sql");
 
 /// A boxed future borrowing for `'a`, as returned by the closure given to
 /// [`PgStorage::transaction`].
@@ -75,21 +74,7 @@ impl FencedTransaction {
 
     /// The unfenced view of `resource` within the transaction (seeing its own writes).
     pub async fn peek(&mut self, resource: &LockKey) -> Result<Option<Snapshot>> {
-        let row: Option<(Option<Vec<u8>>, i64, Vec<u8>)> = timed(
-            BACKEND,
-            self.storage.timeout(),
-            sqlx::query_as(PEEK)
-                .bind(resource.as_str())
-                .fetch_optional(&mut *self.tx),
-        )
-        .await?;
-        row.map(|(value, token, owner)| {
-            Ok(Snapshot {
-                value,
-                fence: fence_from(BACKEND, token, &owner)?,
-            })
-        })
-        .transpose()
+        self.storage.peek_on(&mut *self.tx, resource).await
     }
 }
 
