@@ -3,9 +3,18 @@
 -- ON CONFLICT ... WHERE re-checks expiry against the latest committed row, so two racing
 -- acquirers can never both be granted; the loser of such a race may leave a gap in the
 -- key's token sequence (tokens still strictly increase).
-WITH counter AS (
+-- `free` is a plain read first: while the lock is held, a try neither locks the counter row
+-- nor writes anything, so many waiters retrying a held lock do not queue on that row lock
+-- and do not each pay a WAL flush for it.
+WITH free AS (
+    SELECT 1
+     WHERE NOT EXISTS (
+         SELECT 1 FROM fencelock_leases l
+          WHERE l.key = $1 AND l.expires_at > clock_timestamp()
+     )
+), counter AS (
     INSERT INTO fencelock_counters AS c (key, last_token)
-    VALUES ($1, 1)
+    SELECT $1, 1 FROM free
     ON CONFLICT (key) DO UPDATE
         SET last_token = c.last_token + 1
         WHERE NOT EXISTS (
