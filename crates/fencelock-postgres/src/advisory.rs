@@ -349,7 +349,7 @@ impl LockBackend for PgAdvisoryBackend {
     }
 
     async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {
-        let waiter = crate::wakeups::subscribe(&self.db, BACKEND).await;
+        let waiter = crate::wakeups::subscribe(&self.db, BACKEND, key).await;
         // Subscribed before looking, so a release in between still wakes us.
         let info = self.inspect(key).await?;
         let bound = match info.remaining.filter(|_| info.holder.is_some()) {
@@ -373,7 +373,7 @@ impl LockBackend for PgAdvisoryBackend {
             }
         };
         match waiter {
-            Some(mut waiter) => waiter.released(key, bound).await,
+            Some(mut waiter) => waiter.released(bound).await,
             None => tokio::time::sleep(bound).await,
         }
         Ok(())

@@ -177,7 +177,7 @@ impl LockBackend for PgLeaseBackend {
     }
 
     async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {
-        let waiter = crate::wakeups::subscribe(&self.db, BACKEND).await;
+        let waiter = crate::wakeups::subscribe(&self.db, BACKEND, key).await;
         // Subscribed before looking, so a release in between still wakes us.
         let info = self.inspect(key).await?;
         let Some(left) = info.remaining.filter(|_| info.holder.is_some()) else {
@@ -187,7 +187,7 @@ impl LockBackend for PgLeaseBackend {
         // sends no notification.
         let bound = max.min(left + Duration::from_millis(1));
         match waiter {
-            Some(mut waiter) => waiter.released(key, bound).await,
+            Some(mut waiter) => waiter.released(bound).await,
             None => tokio::time::sleep(bound).await,
         }
         Ok(())

@@ -1,21 +1,33 @@
-//! One shared `LISTEN` per database, fanned out to waiters.
+//! One shared `LISTEN` per database; each release wakes one waiter of its key.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use fencelock_core::{LockKey, Result};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
-use tokio::sync::broadcast;
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::error::timed;
 
-/// Sent to every waiter when the listening connection was lost: a release may have been missed.
-const EVERYONE: &str = "";
+/// The waiters of this process, one queue per key being waited for.
+type Queues = Mutex<HashMap<Arc<str>, Arc<Notify>>>;
+
+fn lock(queues: &Queues) -> MutexGuard<'_, HashMap<Arc<str>, Arc<Notify>>> {
+    // Every critical section leaves the map valid, so a poisoned lock is still consistent.
+    queues.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// Release notifications of one schema. The listening task ends when this is dropped.
+///
+/// A release wakes **one** waiter of its key in this process (the one that waited longest):
+/// only one of them can take the lock, and waking all of them would send every one to the
+/// server for a try that fails. If the woken waiter gives up without taking the lock, the others
+/// still wake at their own deadline; when the listening connection is lost, every waiter wakes,
+/// since a release may have been missed.
 pub(crate) struct Wakeups {
-    sender: broadcast::Sender<Arc<str>>,
+    queues: Arc<Queues>,
     task: JoinHandle<()>,
 }
 
@@ -39,43 +51,63 @@ impl Wakeups {
             .connect_lazy_with(options);
         let mut listener = timed(backend, timeout, PgListener::connect_with(&pool)).await?;
         timed(backend, timeout, listener.listen(channel)).await?;
-        let (sender, _) = broadcast::channel(1024);
-        let task = tokio::spawn(forward(listener, sender.clone()));
-        Ok(Wakeups { sender, task })
+        let queues = Arc::new(Queues::default());
+        let task = tokio::spawn(forward(listener, queues.clone()));
+        Ok(Wakeups { queues, task })
     }
 
-    /// A receiver of the releases from now on.
-    pub(crate) fn subscribe(&self) -> Waiter {
+    /// A waiter for the next release of `key`, registered from now on.
+    pub(crate) fn subscribe(&self, key: &LockKey) -> Waiter {
+        let notify = lock(&self.queues)
+            .entry(Arc::from(key.as_str()))
+            .or_default()
+            .clone();
         Waiter {
-            receiver: self.sender.subscribe(),
+            queues: self.queues.clone(),
+            key: Arc::from(key.as_str()),
+            notify,
         }
     }
 }
 
-async fn forward(mut listener: PgListener, sender: broadcast::Sender<Arc<str>>) {
+async fn forward(mut listener: PgListener, queues: Arc<Queues>) {
     loop {
         match listener.try_recv().await {
             Ok(Some(notification)) => {
-                let _ = sender.send(Arc::from(notification.payload()));
+                if let Some(queue) = lock(&queues).get(notification.payload()) {
+                    // Stored as a permit when nobody is parked yet, so a waiter between
+                    // subscribing and parking still sees it.
+                    queue.notify_one();
+                }
             }
             Ok(None) => {
                 // The connection was lost; the next call reconnects and listens again.
-                let _ = sender.send(Arc::from(EVERYONE));
+                wake_everyone(&queues);
             }
             Err(error) => {
                 tracing::debug!(%error, "release listener cannot reconnect yet");
-                let _ = sender.send(Arc::from(EVERYONE));
+                wake_everyone(&queues);
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
     }
 }
 
-/// A receiver of `db`'s release notifications, or `None` when no listener can be started
-/// (for example behind a transaction-mode pooler): the caller then sleeps instead.
-pub(crate) async fn subscribe(db: &crate::PgDatabase, backend: &'static str) -> Option<Waiter> {
+fn wake_everyone(queues: &Queues) {
+    for queue in lock(queues).values() {
+        queue.notify_waiters();
+    }
+}
+
+/// A waiter for `key`'s release notifications, or `None` when no listener can be started (for
+/// example behind a transaction-mode pooler): the caller then sleeps instead.
+pub(crate) async fn subscribe(
+    db: &crate::PgDatabase,
+    backend: &'static str,
+    key: &LockKey,
+) -> Option<Waiter> {
     match db.wakeups(backend).await {
-        Ok(wakeups) => Some(wakeups.subscribe()),
+        Ok(wakeups) => Some(wakeups.subscribe(key)),
         Err(error) => {
             tracing::debug!(%error, "no release notifications; waiting by the deadline");
             None
@@ -83,30 +115,28 @@ pub(crate) async fn subscribe(db: &crate::PgDatabase, backend: &'static str) -> 
     }
 }
 
-/// One waiter's view of the release notifications.
+/// One waiter's place in its key's queue.
 pub(crate) struct Waiter {
-    receiver: broadcast::Receiver<Arc<str>>,
+    queues: Arc<Queues>,
+    key: Arc<str>,
+    notify: Arc<Notify>,
 }
 
 impl Waiter {
-    /// Returns when `key` may have been released, or after `max`.
-    pub(crate) async fn released(&mut self, key: &LockKey, max: Duration) {
-        let wait = async {
-            loop {
-                match self.receiver.recv().await {
-                    Ok(released) if &*released == key.as_str() || &*released == EVERYONE => {
-                        return;
-                    }
-                    Ok(_) => {}
-                    // Missed some notifications: one of them may have been ours.
-                    Err(broadcast::error::RecvError::Lagged(_)) => return,
-                    Err(broadcast::error::RecvError::Closed) => {
-                        tokio::time::sleep(max).await;
-                        return;
-                    }
-                }
-            }
-        };
-        let _ = tokio::time::timeout(max, wait).await;
+    /// Returns when the key may have been released, or after `max`.
+    pub(crate) async fn released(&mut self, max: Duration) {
+        // A `Notified` dropped after it was picked by `notify_one` passes the wake-up on to the
+        // next waiter, so a timed-out wait loses no release.
+        let _ = tokio::time::timeout(max, self.notify.notified()).await;
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        let mut queues = lock(&self.queues);
+        // The map's reference and ours: nobody else waits for this key, so forget the queue.
+        if Arc::strong_count(&self.notify) == 2 {
+            queues.remove(&self.key);
+        }
     }
 }
