@@ -47,6 +47,37 @@ fn not_granted(key: &LockKey) -> BenchError {
     BenchError::Run(format!("the raw lock on {key} is held by someone else"))
 }
 
+/// A raw try-lock a user would call: take the lock if free and release it at once.
+#[async_trait]
+trait RawTryLock: Send + Sync + std::fmt::Debug + 'static {
+    /// What the subject is called in reports.
+    const LABEL: &'static str;
+
+    /// `true` when the lock was free, taken and released.
+    async fn try_lock_unlock(&self, key: &LockKey) -> Result<bool>;
+}
+
+/// Every raw try-lock is a subject: acquire+release is one try, and waiting is the polling loop
+/// a user writes around it.
+#[async_trait]
+impl<T: RawTryLock> Subject for T {
+    fn label(&self) -> String {
+        T::LABEL.into()
+    }
+
+    async fn acquire_release(&self, key: &LockKey) -> Result<()> {
+        if self.try_lock_unlock(key).await? {
+            Ok(())
+        } else {
+            Err(not_granted(key))
+        }
+    }
+
+    async fn lock_release(&self, key: &LockKey, wait: Duration) -> Result<()> {
+        poll(key, wait, || self.try_lock_unlock(key)).await
+    }
+}
+
 /// `tokio::sync::Mutex<HashMap>`: a lock table and a data table in process.
 #[derive(Debug, Default)]
 pub struct MemoryBaseline {
@@ -60,36 +91,22 @@ impl MemoryBaseline {
     pub fn new() -> Self {
         Self::default()
     }
+}
 
-    async fn try_lock_unlock(&self, key: &LockKey) -> bool {
+#[async_trait]
+impl RawTryLock for MemoryBaseline {
+    const LABEL: &'static str = "raw tokio Mutex<HashMap> insert + remove";
+
+    async fn try_lock_unlock(&self, key: &LockKey) -> Result<bool> {
         let token = self.counter.fetch_add(1, Ordering::Relaxed) + 1;
         let mut locks = self.locks.lock().await;
         if locks.contains_key(key.as_str()) {
-            return false;
+            return Ok(false);
         }
         locks.insert(key.as_str().to_owned(), token);
         drop(locks);
         self.locks.lock().await.remove(key.as_str());
-        true
-    }
-}
-
-#[async_trait]
-impl Subject for MemoryBaseline {
-    fn label(&self) -> String {
-        "raw tokio Mutex<HashMap> insert + remove".into()
-    }
-
-    async fn acquire_release(&self, key: &LockKey) -> Result<()> {
-        if self.try_lock_unlock(key).await {
-            Ok(())
-        } else {
-            Err(not_granted(key))
-        }
-    }
-
-    async fn lock_release(&self, key: &LockKey, wait: Duration) -> Result<()> {
-        poll(key, wait, || async { Ok(self.try_lock_unlock(key).await) }).await
+        Ok(true)
     }
 }
 
@@ -155,6 +172,11 @@ impl RedisBaseline {
             .map_err(|e| BenchError::raw("redis connect", e))?;
         Ok(RedisBaseline { conn })
     }
+}
+
+#[async_trait]
+impl RawTryLock for RedisBaseline {
+    const LABEL: &'static str = "raw SET NX PX + DEL";
 
     async fn try_lock_unlock(&self, key: &LockKey) -> Result<bool> {
         let mut conn = self.conn.clone();
@@ -176,25 +198,6 @@ impl RedisBaseline {
             .await
             .map_err(|e| BenchError::raw("DEL", e))?;
         Ok(true)
-    }
-}
-
-#[async_trait]
-impl Subject for RedisBaseline {
-    fn label(&self) -> String {
-        "raw SET NX PX + DEL".into()
-    }
-
-    async fn acquire_release(&self, key: &LockKey) -> Result<()> {
-        if self.try_lock_unlock(key).await? {
-            Ok(())
-        } else {
-            Err(not_granted(key))
-        }
-    }
-
-    async fn lock_release(&self, key: &LockKey, wait: Duration) -> Result<()> {
-        poll(key, wait, || self.try_lock_unlock(key)).await
     }
 }
 
@@ -280,6 +283,11 @@ impl PgBaseline {
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
+}
+
+#[async_trait]
+impl RawTryLock for PgBaseline {
+    const LABEL: &'static str = "raw sqlx pg_try_advisory_lock + unlock";
 
     async fn try_lock_unlock(&self, key: &LockKey) -> Result<bool> {
         let id = advisory_lock_id(key);
@@ -302,25 +310,6 @@ impl PgBaseline {
             .await
             .map_err(|e| BenchError::raw("pg_advisory_unlock", e))?;
         Ok(true)
-    }
-}
-
-#[async_trait]
-impl Subject for PgBaseline {
-    fn label(&self) -> String {
-        "raw sqlx pg_try_advisory_lock + unlock".into()
-    }
-
-    async fn acquire_release(&self, key: &LockKey) -> Result<()> {
-        if self.try_lock_unlock(key).await? {
-            Ok(())
-        } else {
-            Err(not_granted(key))
-        }
-    }
-
-    async fn lock_release(&self, key: &LockKey, wait: Duration) -> Result<()> {
-        poll(key, wait, || self.try_lock_unlock(key)).await
     }
 }
 
@@ -400,6 +389,11 @@ impl SqlxAdvisoryLockPeer {
     pub fn new(pool: PgPool) -> Self {
         SqlxAdvisoryLockPeer { pool }
     }
+}
+
+#[async_trait]
+impl RawTryLock for SqlxAdvisoryLockPeer {
+    const LABEL: &'static str = "sqlx PgAdvisoryLock";
 
     async fn try_lock_unlock(&self, key: &LockKey) -> Result<bool> {
         let lock = PgAdvisoryLock::new(key.as_str());
@@ -422,24 +416,5 @@ impl SqlxAdvisoryLockPeer {
             }
             Either::Right(_) => Ok(false),
         }
-    }
-}
-
-#[async_trait]
-impl Subject for SqlxAdvisoryLockPeer {
-    fn label(&self) -> String {
-        "sqlx PgAdvisoryLock".into()
-    }
-
-    async fn acquire_release(&self, key: &LockKey) -> Result<()> {
-        if self.try_lock_unlock(key).await? {
-            Ok(())
-        } else {
-            Err(not_granted(key))
-        }
-    }
-
-    async fn lock_release(&self, key: &LockKey, wait: Duration) -> Result<()> {
-        poll(key, wait, || self.try_lock_unlock(key)).await
     }
 }
