@@ -3,7 +3,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::Command;
+mod common;
+
+use common::fencelock;
 
 use fencelock_testkit::postgres::PgSchema;
 use fencelock_testkit::redis::RedisServer;
@@ -18,18 +20,6 @@ const SCENARIOS: [&str; 8] = [
     "contended_one_key",
     "contended_many_keys",
 ];
-
-fn fencelock(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_fencelock"))
-        .args(args)
-        .output()
-        .expect("the fencelock binary runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 const SHORT: [&str; 6] = ["--duration", "100ms", "--concurrency", "4", "--keys", "16"];
 

@@ -2,19 +2,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::Command;
+mod common;
 
-fn fencelock(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_fencelock"))
-        .args(args)
-        .output()
-        .expect("the fencelock binary runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::fencelock;
 
 fn demo_on(spec: &str) {
     let (code, out, err) = fencelock(&["demo", "--backend", spec, "--ttl", "300ms"]);
