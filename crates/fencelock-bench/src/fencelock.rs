@@ -52,7 +52,7 @@ impl Fencelock {
     }
 
     /// Fenced writes of `resource`, under a lease taken now and released by
-    /// [`Op::finish`].
+    /// `Op::finish`.
     pub async fn writer(&self, resource: &LockKey) -> Result<Box<dyn Op>> {
         let lease = self.grant(resource).await?;
         Ok(Box::new(FencedWriter {
@@ -63,7 +63,7 @@ impl Fencelock {
         }))
     }
 
-    /// Renewals (`extend`) of a lease on `key`, taken now and released by [`Op::finish`].
+    /// Renewals (`extend`) of a lease on `key`, taken now and released by `Op::finish`.
     pub async fn renewer(&self, key: &LockKey) -> Result<Box<dyn Op>> {
         let lease = self.grant(key).await?;
         Ok(Box::new(Renewer {
