@@ -41,6 +41,37 @@ impl FencingToken {
     }
 }
 
+impl TryFrom<FencingToken> for i64 {
+    type Error = Error;
+
+    /// The token as a SQL `bigint`. Tokens above `i64::MAX` are refused with
+    /// [`Error::InvalidConfig`] naming the token: no backend hands them out, and storing one in a
+    /// signed column would wrap it into a negative, older-looking number.
+    fn try_from(token: FencingToken) -> Result<i64> {
+        i64::try_from(token.get()).map_err(|_| {
+            Error::config(format!(
+                "fencing token {token} is above i64::MAX and cannot be stored as a SQL bigint"
+            ))
+        })
+    }
+}
+
+impl TryFrom<i64> for FencingToken {
+    type Error = Error;
+
+    /// A token read back from a SQL `bigint`; zero and negative numbers are refused.
+    fn try_from(value: i64) -> Result<Self> {
+        u64::try_from(value)
+            .ok()
+            .and_then(Self::new)
+            .ok_or_else(|| {
+                Error::config(format!(
+                    "{value} is not a fencing token (tokens are 1 or more)"
+                ))
+            })
+    }
+}
+
 impl fmt::Display for FencingToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)
@@ -199,6 +230,18 @@ mod tests {
         assert!(rule.admits(Some(fence(5, 1)), fence(6, 2)));
         assert!(!rule.admits(Some(fence(5, 1)), fence(5, 2)));
         assert!(!rule.admits(Some(fence(5, 1)), fence(4, 1)));
+    }
+
+    #[test]
+    fn tokens_convert_to_sql_bigint_and_back() {
+        let token = FencingToken::new(42).unwrap();
+        assert_eq!(i64::try_from(token).unwrap(), 42);
+        assert_eq!(FencingToken::try_from(42_i64).unwrap(), token);
+        let huge = FencingToken::new(i64::MAX as u64 + 1).unwrap();
+        let err = i64::try_from(huge).unwrap_err().to_string();
+        assert!(err.contains("9223372036854775808"), "{err}");
+        assert!(FencingToken::try_from(0_i64).is_err());
+        assert!(FencingToken::try_from(-1_i64).is_err());
     }
 
     #[test]
