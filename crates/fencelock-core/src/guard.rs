@@ -2,49 +2,19 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
 use tokio::task::JoinHandle;
-use tokio::time::{Instant, sleep_until, timeout_at};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::backend::{LockBackend, validate_ttl};
 use crate::error::{Error, LostReason, Result};
 use crate::fence::{Fence, FencingToken};
+use crate::held::{Held, Renewal};
 use crate::lease::Lease;
-
-struct Shared {
-    backend: Arc<dyn LockBackend>,
-    lease: Mutex<Lease>,
-    lost: CancellationToken,
-    reason: OnceLock<LostReason>,
-    changed: Notify,
-}
-
-impl Shared {
-    fn lease(&self) -> Lease {
-        self.lease
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    fn set_lease(&self, lease: Lease) {
-        *self.lease.lock().unwrap_or_else(PoisonError::into_inner) = lease;
-        self.changed.notify_one();
-    }
-
-    fn mark_lost(&self, reason: LostReason) {
-        let _ = self.reason.set(reason);
-        self.lost.cancel();
-    }
-
-    fn reason(&self) -> LostReason {
-        self.reason.get().copied().unwrap_or(LostReason::NotHeld)
-    }
-}
+use crate::watchdog::supervise;
 
 /// A held lock. Present [`fence`](Self::fence) with every storage operation.
 ///
@@ -54,15 +24,15 @@ impl Shared {
 /// is gone. Dropping the guard never blocks: it spawns a best-effort release on the current
 /// Tokio runtime, if there is one; otherwise the lock lapses after its ttl.
 pub struct LockGuard {
-    shared: Arc<Shared>,
+    held: Arc<Held>,
     supervisor: Option<JoinHandle<()>>,
 }
 
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
-            .field("lease", &self.shared.lease())
-            .field("lost", &self.shared.lost.is_cancelled())
+            .field("lease", &self.held.lease())
+            .field("lost", &self.held.lost.is_cancelled())
             .finish()
     }
 }
@@ -73,71 +43,77 @@ impl LockGuard {
     /// # Panics
     /// When called outside a Tokio runtime.
     pub fn new(backend: Arc<dyn LockBackend>, lease: Lease, watchdog: bool) -> Self {
-        let shared = Arc::new(Shared {
-            backend,
-            lease: Mutex::new(lease),
-            lost: CancellationToken::new(),
-            reason: OnceLock::new(),
-            changed: Notify::new(),
-        });
-        let supervisor = tokio::spawn(supervise(shared.clone(), watchdog));
+        let held = Arc::new(Held::new(backend, lease));
+        let supervisor = tokio::spawn(supervise(held.clone(), watchdog));
         LockGuard {
-            shared,
+            held,
             supervisor: Some(supervisor),
         }
     }
 
     /// The current lease (renewals update its `valid_until`).
     pub fn lease(&self) -> Lease {
-        self.shared.lease()
+        self.held.lease()
     }
 
     /// The grant's fencing token.
     pub fn token(&self) -> FencingToken {
-        self.shared.lease().token
+        self.held.lease().token
     }
 
     /// The fence to present to a [`FencedStorage`](crate::FencedStorage).
     pub fn fence(&self) -> Fence {
-        self.shared.lease().fence()
+        self.held.lease().fence()
     }
 
     /// Whether the lease is still held as far as this process can tell: not lost, and the
     /// local deadline not passed. Data safety never rests on this; the fence does that.
     pub fn is_held(&self) -> bool {
-        !self.shared.lost.is_cancelled() && self.shared.lease().is_valid()
+        !self.held.lost.is_cancelled() && self.held.lease().is_valid()
     }
 
     /// Completes when the lease is lost, with the reason.
     pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
-        let shared = self.shared.clone();
+        let held = self.held.clone();
         async move {
-            shared.lost.cancelled().await;
-            shared.reason()
+            held.lost.cancelled().await;
+            held.reason()
         }
     }
 
     /// A token cancelled when the lease is lost, for `select!` or for handing to subtasks.
     pub fn lost_token(&self) -> CancellationToken {
-        self.shared.lost.child_token()
+        self.held.lost.child_token()
     }
 
     /// Renews the lease for `ttl` from now. [`Error::LeaseLost`] if it is no longer held; the
     /// lost signal fires then too.
+    ///
+    /// Renewals of one guard, this one and the watchdog's, are sent one at a time: each waits
+    /// for the previous reply to be stored, so the guard's deadline is always that of the last
+    /// renewal the server processed. The renewal runs in a task of its own: cancelling this
+    /// future stops the wait, not the renewal, whose reply is still stored when it comes.
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
-        validate_ttl(ttl, &self.shared.backend.capabilities())?;
-        let lease = self.shared.lease();
-        match self.shared.backend.extend(&lease, ttl).await {
-            Ok(renewed) => {
-                self.shared.set_lease(renewed);
-                Ok(())
-            }
-            Err(e) => {
-                if let Error::LeaseLost { reason, .. } = &e {
-                    self.shared.mark_lost(*reason);
-                }
-                Err(e)
-            }
+        validate_ttl(ttl, &self.held.backend.capabilities())?;
+        let lease = self.held.lease();
+        let span = tracing::debug_span!(
+            "fencelock.extend",
+            backend = self.held.backend.name(),
+            key = %lease.key,
+            token = lease.token.get(),
+            ttl_ms = ttl.as_millis() as u64,
+        );
+        let held = self.held.clone();
+        let renewal =
+            tokio::spawn(async move { held.renew(Renewal::Manual(ttl)).await }.instrument(span));
+        match renewal.await {
+            Ok(outcome) => outcome.map(drop),
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => Err(Error::Backend {
+                backend: self.held.backend.name(),
+                message: "the renewal was cancelled: the runtime is shutting down".into(),
+                source: None,
+            }),
         }
     }
 
@@ -146,16 +122,16 @@ impl LockGuard {
         if let Some(task) = self.supervisor.take() {
             task.abort();
         }
-        let lease = self.shared.lease();
+        let lease = self.held.lease();
         let span = tracing::debug_span!(
             "fencelock.release",
-            backend = self.shared.backend.name(),
+            backend = self.held.backend.name(),
             key = %lease.key,
             token = lease.token.get(),
         );
         let _enter = span.enter();
-        let released = self.shared.backend.release(&lease).await;
-        self.shared.mark_lost(LostReason::Released);
+        let released = self.held.backend.release(&lease).await;
+        self.held.mark_lost(LostReason::Released);
         tracing::debug!(outcome = ?released.as_ref().ok(), "released");
         released
     }
@@ -167,84 +143,15 @@ impl Drop for LockGuard {
             return;
         };
         task.abort();
-        self.shared.mark_lost(LostReason::Released);
+        self.held.mark_lost(LostReason::Released);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let backend = self.shared.backend.clone();
-            let lease = self.shared.lease();
+            let backend = self.held.backend.clone();
+            let lease = self.held.lease();
             runtime.spawn(async move {
                 if let Err(e) = backend.release(&lease).await {
                     tracing::debug!(key = %lease.key, error = %e, "release on drop failed");
                 }
             });
-        }
-    }
-}
-
-/// Renews the lease at about ttl/3 (if `renew`), and fires the lost signal when it is lost or
-/// its deadline passes unrenewed.
-async fn supervise(shared: Arc<Shared>, renew: bool) {
-    loop {
-        let lease = shared.lease();
-        let wake_at = if renew {
-            renew_at(&lease)
-        } else {
-            lease.valid_until
-        };
-        tokio::select! {
-            _ = sleep_until(wake_at) => {}
-            _ = shared.changed.notified() => continue,
-        }
-        if !renew {
-            if !shared.lease().is_valid() {
-                shared.mark_lost(LostReason::DeadlinePassed);
-                return;
-            }
-            continue;
-        }
-        if let Err(reason) = renew_once(&shared).await {
-            tracing::debug!(key = %lease.key, %reason, "lease lost");
-            shared.mark_lost(reason);
-            return;
-        }
-    }
-}
-
-/// About a third of the ttl after the grant.
-fn renew_at(lease: &Lease) -> Instant {
-    let before_deadline = lease.ttl.saturating_mul(2) / 3;
-    lease
-        .valid_until
-        .checked_sub(before_deadline)
-        .unwrap_or_else(Instant::now)
-}
-
-/// Renews once, retrying failed attempts until the lease's deadline.
-async fn renew_once(shared: &Shared) -> std::result::Result<(), LostReason> {
-    loop {
-        let lease = shared.lease();
-        if !lease.is_valid() {
-            return Err(LostReason::DeadlinePassed);
-        }
-        let span = tracing::debug_span!(
-            "fencelock.extend",
-            backend = shared.backend.name(),
-            key = %lease.key,
-            token = lease.token.get(),
-        );
-        let attempt = timeout_at(lease.valid_until, shared.backend.extend(&lease, lease.ttl));
-        match tracing::Instrument::instrument(attempt, span).await {
-            Ok(Ok(renewed)) => {
-                *shared.lease.lock().unwrap_or_else(PoisonError::into_inner) = renewed;
-                return Ok(());
-            }
-            Ok(Err(Error::LeaseLost { reason, .. })) => return Err(reason),
-            Ok(Err(e)) => {
-                tracing::debug!(key = %lease.key, error = %e, "renewal failed, retrying");
-                let pause =
-                    (lease.ttl / 10).clamp(Duration::from_millis(1), Duration::from_secs(1));
-                sleep_until((Instant::now() + pause).min(lease.valid_until)).await;
-            }
-            Err(_) => return Err(LostReason::DeadlinePassed),
         }
     }
 }

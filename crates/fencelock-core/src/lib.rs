@@ -7,11 +7,13 @@ mod capabilities;
 mod error;
 mod fence;
 mod guard;
+mod held;
 mod host;
 mod key;
 mod lease;
 mod locker;
 mod storage;
+mod watchdog;
 
 pub use backend::{LockBackend, MIN_TTL, validate_ttl};
 pub use backoff::Backoff;

@@ -1,0 +1,150 @@
+//! The state of one held lease, shared by its guard and its watchdog: renewals one at a time
+//! and the lost signal.
+
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::LockBackend;
+use crate::error::{Error, LostReason, Result};
+use crate::lease::{self, Lease};
+
+/// What a renewal is for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Renewal {
+    /// [`LockGuard::extend`](crate::LockGuard::extend) with this ttl.
+    Manual(Duration),
+    /// The watchdog, which decided to renew after seeing the renewal numbered `seen`; skipped
+    /// when another renewal was stored in the meantime.
+    Watchdog {
+        /// [`Held::snapshot`]'s `renewals` when the watchdog decided.
+        seen: u64,
+    },
+}
+
+struct State {
+    lease: Lease,
+    /// When `lease` was stored; the watchdog counts its pause from here.
+    stored_at: Instant,
+    /// How many renewals were stored.
+    renewals: u64,
+    /// The shortest ttl of the renewals whose outcome is unknown (an error other than
+    /// `LeaseLost`): the server may still process one of them after a later renewal.
+    unconfirmed_ttl: Option<Duration>,
+}
+
+/// One held lease.
+pub(crate) struct Held {
+    pub(crate) backend: Arc<dyn LockBackend>,
+    state: Mutex<State>,
+    /// Held for a renewal's whole round trip: one request in flight per guard.
+    renewing: tokio::sync::Mutex<()>,
+    pub(crate) lost: CancellationToken,
+    reason: OnceLock<LostReason>,
+    /// Wakes the watchdog when the stored lease changed.
+    pub(crate) changed: Notify,
+}
+
+impl Held {
+    pub(crate) fn new(backend: Arc<dyn LockBackend>, lease: Lease) -> Self {
+        Held {
+            backend,
+            state: Mutex::new(State {
+                lease,
+                stored_at: Instant::now(),
+                renewals: 0,
+                unconfirmed_ttl: None,
+            }),
+            renewing: tokio::sync::Mutex::new(()),
+            lost: CancellationToken::new(),
+            reason: OnceLock::new(),
+            changed: Notify::new(),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn lease(&self) -> Lease {
+        self.state().lease.clone()
+    }
+
+    /// The lease, when it was stored, and how many renewals were stored before it.
+    pub(crate) fn snapshot(&self) -> (Lease, Instant, u64) {
+        let state = self.state();
+        (state.lease.clone(), state.stored_at, state.renewals)
+    }
+
+    pub(crate) fn mark_lost(&self, reason: LostReason) {
+        let _ = self.reason.set(reason);
+        self.lost.cancel();
+    }
+
+    pub(crate) fn reason(&self) -> LostReason {
+        self.reason.get().copied().unwrap_or(LostReason::NotHeld)
+    }
+
+    /// Renews the lease. Renewals of one lease are sent one at a time, each after the previous
+    /// one's reply was stored, so the server processes them in the order they are stored and
+    /// the stored deadline is always that of the last renewal the server processed.
+    ///
+    /// `Ok(false)`: a watchdog renewal skipped because another one was stored meanwhile.
+    pub(crate) async fn renew(&self, renewal: Renewal) -> Result<bool> {
+        let _turn = self.renewing.lock().await;
+        let (lease, _, renewals) = self.snapshot();
+        let ttl = match renewal {
+            Renewal::Manual(ttl) => ttl,
+            Renewal::Watchdog { seen } if seen != renewals => return Ok(false),
+            Renewal::Watchdog { .. } => lease.ttl,
+        };
+        let sent = Instant::now();
+        match self.backend.extend(&lease, ttl).await {
+            Ok(renewed) => {
+                self.store(renewed, sent);
+                Ok(true)
+            }
+            Err(e) => {
+                match &e {
+                    Error::LeaseLost { reason, .. } => self.mark_lost(*reason),
+                    _ => self.unconfirmed(sent, ttl),
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Stores a confirmed renewal sent at `sent`. A renewal whose outcome is unknown may still
+    /// be processed after this one and leave the server with its shorter ttl, counted from no
+    /// earlier than `sent`; the deadline stays within that.
+    fn store(&self, mut renewed: Lease, sent: Instant) {
+        let mut state = self.state();
+        if let Some(shortest) = state.unconfirmed_ttl
+            && shortest < renewed.ttl
+        {
+            renewed.valid_until = renewed.valid_until.min(lease::valid_until(sent, shortest));
+        }
+        state.lease = renewed;
+        state.stored_at = Instant::now();
+        state.renewals += 1;
+        drop(state);
+        self.changed.notify_one();
+    }
+
+    /// Records a renewal sent at `sent` whose outcome is unknown: if the server processed it
+    /// last, its lease ends no earlier than `sent + ttl`, so the deadline moves no later than
+    /// that.
+    fn unconfirmed(&self, sent: Instant, ttl: Duration) {
+        let mut state = self.state();
+        state.unconfirmed_ttl = Some(state.unconfirmed_ttl.map_or(ttl, |t| t.min(ttl)));
+        let cap = lease::valid_until(sent, ttl);
+        if cap < state.lease.valid_until {
+            state.lease.valid_until = cap;
+            drop(state);
+            self.changed.notify_one();
+        }
+    }
+}

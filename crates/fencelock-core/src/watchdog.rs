@@ -1,0 +1,82 @@
+//! The task behind each guard: renews the lease at about a third of its validity and fires the
+//! lost signal when the lease is lost or its deadline passes unrenewed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::{Instant, sleep_until, timeout_at};
+use tracing::Instrument;
+
+use crate::error::{Error, LostReason};
+use crate::held::{Held, Renewal};
+
+/// Watches `held` until it is lost; renews it if `renew`.
+pub(crate) async fn supervise(held: Arc<Held>, renew: bool) {
+    tokio::select! {
+        _ = held.lost.cancelled() => {}
+        _ = watch(&held, renew) => {}
+    }
+}
+
+async fn watch(held: &Held, renew: bool) {
+    loop {
+        let (lease, stored_at, renewals) = held.snapshot();
+        let wake_at = if renew {
+            renew_at(stored_at, lease.valid_until)
+        } else {
+            lease.valid_until
+        };
+        tokio::select! {
+            _ = sleep_until(wake_at) => {}
+            _ = held.changed.notified() => continue,
+        }
+        if !renew {
+            if !held.lease().is_valid() {
+                held.mark_lost(LostReason::DeadlinePassed);
+                return;
+            }
+            continue;
+        }
+        if let Err(reason) = renew_once(held, renewals).await {
+            tracing::debug!(key = %lease.key, %reason, "lease lost");
+            held.mark_lost(reason);
+            return;
+        }
+    }
+}
+
+/// A third of the way from `stored_at` to `valid_until`: the first try leaves two thirds of
+/// the lease's validity for retries, and any lease still valid when stored gets a pause.
+pub(crate) fn renew_at(stored_at: Instant, valid_until: Instant) -> Instant {
+    stored_at + valid_until.saturating_duration_since(stored_at) / 3
+}
+
+/// Renews once (unless another renewal was stored after the one numbered `seen`), retrying
+/// failed attempts until the lease's deadline.
+async fn renew_once(held: &Held, seen: u64) -> Result<(), LostReason> {
+    loop {
+        let lease = held.lease();
+        if !lease.is_valid() {
+            return Err(LostReason::DeadlinePassed);
+        }
+        let span = tracing::debug_span!(
+            "fencelock.extend",
+            backend = held.backend.name(),
+            key = %lease.key,
+            token = lease.token.get(),
+        );
+        let attempt = timeout_at(lease.valid_until, held.renew(Renewal::Watchdog { seen }));
+        match attempt.instrument(span).await {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(Error::LeaseLost { reason, .. })) => return Err(reason),
+            Ok(Err(e)) => {
+                tracing::debug!(key = %lease.key, error = %e, "renewal failed, retrying");
+                let pause =
+                    (lease.ttl / 10).clamp(Duration::from_millis(1), Duration::from_secs(1));
+                let valid_until = held.lease().valid_until;
+                sleep_until((Instant::now() + pause).min(valid_until)).await;
+            }
+            Err(_) => return Err(LostReason::DeadlinePassed),
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! `LockGuard` against instrumented backends on paused Tokio time: renewals whose replies
+//! arrive out of order, releases that are slow, very short ttls.
+//!
+//! The instruments wrap the memory backend, which plays the server: it decides who holds the
+//! lock, and the instrument only delays or counts what travels between it and the guard.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fencelock_core::{
+    Capabilities, Error, FencingToken, Lease, LockBackend, LockGuard, LockInfo, LockKey, Locker,
+    Result,
+};
+use fencelock_memory::MemoryLockBackend;
+use tokio::time::{Instant, sleep};
+
+/// The memory backend as the server, with a delay on the way back for each extend reply (taken
+/// in call order; none once the list is empty).
+/// An extend is processed by the server the moment it is called; only its reply is late.
+///
+/// `lose_extend_replies` makes the next extends fail as a dropped connection would after the
+/// request left: the server processes the request after the given delay (zero: at once),
+/// while the caller gets [`Error::Unavailable`] at once.
+#[derive(Debug, Default)]
+struct Delayed {
+    server: MemoryLockBackend,
+    extend_reply_delays: Mutex<VecDeque<Duration>>,
+    lost_extend_replies: Mutex<VecDeque<Duration>>,
+    extends: AtomicUsize,
+}
+
+impl Delayed {
+    fn delay_extend_replies(&self, delays: impl IntoIterator<Item = Duration>) {
+        self.extend_reply_delays.lock().unwrap().extend(delays);
+    }
+
+    fn lose_extend_replies(&self, processed_after: impl IntoIterator<Item = Duration>) {
+        self.lost_extend_replies
+            .lock()
+            .unwrap()
+            .extend(processed_after);
+    }
+
+    async fn holder_is(&self, guard: &LockGuard) -> bool {
+        let info = self.server.inspect(&guard.lease().key).await.unwrap();
+        info.holder == Some(guard.fence())
+    }
+}
+
+#[async_trait]
+impl LockBackend for Delayed {
+    fn name(&self) -> &'static str {
+        "delayed"
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.server.capabilities()
+    }
+    async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
+        self.server.try_acquire(key, ttl).await
+    }
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        self.extends.fetch_add(1, Ordering::SeqCst);
+        let lost_reply = self.lost_extend_replies.lock().unwrap().pop_front();
+        if let Some(processed_after) = lost_reply {
+            let (server, lease) = (self.server.clone(), lease.clone());
+            tokio::spawn(async move {
+                sleep(processed_after).await;
+                let _ = server.extend(&lease, ttl).await;
+            });
+            tokio::task::yield_now().await;
+            return Err(Error::Unavailable {
+                backend: "delayed",
+                message: "connection reset after the request was sent".into(),
+                source: None,
+            });
+        }
+        let reply = self.server.extend(lease, ttl).await;
+        let delay = self.extend_reply_delays.lock().unwrap().pop_front();
+        if let Some(delay) = delay {
+            sleep(delay).await;
+        }
+        reply
+    }
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.server.release(lease).await
+    }
+    async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
+        self.server.inspect(key).await
+    }
+    async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
+        self.server.advance_token(key, floor).await
+    }
+}
+
+/// A manual extend and a watchdog renewal in flight together, the server processing the manual
+/// one first and its reply arriving last: the guard must never claim a lease the server no
+/// longer has.
+#[tokio::test(start_paused = true)]
+async fn out_of_order_extend_replies_never_outlive_the_server_lease() {
+    let backend = Arc::new(Delayed::default());
+    let locker = Locker::new(backend.clone());
+    let guard = Arc::new(
+        locker
+            .lock("race")
+            .ttl(Duration::from_millis(600))
+            .await
+            .unwrap(),
+    );
+    let started = Instant::now();
+    sleep(Duration::from_millis(100)).await;
+    // The manual extend reaches the server at once; its reply takes 500 ms. The watchdog's
+    // renewal, due at about 200 ms, gets its reply at once.
+    backend.delay_extend_replies([Duration::from_millis(500)]);
+    let manual = tokio::spawn({
+        let guard = guard.clone();
+        async move { guard.extend(Duration::from_secs(10)).await }
+    });
+    let end = started + Duration::from_secs(12);
+    while Instant::now() < end {
+        if guard.is_held() {
+            assert!(
+                backend.holder_is(&guard).await,
+                "is_held() at {:?} after the grant, but the server's lock is gone",
+                started.elapsed()
+            );
+        }
+        sleep(Duration::from_millis(50)).await;
+    }
+    manual.await.unwrap().unwrap();
+}
+
+/// Replies to two renewals in flight at once would be stored in the order they arrive; the
+/// guard sends one renewal at a time, so the second request waits for the first reply.
+#[tokio::test(start_paused = true)]
+async fn renewals_of_one_guard_are_sent_one_at_a_time() {
+    let backend = Arc::new(Delayed::default());
+    let locker = Locker::new(backend.clone());
+    let guard = Arc::new(
+        locker
+            .lock("serial")
+            .ttl(Duration::from_secs(30))
+            .watchdog(false)
+            .await
+            .unwrap(),
+    );
+    backend.delay_extend_replies([Duration::from_secs(1), Duration::ZERO]);
+    let slow = tokio::spawn({
+        let guard = guard.clone();
+        async move { guard.extend(Duration::from_secs(5)).await }
+    });
+    sleep(Duration::from_millis(10)).await;
+    assert_eq!(backend.extends.load(Ordering::SeqCst), 1);
+    let fast = tokio::spawn({
+        let guard = guard.clone();
+        async move { guard.extend(Duration::from_secs(60)).await }
+    });
+    sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        backend.extends.load(Ordering::SeqCst),
+        1,
+        "a second renewal was sent before the first one's reply"
+    );
+    slow.await.unwrap().unwrap();
+    fast.await.unwrap().unwrap();
+    assert_eq!(guard.lease().ttl, Duration::from_secs(60));
+    sleep(Duration::from_secs(50)).await;
+    assert!(guard.is_held());
+    assert!(backend.holder_is(&guard).await);
+}
+
+/// Asserts, every 50 ms until `end`, that the guard claims the lock only while the server
+/// gives it to the guard.
+async fn never_held_without_the_server(backend: &Delayed, guard: &LockGuard, end: Instant) {
+    let started = Instant::now();
+    while Instant::now() < end {
+        if guard.is_held() {
+            assert!(
+                backend.holder_is(guard).await,
+                "is_held() {:?} into the check, but the server's lock is gone",
+                started.elapsed()
+            );
+        }
+        sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A shorter renewal the server processed but whose reply was lost: the guard cannot know
+/// whether it took effect, so its deadline moves no later than that renewal's.
+#[tokio::test(start_paused = true)]
+async fn a_lost_reply_to_a_shorter_renewal_caps_the_deadline() {
+    let backend = Arc::new(Delayed::default());
+    let locker = Locker::new(backend.clone());
+    let guard = locker
+        .lock("lost-reply")
+        .ttl(Duration::from_secs(30))
+        .watchdog(false)
+        .await
+        .unwrap();
+    backend.lose_extend_replies([Duration::ZERO]);
+    assert!(matches!(
+        guard.extend(Duration::from_secs(1)).await,
+        Err(Error::Unavailable { .. })
+    ));
+    never_held_without_the_server(&backend, &guard, Instant::now() + Duration::from_secs(40)).await;
+    assert!(!guard.is_held());
+}
+
+/// A shorter renewal left without a reply reaches the server after a longer, confirmed one:
+/// the server keeps the shorter expiry, and so must the guard.
+#[tokio::test(start_paused = true)]
+async fn a_late_shorter_renewal_after_a_confirmed_longer_one_caps_the_deadline() {
+    let backend = Arc::new(Delayed::default());
+    let locker = Locker::new(backend.clone());
+    let guard = locker
+        .lock("late-renewal")
+        .ttl(Duration::from_secs(30))
+        .await
+        .unwrap();
+    // Processed 2 s from now, after the confirmed 60 s renewal below.
+    backend.lose_extend_replies([Duration::from_secs(2)]);
+    assert!(guard.extend(Duration::from_secs(1)).await.is_err());
+    guard.extend(Duration::from_secs(60)).await.unwrap();
+    never_held_without_the_server(&backend, &guard, Instant::now() + Duration::from_secs(90)).await;
+    // The watchdog keeps renewing, within the shorter ttl: the lock is still ours.
+    assert!(guard.is_held());
+    assert!(backend.holder_is(&guard).await);
+}
