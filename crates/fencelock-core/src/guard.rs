@@ -118,40 +118,49 @@ impl LockGuard {
     }
 
     /// Releases the lock. `Ok(false)` if it had already been lost.
+    ///
+    /// The guard is marked lost ([`LostReason::Released`], unless it was lost before) before
+    /// the release is sent, so [`lost`](Self::lost) fires and [`is_held`](Self::is_held) turns
+    /// false even if this future is cancelled; a cancelled release is finished in the
+    /// background on the current runtime.
     pub async fn release(mut self) -> Result<bool> {
         if let Some(task) = self.supervisor.take() {
             task.abort();
         }
-        let lease = self.held.lease();
-        let span = tracing::debug_span!(
-            "fencelock.release",
-            backend = self.held.backend.name(),
-            key = %lease.key,
-            token = lease.token.get(),
-        );
-        let _enter = span.enter();
-        let released = self.held.backend.release(&lease).await;
-        self.held.mark_lost(LostReason::Released);
-        tracing::debug!(outcome = ?released.as_ref().ok(), "released");
+        if !self.held.claim_release() {
+            return Ok(false);
+        }
+        let unfinished = ReleaseOnCancel(Some(self.held.clone()));
+        let released = self.held.release().await;
+        unfinished.finished();
         released
+    }
+}
+
+/// Finishes a release in the background if the future awaiting it is dropped first.
+struct ReleaseOnCancel(Option<Arc<Held>>);
+
+impl ReleaseOnCancel {
+    fn finished(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for ReleaseOnCancel {
+    fn drop(&mut self) {
+        if let Some(held) = self.0.take() {
+            held.release_in_background();
+        }
     }
 }
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        let Some(task) = self.supervisor.take() else {
-            return;
-        };
-        task.abort();
-        self.held.mark_lost(LostReason::Released);
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let backend = self.held.backend.clone();
-            let lease = self.held.lease();
-            runtime.spawn(async move {
-                if let Err(e) = backend.release(&lease).await {
-                    tracing::debug!(key = %lease.key, error = %e, "release on drop failed");
-                }
-            });
+        if let Some(task) = self.supervisor.take() {
+            task.abort();
+        }
+        if self.held.claim_release() {
+            self.held.release_in_background();
         }
     }
 }

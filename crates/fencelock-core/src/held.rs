@@ -1,12 +1,14 @@
-//! The state of one held lease, shared by its guard and its watchdog: renewals one at a time
-//! and the lost signal.
+//! The state of one held lease, shared by its guard and its watchdog: renewals one at a time,
+//! the lost signal, and the one release.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::backend::LockBackend;
 use crate::error::{Error, LostReason, Result};
@@ -46,6 +48,8 @@ pub(crate) struct Held {
     reason: OnceLock<LostReason>,
     /// Wakes the watchdog when the stored lease changed.
     pub(crate) changed: Notify,
+    /// Set by whoever starts the release (the guard's `release` or its drop).
+    release_claimed: AtomicBool,
 }
 
 impl Held {
@@ -62,6 +66,7 @@ impl Held {
             lost: CancellationToken::new(),
             reason: OnceLock::new(),
             changed: Notify::new(),
+            release_claimed: AtomicBool::new(false),
         }
     }
 
@@ -145,6 +150,43 @@ impl Held {
             state.lease.valid_until = cap;
             drop(state);
             self.changed.notify_one();
+        }
+    }
+
+    /// Claims the one release of this lease and marks it lost, so `lost()` fires before any
+    /// release is awaited. `false` when another path claimed it first.
+    pub(crate) fn claim_release(&self) -> bool {
+        if self.release_claimed.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        self.mark_lost(LostReason::Released);
+        true
+    }
+
+    /// Releases the lease on the backend; only after [`claim_release`](Self::claim_release).
+    pub(crate) async fn release(&self) -> Result<bool> {
+        let lease = self.lease();
+        let span = tracing::debug_span!(
+            "fencelock.release",
+            backend = self.backend.name(),
+            key = %lease.key,
+            token = lease.token.get(),
+        );
+        let released = self.backend.release(&lease).instrument(span.clone()).await;
+        span.in_scope(|| tracing::debug!(outcome = ?released.as_ref().ok(), "released"));
+        released
+    }
+
+    /// Releases the lease in a task of the current runtime, if there is one; only after
+    /// [`claim_release`](Self::claim_release).
+    pub(crate) fn release_in_background(self: &Arc<Self>) {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let held = self.clone();
+            runtime.spawn(async move {
+                if let Err(e) = held.release().await {
+                    tracing::debug!(error = %e, "release in the background failed");
+                }
+            });
         }
     }
 }

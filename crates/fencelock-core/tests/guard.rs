@@ -15,13 +15,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fencelock_core::{
     Capabilities, Error, FencingToken, Lease, LockBackend, LockGuard, LockInfo, LockKey, Locker,
-    Result,
+    LostReason, Result,
 };
 use fencelock_memory::MemoryLockBackend;
-use tokio::time::{Instant, sleep};
+use tokio::time::{Instant, sleep, timeout};
 
 /// The memory backend as the server, with a delay on the way back for each extend reply (taken
-/// in call order; none once the list is empty).
+/// in call order; none once the list is empty) and on the way to the server for each release.
 /// An extend is processed by the server the moment it is called; only its reply is late.
 ///
 /// `lose_extend_replies` makes the next extends fail as a dropped connection would after the
@@ -32,7 +32,9 @@ struct Delayed {
     server: MemoryLockBackend,
     extend_reply_delays: Mutex<VecDeque<Duration>>,
     lost_extend_replies: Mutex<VecDeque<Duration>>,
+    release_delay: Mutex<Duration>,
     extends: AtomicUsize,
+    releases: AtomicUsize,
 }
 
 impl Delayed {
@@ -45,6 +47,10 @@ impl Delayed {
             .lock()
             .unwrap()
             .extend(processed_after);
+    }
+
+    fn delay_releases(&self, delay: Duration) {
+        *self.release_delay.lock().unwrap() = delay;
     }
 
     async fn holder_is(&self, guard: &LockGuard) -> bool {
@@ -88,6 +94,9 @@ impl LockBackend for Delayed {
         reply
     }
     async fn release(&self, lease: &Lease) -> Result<bool> {
+        let delay = *self.release_delay.lock().unwrap();
+        sleep(delay).await;
+        self.releases.fetch_add(1, Ordering::SeqCst);
         self.server.release(lease).await
     }
     async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
@@ -230,4 +239,38 @@ async fn a_late_shorter_renewal_after_a_confirmed_longer_one_caps_the_deadline()
     // The watchdog keeps renewing, within the shorter ttl: the lock is still ours.
     assert!(guard.is_held());
     assert!(backend.holder_is(&guard).await);
+}
+
+/// A release cut short by its caller still ends the guard: `lost()` fires, `is_held()` is
+/// false, and the lock is released in the background.
+#[tokio::test(start_paused = true)]
+async fn cancelled_release_still_fires_lost_and_releases() {
+    let backend = Arc::new(Delayed::default());
+    let locker = Locker::new(backend.clone());
+    let guard = locker
+        .lock("slow-release")
+        .ttl(Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let key = guard.lease().key;
+    let lost = guard.lost();
+    let child = guard.lost_token();
+    backend.delay_releases(Duration::from_secs(1));
+    assert!(
+        timeout(Duration::from_millis(10), guard.release())
+            .await
+            .is_err(),
+        "the slow release finished within 10 ms"
+    );
+    let reason = timeout(Duration::from_millis(1), lost)
+        .await
+        .expect("lost() did not fire after a cancelled release");
+    assert_eq!(reason, LostReason::Released);
+    assert!(child.is_cancelled(), "the lost token was not cancelled");
+    sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        backend.server.inspect(&key).await.unwrap().holder,
+        None,
+        "the cancelled release was not finished in the background"
+    );
 }
