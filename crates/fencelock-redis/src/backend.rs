@@ -13,7 +13,8 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use crate::BACKEND;
-use crate::config::{Connection, RedisConfig};
+use crate::config::RedisConfig;
+use crate::connection::Connection;
 use crate::error::{bounded, protocol};
 use crate::scripts::SCRIPTS;
 use crate::storage::RedisStorage;
@@ -84,6 +85,16 @@ impl RedisLockBackend {
     /// The key prefix.
     pub fn prefix(&self) -> &str {
         self.conn.keys.prefix()
+    }
+}
+
+impl RedisConfig {
+    /// Connects a [`RedisLockBackend`]. Reads the server's persistence settings for
+    /// [`Capabilities`] on the way.
+    pub async fn connect(&self) -> Result<RedisLockBackend> {
+        let connection = Connection::open(self).await?;
+        let server_persists = connection.server_persists().await;
+        Ok(RedisLockBackend::new(connection, server_persists))
     }
 }
 

@@ -1,41 +1,46 @@
-//! `RedisConfig`: how to reach one Redis server, and how to name keys there.
+//! `RedisConfig`: how to reach one Redis server, and how to name keys there. It owns the
+//! `redis://` and `rediss://` URL schemes.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
-use fencelock_core::{Error, FenceRule, Result};
-use redis::aio::ConnectionManager;
-use redis::{Client, ConnectionInfo, IntoConnectionInfo};
-use tracing::Instrument;
+use fencelock_core::{Error, FenceRule, HostPort, Result};
+use redis::Client;
 use url::Url;
 
-use crate::backend::RedisLockBackend;
-use crate::error::bounded;
 use crate::keys::{DEFAULT_PREFIX, KeySpace};
-use crate::storage::RedisStorage;
+use crate::redact::{redact, safe_to_echo};
 
 /// The default bound on one call to the server.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// The default bound on establishing a connection.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// The default largest value [`RedisStorage`] accepts: 16 MiB.
+/// The default largest value [`RedisStorage`](crate::RedisStorage) accepts: 16 MiB.
 pub const DEFAULT_MAX_VALUE_LEN: usize = 16 << 20;
+/// The port a URL without one means.
+pub(crate) const DEFAULT_PORT: u16 = 6379;
 
 /// How to reach one Redis server and how to name keys there. Build it, then
-/// [`connect`](Self::connect) a [`RedisLockBackend`] or
-/// [`connect_storage`](Self::connect_storage) a [`RedisStorage`].
+/// [`connect`](Self::connect) a [`RedisLockBackend`](crate::RedisLockBackend) or
+/// [`connect_storage`](Self::connect_storage) a [`RedisStorage`](crate::RedisStorage).
 ///
-/// The URL is `redis://[user][:password@]host[:port][/db]`, or `rediss://` for TLS (with
-/// the `tls` feature). Nothing is checked until a `connect` call, which reports a bad URL or
-/// option as [`Error::InvalidConfig`] before touching the network.
+/// The URL is `redis://[user][:password@]host[:port][/db]`, or `rediss://` for TLS (with the
+/// `tls` feature). [`from_url`](Self::from_url) checks it at once and completely;
+/// [`new`](Self::new) accepts any text and reports a bad URL at `connect`, before touching
+/// the network. Either way a bad URL is [`Error::InvalidConfig`] naming what is wrong (no
+/// host, a port out of range, an unknown option, ...), never quoting the password.
+///
+/// [`to_url`](Self::to_url) gives the URL back, credentials included, so that
+/// `RedisConfig::from_url(&c.to_url())` equals `c`; [`Display`](fmt::Display) and
+/// [`Debug`](fmt::Debug) show it with the password as `***`. Options set with the builder
+/// (prefix, timeouts, value limit, fence rule) are not part of the URL.
 ///
 /// ```no_run
 /// # async fn demo() -> fencelock_core::Result<()> {
 /// use std::time::Duration;
 /// use fencelock_redis::RedisConfig;
 ///
-/// let backend = RedisConfig::new("redis://app:secret@127.0.0.1:6379/0")
+/// let backend = RedisConfig::from_url("redis://app:secret@127.0.0.1:6379/0")?
 ///     .prefix("billing")
 ///     .call_timeout(Duration::from_secs(2))
 ///     .connect()
@@ -43,9 +48,9 @@ pub const DEFAULT_MAX_VALUE_LEN: usize = 16 << 20;
 /// let storage = backend.storage();
 /// # let _ = storage; Ok(()) }
 /// ```
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct RedisConfig {
-    url: String,
+    target: Target,
     prefix: String,
     call_timeout: Duration,
     connect_timeout: Duration,
@@ -53,10 +58,204 @@ pub struct RedisConfig {
     fence_rule: FenceRule,
 }
 
+/// Where the server is: a checked URL, or text given to [`RedisConfig::new`] that is not one
+/// (its error is reported by `connect`).
+#[derive(Clone, PartialEq, Eq)]
+enum Target {
+    Parsed(Endpoint),
+    Unusable(String),
+}
+
+/// A checked `redis://` URL, in its parts. User name and password are kept percent-encoded,
+/// as the URL writes them, so rendering them back gives the same URL.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Endpoint {
+    tls: bool,
+    username: String,
+    password: Option<String>,
+    /// As the URL writes it: an IPv6 address in brackets.
+    host: String,
+    port: u16,
+    db: Option<u32>,
+}
+
+impl Endpoint {
+    /// The URL, with the password as given or as `***`.
+    fn render(&self, redacted: bool) -> String {
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        format!(
+            "{scheme}://{}{}:{}{}",
+            self.userinfo(redacted),
+            self.host,
+            self.port,
+            self.db.map(|db| format!("/{db}")).unwrap_or_default()
+        )
+    }
+
+    /// `user[:password]@`, or nothing when the URL has no credentials.
+    pub(crate) fn userinfo(&self, redacted: bool) -> String {
+        match (&self.password, redacted) {
+            (Some(_), true) => format!("{}:***@", self.username),
+            (Some(password), false) => format!("{}:{password}@", self.username),
+            (None, _) if self.username.is_empty() => String::new(),
+            (None, _) => format!("{}@", self.username),
+        }
+    }
+
+    /// The server's address, host without brackets.
+    pub(crate) fn host_port(&self) -> HostPort {
+        HostPort::new(self.host.trim_matches(['[', ']']), self.port)
+    }
+
+    /// `host:port` as the URL writes it (an IPv6 address in brackets).
+    pub(crate) fn authority(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+
+    /// `/db`, or nothing.
+    pub(crate) fn path(&self) -> String {
+        self.db.map(|db| format!("/{db}")).unwrap_or_default()
+    }
+}
+
+/// What is wrong with a URL, worded to follow "redis URL <url>: ".
+pub(crate) struct Problem {
+    pub(crate) what: String,
+    pub(crate) source: Option<url::ParseError>,
+}
+
+impl Problem {
+    fn new(what: impl Into<String>) -> Self {
+        Problem {
+            what: what.into(),
+            source: None,
+        }
+    }
+
+    /// The error for `kind` URL `input`, shown redacted.
+    pub(crate) fn into_error(self, kind: &str, input: &str) -> Error {
+        Error::InvalidConfig {
+            message: format!("{kind} URL {:?}: {}", redact(input), self.what),
+            source: self.source.map(|e| Box::new(e) as _),
+        }
+    }
+}
+
+/// Parses and checks a `redis://` or `rediss://` URL completely.
+pub(crate) fn parse_endpoint(input: &str) -> std::result::Result<Endpoint, Problem> {
+    let url = Url::parse(input).map_err(|e| unparsable(input, e))?;
+    let tls = match url.scheme() {
+        "redis" => false,
+        "rediss" if cfg!(feature = "tls") => true,
+        "rediss" => {
+            return Err(Problem::new(
+                "rediss:// (TLS) needs the `tls` feature of fencelock-redis",
+            ));
+        }
+        other => {
+            return Err(Problem::new(format!(
+                "scheme `{other}` is not redis:// or rediss://"
+            )));
+        }
+    };
+    let host = url.host_str().unwrap_or_default();
+    if host.is_empty() {
+        return Err(Problem::new("names no host"));
+    }
+    let port = url.port().unwrap_or(DEFAULT_PORT);
+    if port == 0 {
+        return Err(Problem::new("port 0 is out of range (1 to 65535)"));
+    }
+    let db = match url.path() {
+        "" | "/" => None,
+        path => {
+            let digits = &path[1..];
+            let db = (digits.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| digits.parse::<u32>().ok())
+                .flatten();
+            match db {
+                Some(db) => Some(db),
+                None if safe_to_echo(input) => {
+                    return Err(Problem::new(format!(
+                        "the path `{path}` is not a database number (like /0)"
+                    )));
+                }
+                None => {
+                    return Err(Problem::new(
+                        "the path is not a database number (like /0); a password holding \
+                         `/`, `?` or `#` must be percent-encoded",
+                    ));
+                }
+            }
+        }
+    };
+    if let Some(name) = url.query_pairs().map(|(name, _)| name).next() {
+        return Err(if safe_to_echo(input) {
+            Problem::new(format!(
+                "unknown option `{name}` (redis URLs take no options)"
+            ))
+        } else {
+            Problem::new(
+                "redis URLs take no options; a password holding `/`, `?` or `#` must be \
+                 percent-encoded",
+            )
+        });
+    }
+    if url.query().is_some_and(|q| !q.is_empty()) || url.fragment().is_some() {
+        return Err(Problem::new("takes no options or fragment"));
+    }
+    Ok(Endpoint {
+        tls,
+        username: url.username().to_owned(),
+        password: url.password().map(str::to_owned),
+        host: host.to_owned(),
+        port,
+        db,
+    })
+}
+
+/// Says what the `url` crate refused, in the user's terms: an empty host and a port out of
+/// range are named as such.
+fn unparsable(input: &str, e: url::ParseError) -> Problem {
+    let what = match e {
+        url::ParseError::EmptyHost => "names no host".to_owned(),
+        url::ParseError::InvalidPort => port_problem(input),
+        url::ParseError::RelativeUrlWithoutBase => {
+            "is not a URL (expected redis://host[:port][/db])".to_owned()
+        }
+        other => format!("is not a URL: {other}"),
+    };
+    Problem {
+        what,
+        source: Some(e),
+    }
+}
+
+/// What is wrong with the port of `input`, which the `url` crate refused.
+fn port_problem(input: &str) -> String {
+    if !safe_to_echo(input) {
+        return "the port is not a number from 1 to 65535; a password holding `/`, `?` or `#` \
+                must be percent-encoded"
+            .to_owned();
+    }
+    let rest = input.split_once("://").map_or(input, |(_, rest)| rest);
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let port = match host_port.rsplit_once(']') {
+        Some((_, after)) => after.strip_prefix(':').unwrap_or(after),
+        None => host_port.rsplit_once(':').map_or("", |(_, port)| port),
+    };
+    if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) {
+        format!("port {port} is out of range (1 to 65535)")
+    } else {
+        format!("port `{port}` is not a number from 1 to 65535")
+    }
+}
+
 impl fmt::Debug for RedisConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisConfig")
-            .field("url", &redact(&self.url))
+            .field("url", &self.redacted_url())
             .field("prefix", &self.prefix)
             .field("call_timeout", &self.call_timeout)
             .field("connect_timeout", &self.connect_timeout)
@@ -66,18 +265,110 @@ impl fmt::Debug for RedisConfig {
     }
 }
 
+impl fmt::Display for RedisConfig {
+    /// The URL with its password as `***`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted_url())
+    }
+}
+
 impl RedisConfig {
+    /// The URL schemes this config reads: `redis` and `rediss` (TLS, with the `tls` feature).
+    pub const SCHEMES: &'static [&'static str] = &["redis", "rediss"];
+
     /// A configuration for `url` with the defaults: prefix `fencelock`, 5 s per call, 5 s to
-    /// connect, values up to 16 MiB, [`FenceRule::Monotonic`].
+    /// connect, values up to 16 MiB, [`FenceRule::Monotonic`]. The URL is checked by
+    /// `connect`; use [`from_url`](Self::from_url) to check it now.
     pub fn new(url: impl Into<String>) -> Self {
+        let url = url.into();
+        let target = match parse_endpoint(&url) {
+            Ok(endpoint) => Target::Parsed(endpoint),
+            Err(_) => Target::Unusable(url),
+        };
+        Self::with_target(target)
+    }
+
+    /// Parses and checks `url` (`redis://[user][:password@]host[:port][/db]`, or `rediss://`
+    /// with the `tls` feature), with the defaults of [`new`](Self::new).
+    ///
+    /// A URL that is not usable is [`Error::InvalidConfig`], naming what is wrong: no host,
+    /// a port out of range or not a number, a path that is not a database number, an option
+    /// (none are taken), a scheme other than these two, `rediss://` without the `tls`
+    /// feature. The message shows the URL with its password as `***`.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let endpoint = parse_endpoint(url).map_err(|p| p.into_error("redis", url))?;
+        Ok(Self::with_target(Target::Parsed(endpoint)))
+    }
+
+    pub(crate) fn from_endpoint(endpoint: Endpoint) -> Self {
+        Self::with_target(Target::Parsed(endpoint))
+    }
+
+    fn with_target(target: Target) -> Self {
         RedisConfig {
-            url: url.into(),
+            target,
             prefix: DEFAULT_PREFIX.to_owned(),
             call_timeout: DEFAULT_CALL_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             max_value_len: DEFAULT_MAX_VALUE_LEN,
             fence_rule: FenceRule::Monotonic,
         }
+    }
+
+    /// The URL, credentials included: `from_url(&c.to_url())` equals `c` for every `c` that
+    /// [`from_url`](Self::from_url) returns (the port is always written, the database number
+    /// when one was given). For a config built with [`new`](Self::new) from text that is not
+    /// a usable URL, that text.
+    pub fn to_url(&self) -> String {
+        match &self.target {
+            Target::Parsed(endpoint) => endpoint.render(false),
+            Target::Unusable(text) => text.clone(),
+        }
+    }
+
+    /// The URL with its password replaced by `***`, for logs and messages.
+    pub fn redacted_url(&self) -> String {
+        match &self.target {
+            Target::Parsed(endpoint) => endpoint.render(true),
+            Target::Unusable(text) => redact(text),
+        }
+    }
+
+    /// The server this config reaches (one; none when the URL is not usable), port filled in.
+    pub fn hosts(&self) -> Vec<HostPort> {
+        match &self.target {
+            Target::Parsed(endpoint) => vec![endpoint.host_port()],
+            Target::Unusable(_) => Vec::new(),
+        }
+    }
+
+    /// The same config pointed at another server: `hosts` must hold exactly one address.
+    /// Credentials, database and options stay. How tests and fault proxies redirect a config
+    /// without editing URL text.
+    pub fn with_hosts(mut self, hosts: &[HostPort]) -> Result<Self> {
+        let [address] = hosts else {
+            return Err(Error::config(format!(
+                "a redis config reaches one server; {} addresses given",
+                hosts.len()
+            )));
+        };
+        let endpoint = match &mut self.target {
+            Target::Parsed(endpoint) => endpoint,
+            Target::Unusable(text) => {
+                let problem = parse_endpoint(text).err();
+                return Err(problem.map_or_else(
+                    || Error::config("redis URL is not usable"),
+                    |p| p.into_error("redis", text),
+                ));
+            }
+        };
+        let shown = address.to_string();
+        let checked = parse_endpoint(&format!("redis://{shown}")).map_err(|p| {
+            Error::config(format!("redis address `{shown}` is not usable: {}", p.what))
+        })?;
+        endpoint.host = checked.host;
+        endpoint.port = checked.port;
+        Ok(self)
     }
 
     /// The first part of every key name (default `fencelock`). It may not be empty or
@@ -101,39 +392,41 @@ impl RedisConfig {
         self
     }
 
-    /// The largest value [`RedisStorage`] accepts, in bytes (default 16 MiB).
+    /// The largest value [`RedisStorage`](crate::RedisStorage) accepts, in bytes (default
+    /// 16 MiB).
     pub fn max_value_len(mut self, max: usize) -> Self {
         self.max_value_len = max;
         self
     }
 
-    /// The rule [`RedisStorage`] applies (default [`FenceRule::Monotonic`]).
+    /// The rule [`RedisStorage`](crate::RedisStorage) applies (default
+    /// [`FenceRule::Monotonic`]).
     pub fn fence_rule(mut self, rule: FenceRule) -> Self {
         self.fence_rule = rule;
         self
     }
 
-    /// The URL with its password replaced by `***`, for logs and messages.
-    pub fn redacted_url(&self) -> String {
-        redact(&self.url)
+    pub(crate) fn endpoint(&self) -> Option<&Endpoint> {
+        match &self.target {
+            Target::Parsed(endpoint) => Some(endpoint),
+            Target::Unusable(_) => None,
+        }
     }
 
-    /// Connects a [`RedisLockBackend`]. Reads the server's persistence settings for
-    /// [`Capabilities`](fencelock_core::Capabilities) on the way.
-    pub async fn connect(&self) -> Result<RedisLockBackend> {
-        let connection = self.open().await?;
-        let server_persists = connection.server_persists().await;
-        Ok(RedisLockBackend::new(connection, server_persists))
+    pub(crate) fn call_limit(&self) -> Duration {
+        self.call_timeout
     }
 
-    /// Connects a [`RedisStorage`].
-    pub async fn connect_storage(&self) -> Result<RedisStorage> {
-        let connection = self.open().await?;
-        Ok(RedisStorage::new(
-            connection,
-            self.fence_rule,
-            self.max_value_len,
-        ))
+    pub(crate) fn connect_limit(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    pub(crate) fn value_limit(&self) -> usize {
+        self.max_value_len
+    }
+
+    pub(crate) fn rule(&self) -> FenceRule {
+        self.fence_rule
     }
 
     /// Validates everything that can be validated without the network.
@@ -149,138 +442,168 @@ impl RedisConfig {
                 )));
             }
         }
-        let shown = redact(&self.url);
-        let url = Url::parse(&self.url).map_err(|e| Error::InvalidConfig {
-            message: format!("redis URL {shown:?} is not a URL"),
-            source: Some(Box::new(e)),
-        })?;
-        match url.scheme() {
-            "redis" => {}
-            "rediss" if cfg!(feature = "tls") => {}
-            "rediss" => {
-                return Err(Error::config(format!(
-                    "redis URL {shown:?} asks for TLS, which needs the `tls` feature of fencelock-redis"
-                )));
+        let endpoint = match &self.target {
+            Target::Parsed(endpoint) => endpoint,
+            Target::Unusable(text) => {
+                return Err(match parse_endpoint(text) {
+                    Err(problem) => problem.into_error("redis", text),
+                    Ok(_) => Error::config("redis URL is not usable"),
+                });
             }
-            other => {
-                return Err(Error::config(format!(
-                    "redis URL {shown:?} has scheme {other:?}; expected redis:// or rediss://"
-                )));
-            }
-        }
-        if url.host_str().is_none_or(str::is_empty) {
-            return Err(Error::config(format!("redis URL {shown:?} names no host")));
-        }
-        let info: ConnectionInfo =
-            url.into_connection_info()
-                .map_err(|e| Error::InvalidConfig {
-                    message: format!("redis URL {shown:?} is not usable: {e}"),
-                    source: Some(Box::new(e)),
-                })?;
-        let client = Client::open(info).map_err(|e| Error::InvalidConfig {
-            message: format!("redis URL {shown:?} is not usable: {e}"),
+        };
+        let client = Client::open(endpoint.render(false)).map_err(|e| Error::InvalidConfig {
+            message: format!("redis URL {:?} is not usable: {e}", endpoint.render(true)),
             source: Some(Box::new(e)),
         })?;
         Ok((client, keys))
     }
-
-    pub(crate) async fn open(&self) -> Result<Connection> {
-        let (client, keys) = self.validate()?;
-        let url = redact(&self.url);
-        let manager_config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(Some(self.call_timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(200));
-        let span = tracing::debug_span!("connect", backend = crate::BACKEND, url = %url);
-        let manager = bounded(
-            self.connect_timeout + self.call_timeout,
-            "connect",
-            ConnectionManager::new_with_config(client.clone(), manager_config),
-        )
-        .instrument(span)
-        .await?;
-        // The manager connects without sending a command; a PING surfaces refused or
-        // missing credentials now rather than at the first lock.
-        let mut conn = manager.clone();
-        let () = bounded(
-            self.call_timeout,
-            "PING",
-            redis::cmd("PING").query_async(&mut conn),
-        )
-        .await?;
-        Ok(Connection {
-            client,
-            manager,
-            keys,
-            call_timeout: self.call_timeout,
-            connect_timeout: self.connect_timeout,
-            url,
-        })
-    }
 }
 
-/// One server's connection, shared by a backend or a storage and its clones.
-#[derive(Clone)]
-pub(crate) struct Connection {
-    pub(crate) client: Client,
-    pub(crate) manager: ConnectionManager,
-    pub(crate) keys: KeySpace,
-    pub(crate) call_timeout: Duration,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) url: String,
-}
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+    use super::*;
 
-impl fmt::Debug for Connection {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Connection")
-            .field("url", &self.url)
-            .field("prefix", &self.keys.prefix())
-            .field("call_timeout", &self.call_timeout)
-            .finish_non_exhaustive()
-    }
-}
+    const PASSWORD: &str = "s3cr3t";
 
-impl Connection {
-    /// Whether the server persists every write before answering (`appendonly yes` with
-    /// `appendfsync always`). `None` when the server refuses `CONFIG GET`.
-    pub(crate) async fn server_persists(&self) -> Option<bool> {
-        let mut conn = self.manager.clone();
-        let settings: HashMap<String, String> = bounded(
-            self.call_timeout,
-            "CONFIG GET",
-            redis::cmd("CONFIG")
-                .arg("GET")
-                .arg("append*")
-                .query_async(&mut conn),
-        )
-        .await
-        .ok()?;
-        let appendonly = settings.get("appendonly")?;
-        let appendfsync = settings.get("appendfsync")?;
-        Some(appendonly == "yes" && appendfsync == "always")
-    }
-
-    /// A fresh connection for pub/sub.
-    pub(crate) async fn pubsub(&self) -> Result<redis::aio::PubSub> {
-        bounded(
-            self.connect_timeout + self.call_timeout,
-            "pub/sub connect",
-            self.client.get_async_pubsub(),
-        )
-        .await
-    }
-}
-
-/// `url` with any password replaced by `***`; unparsable URLs are hidden entirely.
-fn redact(url: &str) -> String {
-    match Url::parse(url) {
-        Ok(mut parsed) => {
-            if parsed.password().is_some() {
-                let _ = parsed.set_password(Some("***"));
-            }
-            parsed.to_string()
+    #[test]
+    fn round_trips() {
+        for (input, url) in [
+            ("redis://127.0.0.1", "redis://127.0.0.1:6379"),
+            ("redis://127.0.0.1:6380/", "redis://127.0.0.1:6380"),
+            ("redis://127.0.0.1:6379/3", "redis://127.0.0.1:6379/3"),
+            (
+                "redis://app:s3cr3t@localhost:6380/0",
+                "redis://app:s3cr3t@localhost:6380/0",
+            ),
+            ("redis://:s3cr3t@[::1]:6379", "redis://:s3cr3t@[::1]:6379"),
+            ("redis://app@h", "redis://app@h:6379"),
+            ("REDIS://Host.Example", "redis://Host.Example:6379"),
+            ("redis://u:p%40ss%2Fw@h", "redis://u:p%40ss%2Fw@h:6379"),
+            ("redis://u:p@ss@h", "redis://u:p%40ss@h:6379"),
+        ] {
+            let config = RedisConfig::from_url(input).unwrap();
+            assert_eq!(config.to_url(), url, "{input}");
+            assert_eq!(RedisConfig::from_url(&config.to_url()).unwrap(), config);
+            assert_eq!(RedisConfig::new(input), config, "{input}");
+            let shown = config.redacted_url();
+            assert!(
+                !shown.contains("s3cr3t") && !shown.contains("p%40ss"),
+                "{shown}"
+            );
+            assert_eq!(config.to_string(), shown);
+            assert!(!format!("{config:?}").contains("s3cr3t"));
         }
-        Err(_) => "<unparsable URL>".to_owned(),
+        let config = RedisConfig::from_url("redis://app:s3cr3t@h:1/2").unwrap();
+        assert_eq!(config.redacted_url(), "redis://app:***@h:1/2");
+    }
+
+    #[test]
+    fn hosts_and_with_hosts() {
+        let config = RedisConfig::from_url("redis://u:s3cr3t@h1/4").unwrap();
+        assert_eq!(config.hosts(), vec![HostPort::new("h1", 6379)]);
+        let moved = config
+            .clone()
+            .with_hosts(&[HostPort::new("::1", 7000)])
+            .unwrap();
+        assert_eq!(moved.to_url(), "redis://u:s3cr3t@[::1]:7000/4");
+        assert_eq!(moved.hosts(), vec![HostPort::new("::1", 7000)]);
+        for bad in [
+            vec![],
+            vec![HostPort::new("a", 1), HostPort::new("b", 2)],
+            vec![HostPort::new("a", 0)],
+            vec![HostPort::new("a b", 1)],
+            vec![HostPort::new("", 1)],
+        ] {
+            match config.clone().with_hosts(&bad) {
+                Err(Error::InvalidConfig { message, .. }) => {
+                    assert!(!message.contains(PASSWORD), "{message}");
+                }
+                other => panic!("{bad:?}: expected InvalidConfig, got {other:?}"),
+            }
+        }
+        assert!(RedisConfig::new("nope").hosts().is_empty());
+    }
+
+    /// Every bad URL is refused with a message naming the problem, never the password.
+    #[test]
+    fn bad_urls_name_the_problem() {
+        for (input, expected) in [
+            ("redis://:6379", "names no host"),
+            ("redis://:s3cr3t@:6379", "names no host"),
+            ("redis://", "names no host"),
+            ("redis:///0", "names no host"),
+            ("redis:host", "names no host"),
+            ("redis://127.0.0.1:99999", "port 99999 is out of range"),
+            (
+                "redis://:s3cr3t@127.0.0.1:99999",
+                "port 99999 is out of range",
+            ),
+            ("redis://[::1]:70000", "port 70000 is out of range"),
+            ("redis://h:0", "port 0 is out of range"),
+            ("redis://h:abc", "port `abc` is not a number"),
+            ("redis://u:pa/s3cr3t@h", "must be percent-encoded"),
+            ("redis://u:pa?s3cr3t@h:1", "must be percent-encoded"),
+            ("redis://u:pa#s3cr3t@h:1", "must be percent-encoded"),
+            (
+                "redis://host/notadb",
+                "path `/notadb` is not a database number",
+            ),
+            ("redis://host/0/1", "is not a database number"),
+            ("redis://host/-1", "is not a database number"),
+            ("redis://host/+1", "is not a database number"),
+            ("redis://host/99999999999", "is not a database number"),
+            ("redis://host?prefix=x", "unknown option `prefix`"),
+            (
+                "redis://u:s3cr3t@host?protocol=resp3",
+                "unknown option `protocol`",
+            ),
+            ("redis://host#frag", "takes no options or fragment"),
+            ("http://host", "scheme `http` is not redis"),
+            ("", "is not a URL"),
+            ("127.0.0.1:6379", "is not a URL"),
+            ("localhost:6379", "scheme `localhost`"),
+            ("redis://[::1", "is not a URL"),
+        ] {
+            for result in [
+                RedisConfig::from_url(input).map(drop),
+                RedisConfig::new(input).validate().map(drop),
+            ] {
+                match result {
+                    Err(Error::InvalidConfig { message, .. }) => {
+                        assert!(message.contains(expected), "{input:?}: {message}");
+                        assert!(!message.contains(PASSWORD), "{input:?}: {message}");
+                        assert!(message.starts_with("redis URL"), "{message}");
+                    }
+                    other => panic!("{input:?}: expected InvalidConfig, got {other:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn tls_needs_its_feature() {
+        let result = RedisConfig::from_url("rediss://:s3cr3t@host:6380");
+        if cfg!(feature = "tls") {
+            let config = result.unwrap();
+            assert_eq!(config.to_url(), "rediss://:s3cr3t@host:6380");
+            assert_eq!(RedisConfig::from_url(&config.to_url()).unwrap(), config);
+        } else {
+            match result {
+                Err(Error::InvalidConfig { message, .. }) => {
+                    assert!(message.contains("`tls` feature"), "{message}");
+                    assert!(!message.contains(PASSWORD), "{message}");
+                }
+                other => panic!("expected InvalidConfig, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn unusable_urls_given_to_new_are_reported_by_validate() {
+        let config = RedisConfig::new("redis://:s3cr3t@127.0.0.1:99999");
+        assert!(!format!("{config:?}").contains(PASSWORD));
+        assert!(!config.to_string().contains(PASSWORD));
+        assert!(config.validate().is_err());
     }
 }

@@ -3,8 +3,10 @@
 
 mod backend;
 mod config;
+mod connection;
 mod error;
 mod keys;
+mod redact;
 mod redlock;
 mod redlock_config;
 mod redlock_round;

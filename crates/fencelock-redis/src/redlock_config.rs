@@ -5,43 +5,51 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_core::{Error, Result};
-use url::Url;
+use fencelock_core::{Error, HostPort, Result};
 
-use crate::config::{DEFAULT_CONNECT_TIMEOUT, RedisConfig};
+use crate::config::{DEFAULT_CONNECT_TIMEOUT, RedisConfig, parse_endpoint};
 use crate::keys::DEFAULT_PREFIX;
+use crate::redact::{redact, safe_to_echo};
 use crate::redlock::Redlock;
 use crate::redlock_round::{Node, Round, quorum};
 
 /// The default bound on one node's answer to one call.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// The nodes of a [`Redlock`] and its options. Build it, then [`connect`](Self::connect).
+/// The nodes of a [`Redlock`] and its options. Build it, then [`connect`](Self::connect); the
+/// server that keeps the fenced data is [`connect_storage`](Self::connect_storage).
 ///
-/// Each node is a `redis://` (or, with the `tls` feature, `rediss://`) URL of an
-/// **independent** server: not replicas of one another, not one Redis Cluster. Credentials
-/// and database number go in each URL, so they may differ between nodes. The same server
-/// listed twice is refused, since it would count twice towards a quorum.
+/// Each node is an **independent** server: not replicas of one another, not one Redis
+/// Cluster. The same server listed twice is refused, since it would count twice towards a
+/// quorum.
+///
+/// It owns the `redlock://` URL scheme:
+/// `redlock://[user][:password@]host1:port1,host2:port2,...[/db][?storage=<redis URL>]`, one
+/// set of credentials and one database number for every node (each node is reached as
+/// `redis://[user][:password@]hostN:portN[/db]`). `storage` is the `redis://` URL of the
+/// server that keeps the fenced data, percent-encoded; by default the first node. Nodes with
+/// different credentials, TLS nodes and a storage with its own options: build the config
+/// with [`new`](Self::new) and [`with_storage`](Self::with_storage) instead.
 ///
 /// ```no_run
 /// # async fn demo() -> fencelock_core::Result<()> {
 /// use std::time::Duration;
 /// use fencelock_redis::RedlockConfig;
 ///
-/// let redlock = RedlockConfig::new([
-///     "redis://10.0.0.1:6379",
-///     "redis://10.0.0.2:6379",
-///     "redis://10.0.0.3:6379",
-/// ])
+/// let config = RedlockConfig::from_url(
+///     "redlock://10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379?storage=redis%3A%2F%2F10.0.0.9%3A6379",
+/// )?
 /// .prefix("billing")
-/// .node_timeout(Duration::from_millis(200))
-/// .connect()
-/// .await?;
-/// # let _ = redlock; Ok(()) }
+/// .node_timeout(Duration::from_millis(200));
+/// let redlock = config.connect().await?;
+/// let storage = config.connect_storage().await?;
+/// # let _ = (redlock, storage); Ok(()) }
 /// ```
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct RedlockConfig {
-    nodes: Vec<String>,
+    nodes: Vec<RedisConfig>,
+    /// `None`: the first node.
+    storage: Option<RedisConfig>,
     prefix: String,
     node_timeout: Duration,
     connect_timeout: Duration,
@@ -49,13 +57,13 @@ pub struct RedlockConfig {
 
 impl fmt::Debug for RedlockConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let nodes: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|url| RedisConfig::new(url.as_str()).redacted_url())
-            .collect();
+        let nodes: Vec<String> = self.nodes.iter().map(RedisConfig::redacted_url).collect();
         f.debug_struct("RedlockConfig")
             .field("nodes", &nodes)
+            .field(
+                "storage",
+                &self.storage.as_ref().map(RedisConfig::redacted_url),
+            )
             .field("prefix", &self.prefix)
             .field("node_timeout", &self.node_timeout)
             .field("connect_timeout", &self.connect_timeout)
@@ -63,20 +71,244 @@ impl fmt::Debug for RedlockConfig {
     }
 }
 
+impl fmt::Display for RedlockConfig {
+    /// The `redlock://` URL with every password as `***`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted_url())
+    }
+}
+
+const SCHEME: &str = "redlock://";
+
 impl RedlockConfig {
-    /// A configuration over the servers at `urls`, with the defaults: prefix `fencelock`,
-    /// 500 ms per node and call, 5 s to connect.
+    /// The URL scheme this config reads: `redlock`.
+    pub const SCHEMES: &'static [&'static str] = &["redlock"];
+
+    /// A configuration over the servers at `urls` (each a `redis://` URL, with its own
+    /// credentials and database), with the defaults: prefix `fencelock`, 500 ms per node and
+    /// call, 5 s to connect, the fenced data on the first node. The URLs are checked by
+    /// `connect`.
     pub fn new<I>(urls: I) -> Self
     where
         I: IntoIterator,
         I::Item: Into<String>,
     {
+        Self::with_nodes(urls.into_iter().map(RedisConfig::new).collect(), None)
+    }
+
+    fn with_nodes(nodes: Vec<RedisConfig>, storage: Option<RedisConfig>) -> Self {
         RedlockConfig {
-            nodes: urls.into_iter().map(Into::into).collect(),
+            nodes,
+            storage,
             prefix: DEFAULT_PREFIX.to_owned(),
             node_timeout: DEFAULT_NODE_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
+    }
+
+    /// Parses and checks a `redlock://` URL (see the type's docs), with the defaults of
+    /// [`new`](Self::new).
+    ///
+    /// Every node is checked as a `redis://` URL would be, so the errors are the same ("names
+    /// no host", "port 99999 is out of range", ...) and name the node; an empty node, the same
+    /// server twice, credentials given per node, a `storage` that is not a `redis://` URL and
+    /// any other option are refused. Errors are [`Error::InvalidConfig`] and never show a
+    /// password.
+    pub fn from_url(input: &str) -> Result<Self> {
+        let shown = redact(input);
+        let echo = safe_to_echo(input);
+        let fail = |what: String| Error::config(format!("redlock URL {shown:?}: {what}"));
+        let rest = match input.get(..SCHEME.len()) {
+            Some(scheme) if scheme.eq_ignore_ascii_case(SCHEME) => &input[SCHEME.len()..],
+            _ => return Err(fail("the scheme is not redlock://".to_owned())),
+        };
+        let (rest, fragment) = match rest.split_once('#') {
+            Some((rest, fragment)) => (rest, Some(fragment)),
+            None => (rest, None),
+        };
+        if fragment.is_some() {
+            return Err(fail("takes no fragment".to_owned()));
+        }
+        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((userinfo, hosts)) => (Some(userinfo), hosts),
+            None => (None, authority),
+        };
+        if userinfo.is_some_and(|u| u.contains(',')) {
+            return Err(fail(
+                "one set of credentials goes before the first node (percent-encoded); for \
+                 credentials per node build a RedlockConfig with `new`"
+                    .to_owned(),
+            ));
+        }
+        if hosts.is_empty() {
+            return Err(fail("names no node".to_owned()));
+        }
+        let count = hosts.split(',').count();
+        let mut nodes = Vec::with_capacity(count);
+        for (index, host) in hosts.split(',').enumerate() {
+            let which = if echo && !host.is_empty() {
+                format!("node {} of {count} (`{host}`)", index + 1)
+            } else {
+                format!("node {} of {count}", index + 1)
+            };
+            if host.is_empty() {
+                return Err(fail(format!("{which} is empty")));
+            }
+            let url = match userinfo {
+                Some(userinfo) => format!("redis://{userinfo}@{host}{path}"),
+                None => format!("redis://{host}{path}"),
+            };
+            let endpoint = parse_endpoint(&url).map_err(|problem| {
+                let what = if echo {
+                    problem.what
+                } else {
+                    "is not host[:port]; a password holding `/`, `?` or `#` must be \
+                     percent-encoded"
+                        .to_owned()
+                };
+                Error::InvalidConfig {
+                    message: format!("redlock URL {shown:?}: {which} {what}"),
+                    source: problem.source.map(|e| Box::new(e) as _),
+                }
+            })?;
+            nodes.push(RedisConfig::from_endpoint(endpoint));
+        }
+        if let Err(label) = distinct(&nodes) {
+            return Err(fail(format!(
+                "node {label} is listed twice; each node must be a different server"
+            )));
+        }
+        let mut storage = None;
+        for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
+            match &*name {
+                "storage" if storage.is_none() => {
+                    let endpoint =
+                        parse_endpoint(&value).map_err(|problem| Error::InvalidConfig {
+                            message: format!(
+                                "redlock URL {shown:?}: storage {:?} {}",
+                                redact(&value),
+                                problem.what
+                            ),
+                            source: problem.source.map(|e| Box::new(e) as _),
+                        })?;
+                    storage = Some(RedisConfig::from_endpoint(endpoint));
+                }
+                "storage" => return Err(fail("repeats `storage`".to_owned())),
+                other if echo => {
+                    return Err(fail(format!("unknown option `{other}` (only `storage`)")));
+                }
+                _ => return Err(fail("takes only the option `storage`".to_owned())),
+            }
+        }
+        // The first node is the default: say nothing about it, so the URL round-trips.
+        let storage = storage.filter(|s| Some(s) != nodes.first());
+        Ok(Self::with_nodes(nodes, storage))
+    }
+
+    /// The `redlock://` URL, credentials included: `from_url(&c.to_url())` equals `c` for
+    /// every `c` that [`from_url`](Self::from_url) returns. `?storage=` is written only when
+    /// the storage is not the first node. The credentials and database are the first
+    /// node's: a config built with [`new`](Self::new) whose nodes differ in those has no
+    /// `redlock://` URL that says so.
+    pub fn to_url(&self) -> String {
+        self.render(false)
+    }
+
+    /// [`to_url`](Self::to_url) with every password (the storage's included) as `***`.
+    pub fn redacted_url(&self) -> String {
+        self.render(true)
+    }
+
+    fn render(&self, redacted: bool) -> String {
+        let first = self.nodes.first().and_then(RedisConfig::endpoint);
+        let mut url = SCHEME.to_owned();
+        if let Some(first) = first {
+            url.push_str(&first.userinfo(redacted));
+        }
+        let hosts: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|node| match node.endpoint() {
+                Some(endpoint) => endpoint.authority(),
+                None if redacted => node.redacted_url(),
+                None => node.to_url(),
+            })
+            .collect();
+        url.push_str(&hosts.join(","));
+        if let Some(first) = first {
+            url.push_str(&first.path());
+        }
+        if let Some(storage) = &self.storage {
+            let text = if redacted {
+                storage.redacted_url()
+            } else {
+                storage.to_url()
+            };
+            url.push_str("?storage=");
+            url.extend(url::form_urlencoded::byte_serialize(text.as_bytes()));
+        }
+        url
+    }
+
+    /// The lock nodes, in URL order, ports filled in. The storage server is not among them
+    /// unless it is a lock node too; see [`storage`](Self::storage).
+    pub fn hosts(&self) -> Vec<HostPort> {
+        self.nodes.iter().flat_map(RedisConfig::hosts).collect()
+    }
+
+    /// The same config with its lock nodes at `hosts` (one address per node, in order).
+    /// A storage set apart with `?storage=` or [`with_storage`](Self::with_storage) stays
+    /// where it is (point it elsewhere with `with_storage(storage.with_hosts(..))`); the
+    /// default storage is the first node, wherever that now is.
+    pub fn with_hosts(mut self, hosts: &[HostPort]) -> Result<Self> {
+        if hosts.len() != self.nodes.len() {
+            return Err(Error::config(format!(
+                "redlock has {} nodes; {} addresses given",
+                self.nodes.len(),
+                hosts.len()
+            )));
+        }
+        self.nodes = self
+            .nodes
+            .into_iter()
+            .zip(hosts)
+            .map(|(node, host)| node.with_hosts(std::slice::from_ref(host)))
+            .collect::<Result<_>>()?;
+        Ok(self)
+    }
+
+    /// The lock nodes' configs, in order.
+    pub fn node_configs(&self) -> &[RedisConfig] {
+        &self.nodes
+    }
+
+    /// The config of the server that keeps the fenced data: the one set with `?storage=` or
+    /// [`with_storage`](Self::with_storage), else the first node. `None` only for a config
+    /// without nodes, which `connect` refuses.
+    pub fn storage(&self) -> Option<&RedisConfig> {
+        self.storage.as_ref().or(self.nodes.first())
+    }
+
+    /// Keeps the fenced data on the server `storage` names (its own timeouts, value limit
+    /// and fence rule apply; the key prefix is this config's).
+    pub fn with_storage(mut self, storage: RedisConfig) -> Self {
+        self.storage = Some(storage);
+        self
+    }
+
+    /// Connects a [`RedisStorage`](crate::RedisStorage) on the [`storage`](Self::storage)
+    /// server, with this config's key prefix.
+    pub async fn connect_storage(&self) -> Result<crate::RedisStorage> {
+        let Some(storage) = self.storage() else {
+            return Err(Error::config("redlock needs at least one node"));
+        };
+        storage
+            .clone()
+            .prefix(self.prefix.as_str())
+            .connect_storage()
+            .await
     }
 
     /// The first part of every key name on every node (default `fencelock`); the same rules
@@ -110,7 +342,7 @@ impl RedlockConfig {
     /// Refused credentials on a node are [`Error::InvalidConfig`] too; fewer than a quorum
     /// of reachable nodes is [`Error::QuorumFailed`] naming what each node answered.
     pub async fn connect(&self) -> Result<Redlock> {
-        let nodes = self.nodes()?;
+        let nodes = self.build_nodes()?;
         let needed = quorum(nodes.len());
         // Every node's attempt is awaited (each bounded), so the capabilities read at connect
         // time cover every reachable node.
@@ -135,7 +367,7 @@ impl RedlockConfig {
     }
 
     /// Checks every option and URL without touching the network, and builds the nodes.
-    fn nodes(&self) -> Result<Vec<Arc<Node>>> {
+    fn build_nodes(&self) -> Result<Vec<Arc<Node>>> {
         if self.nodes.is_empty() {
             return Err(Error::config("redlock needs at least one node"));
         }
@@ -144,34 +376,239 @@ impl RedlockConfig {
                 "redlock node_timeout and connect_timeout must be greater than zero",
             ));
         }
-        let mut seen = HashSet::new();
         let mut nodes = Vec::with_capacity(self.nodes.len());
-        for url in &self.nodes {
-            let config = RedisConfig::new(url.as_str())
+        for node in &self.nodes {
+            let config = node
+                .clone()
                 .prefix(self.prefix.as_str())
                 .call_timeout(self.node_timeout)
                 .connect_timeout(self.connect_timeout);
             config.validate()?;
-            // validate() accepted it, so it parses and names a host.
-            let parsed = Url::parse(url).map_err(|e| Error::InvalidConfig {
-                message: format!("redis URL {:?} is not a URL", config.redacted_url()),
-                source: Some(Box::new(e)),
-            })?;
-            let host = parsed.host_str().unwrap_or_default().to_ascii_lowercase();
-            let port = parsed.port().unwrap_or(6379);
-            let label = if host.contains(':') {
-                format!("[{}]:{port}", host.trim_matches(|c| c == '[' || c == ']'))
-            } else {
-                format!("{host}:{port}")
-            };
-            // Two databases of one server fail together: still one node.
-            if !seen.insert(label.clone()) {
-                return Err(Error::config(format!(
-                    "redlock node {label} is listed twice; each node must be a different server"
-                )));
-            }
-            nodes.push(Arc::new(Node::new(label, config)));
+            nodes.push(config);
         }
-        Ok(nodes)
+        if let Err(label) = distinct(&nodes) {
+            return Err(Error::config(format!(
+                "redlock node {label} is listed twice; each node must be a different server"
+            )));
+        }
+        Ok(nodes
+            .into_iter()
+            .map(|config| Arc::new(Node::new(label(&config), config)))
+            .collect())
+    }
+}
+
+/// A node's name in reports: `host:port`, the host in lower case.
+fn label(config: &RedisConfig) -> String {
+    match config.endpoint() {
+        Some(endpoint) => {
+            let address = endpoint.host_port();
+            HostPort::new(address.host.to_ascii_lowercase(), address.port).to_string()
+        }
+        None => config.redacted_url(),
+    }
+}
+
+/// Checks that no server is listed twice (two databases of one server fail together: still
+/// one node); the label of the first repeated one otherwise.
+fn distinct(nodes: &[RedisConfig]) -> std::result::Result<(), String> {
+    let mut seen = HashSet::new();
+    for node in nodes {
+        let label = label(node);
+        if !seen.insert(label.clone()) {
+            return Err(label);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+    use super::*;
+
+    const PASSWORD: &str = "s3cr3t";
+
+    #[test]
+    fn parses_nodes_credentials_db_and_storage() {
+        let config = RedlockConfig::from_url("redlock://h1:6379,h2:6380,[::1]:6381").unwrap();
+        assert_eq!(
+            config.hosts(),
+            vec![
+                HostPort::new("h1", 6379),
+                HostPort::new("h2", 6380),
+                HostPort::new("::1", 6381)
+            ]
+        );
+        assert_eq!(config.storage(), config.node_configs().first());
+        assert_eq!(
+            config.to_url(),
+            "redlock://h1:6379,h2:6380,[::1]:6381",
+            "no ?storage= for the default"
+        );
+
+        let config = RedlockConfig::from_url(
+            "redlock://app:s3cr3t@h1:1,h2/3?storage=redis%3A%2F%2Fu%3Apw%40data%3A7%2F1",
+        )
+        .unwrap();
+        let nodes: Vec<String> = config
+            .node_configs()
+            .iter()
+            .map(RedisConfig::to_url)
+            .collect();
+        assert_eq!(
+            nodes,
+            ["redis://app:s3cr3t@h1:1/3", "redis://app:s3cr3t@h2:6379/3"]
+        );
+        assert_eq!(
+            config.storage().map(RedisConfig::to_url).as_deref(),
+            Some("redis://u:pw@data:7/1")
+        );
+        let shown = config.redacted_url();
+        assert!(
+            !shown.contains(PASSWORD) && !shown.contains("pw%40"),
+            "{shown}"
+        );
+        assert!(
+            shown.starts_with("redlock://app:***@h1:1,h2:6379/3?storage="),
+            "{shown}"
+        );
+        assert_eq!(config.to_string(), shown);
+        assert!(!format!("{config:?}").contains(PASSWORD));
+        assert!(!format!("{config:?}").contains(":pw@"));
+
+        // An unencoded storage URL works too, and a storage equal to the first node is the
+        // default.
+        let plain = RedlockConfig::from_url("REDLOCK://h1,h2?storage=redis://h1:6379").unwrap();
+        assert_eq!(plain, RedlockConfig::from_url("redlock://h1,h2").unwrap());
+    }
+
+    #[test]
+    fn round_trips() {
+        for input in [
+            "redlock://h1",
+            "redlock://h1:1,h2:2,h3:3",
+            "redlock://:s3cr3t@h1,h2/2",
+            "redlock://user@h1,h2",
+            "redlock://user:p%2Fss@h1,h2?storage=redis%3A%2F%2F%3Apw%40d%3A9%2F4",
+            "redlock://h1,h2?storage=redis://h3",
+            "redlock://[::1]:7000,[::1]:7001",
+        ] {
+            let config = RedlockConfig::from_url(input).unwrap();
+            assert_eq!(
+                RedlockConfig::from_url(&config.to_url()).unwrap(),
+                config,
+                "{input} -> {}",
+                config.to_url()
+            );
+        }
+    }
+
+    #[test]
+    fn with_hosts_moves_the_lock_nodes() {
+        let config =
+            RedlockConfig::from_url("redlock://:s3cr3t@h1,h2,h3/1?storage=redis://d:9").unwrap();
+        let moved = config
+            .clone()
+            .with_hosts(&[
+                HostPort::new("p", 1),
+                HostPort::new("p", 2),
+                HostPort::new("p", 3),
+            ])
+            .unwrap();
+        assert_eq!(
+            moved.to_url(),
+            "redlock://:s3cr3t@p:1,p:2,p:3/1?storage=redis%3A%2F%2Fd%3A9"
+        );
+        assert_eq!(moved.storage(), config.storage());
+        let default = RedlockConfig::from_url("redlock://h1,h2").unwrap();
+        let moved = default
+            .with_hosts(&[HostPort::new("p", 1), HostPort::new("p", 2)])
+            .unwrap();
+        assert_eq!(
+            moved.storage().unwrap().hosts(),
+            vec![HostPort::new("p", 1)]
+        );
+        assert!(matches!(
+            config.with_hosts(&[HostPort::new("p", 1)]),
+            Err(Error::InvalidConfig { .. })
+        ));
+    }
+
+    /// Every bad URL is refused with a message naming the problem, never the password.
+    #[test]
+    fn bad_urls_name_the_problem() {
+        for (input, expected) in [
+            ("redlock://", "names no node"),
+            ("redlock://:s3cr3t@", "names no node"),
+            ("redis://h1,h2", "scheme is not redlock://"),
+            ("redlock://h1,,h2", "node 2 of 3 is empty"),
+            ("redlock://h1,", "node 2 of 2 is empty"),
+            (
+                "redlock://h1:notaport,h2",
+                "node 1 of 2 (`h1:notaport`) port `notaport`",
+            ),
+            (
+                "redlock://:s3cr3t@h1,h2:99999",
+                "node 2 of 2 (`h2:99999`) port 99999 is out of range",
+            ),
+            ("redlock://h1,:6379", "node 2 of 2 (`:6379`) names no host"),
+            ("redlock://h1,h2/notadb", "is not a database number"),
+            ("redlock://h1,h2/0/1", "is not a database number"),
+            ("redlock://h1,h2?prefix=x", "unknown option `prefix`"),
+            ("redlock://h1,h2?storage=http://x", "scheme `http`"),
+            (
+                "redlock://h1,h2?storage=redis%3A%2F%2F%3As3cr3t%40%3A1",
+                "storage",
+            ),
+            (
+                "redlock://h1,h2?storage=redis%3A%2F%2F%3As3cr3t%40d%3A99999",
+                "port 99999 is out of range",
+            ),
+            (
+                "redlock://h1,h2?storage=redis://x&storage=redis://y",
+                "repeats `storage`",
+            ),
+            ("redlock://h1,h2#frag", "takes no fragment"),
+            (
+                "redlock://u:s3cr3t@h1,v:s3cr3t@h2",
+                "one set of credentials",
+            ),
+            ("redlock://h1,H1:6379", "node h1:6379 is listed twice"),
+            ("redlock://h1:6379/0,h1:6379/1", "is not a database number"),
+            ("redlock://u:pa/s3cr3t@h1,h2", "must be percent-encoded"),
+            ("redlock://u:pa?s3cr3t@h1,h2", "must be percent-encoded"),
+        ] {
+            match RedlockConfig::from_url(input) {
+                Err(Error::InvalidConfig { message, .. }) => {
+                    assert!(message.contains(expected), "{input:?}: {message}");
+                    assert!(!message.contains(PASSWORD), "{input:?}: {message}");
+                }
+                other => panic!("{input:?}: expected InvalidConfig, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn configs_from_new_are_checked_at_build() {
+        let config = RedlockConfig::new(["redis://h1:1", "redis://H1:1/2"]);
+        assert!(matches!(
+            config.build_nodes(),
+            Err(Error::InvalidConfig { .. })
+        ));
+        let config = RedlockConfig::new(["redis://:s3cr3t@h1:99999"]);
+        match config.build_nodes() {
+            Err(Error::InvalidConfig { message, .. }) => {
+                assert!(message.contains("out of range"), "{message}");
+                assert!(!message.contains(PASSWORD), "{message}");
+            }
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        }
+        assert!(!format!("{config:?}").contains(PASSWORD));
+        assert!(!config.to_string().contains(PASSWORD));
+        assert!(matches!(
+            RedlockConfig::new(Vec::<String>::new()).build_nodes(),
+            Err(Error::InvalidConfig { .. })
+        ));
     }
 }

@@ -12,7 +12,8 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use tokio::sync::OnceCell;
 
-use crate::config::{Connection, RedisConfig};
+use crate::config::RedisConfig;
+use crate::connection::Connection;
 use crate::waiters::Waiters;
 
 /// One independent Redis server of a Redlock. Connected at most once, lazily: a node that was
@@ -55,7 +56,7 @@ impl Node {
         let link = self
             .link
             .get_or_try_init(|| async {
-                let conn = self.config.open().await?;
+                let conn = Connection::open(&self.config).await?;
                 let persists = conn.server_persists().await;
                 Ok::<_, Error>(Link {
                     waiters: Arc::new(Waiters::new(conn.clone())),

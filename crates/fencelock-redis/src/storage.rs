@@ -10,7 +10,8 @@ use tracing::field::Empty;
 
 use crate::BACKEND;
 use crate::backend::finish;
-use crate::config::{Connection, RedisConfig};
+use crate::config::RedisConfig;
+use crate::connection::Connection;
 use crate::error::{bounded, protocol};
 use crate::scripts::SCRIPTS;
 
@@ -46,6 +47,18 @@ pub struct RedisStorage {
     conn: Connection,
     rule: FenceRule,
     max_value_len: usize,
+}
+
+impl RedisConfig {
+    /// Connects a [`RedisStorage`] with this config's fence rule and value limit.
+    pub async fn connect_storage(&self) -> Result<RedisStorage> {
+        let connection = Connection::open(self).await?;
+        Ok(RedisStorage::new(
+            connection,
+            self.rule(),
+            self.value_limit(),
+        ))
+    }
 }
 
 impl RedisStorage {

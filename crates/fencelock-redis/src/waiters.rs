@@ -12,7 +12,7 @@ use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::config::Connection;
+use crate::connection::Connection;
 use crate::error::bounded;
 
 /// The subscriber connection and the waiters per channel.
