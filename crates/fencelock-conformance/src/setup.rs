@@ -51,6 +51,19 @@ impl Setup {
         }
     }
 
+    /// A setup for [`storage_suite!`](crate::storage_suite): `backend` only supplies fencing
+    /// tokens for `storage`, the storage under test. The storage properties never take the
+    /// backend away, so its [`Outage`] panics, saying so, if anything calls it.
+    pub fn for_storage(backend: Arc<dyn LockBackend>, storage: Arc<dyn FencedStorage>) -> Self {
+        Setup::new(
+            backend,
+            storage,
+            Box::new(|| -> BoxFuture<()> {
+                panic!("a Setup::for_storage has no outage: run it with storage_suite!")
+            }),
+        )
+    }
+
     /// Keeps `value` alive for the duration of the test.
     pub fn keep(mut self, value: impl Any + Send + Sync) -> Self {
         self.keep_alive.push(Box::new(value));

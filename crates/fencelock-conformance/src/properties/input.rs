@@ -1,0 +1,139 @@
+//! Input at the edges: keys, ttls and wait budgets a caller can pass.
+
+use std::time::Duration;
+
+use fencelock_core::{Error, LockKey, Locker, OwnerId};
+
+use super::support::{LONG_TTL, grant, key, peek};
+use crate::Setup;
+
+declare_properties!(__fencelock_conformance_input, {
+    /// Empty, overlong and control-character keys are `InvalidKey` before any backend call.
+    pub async fn bad_keys_are_refused(s: &Setup) {
+        let locker = Locker::new(s.backend.clone());
+        let long = "k".repeat(LockKey::MAX_LEN + 1);
+        for bad in [
+            "",
+            "nul\0inside",
+            "tab\tinside",
+            "line\nbreak",
+            "bell\u{7}",
+            long.as_str(),
+        ] {
+            assert!(
+                matches!(LockKey::new(bad), Err(Error::InvalidKey { .. })),
+                "LockKey accepted {bad:?}"
+            );
+            match locker.lock(bad).wait(Duration::ZERO).await {
+                Err(Error::InvalidKey { .. }) => {}
+                other => panic!("locker accepted bad key {bad:?}: {other:?}"),
+            }
+        }
+        assert!(matches!(
+            LockKey::from_bytes(b"\xff\xfe"),
+            Err(Error::InvalidKey { .. })
+        ));
+    }
+
+    /// Keys with braces, quotes, spaces, Unicode and the full 512 bytes work and stay distinct.
+    pub async fn unusual_keys_round_trip(s: &Setup) {
+        let (b, st) = (&*s.backend, &*s.storage);
+        let tag = OwnerId::random().to_string();
+        let mut names = vec![
+            format!("{{{tag}}}"),
+            format!("{tag}}}{{"),
+            format!("{tag}:{{x}}:lock"),
+            format!("quote\"s and 'apostrophes' {tag}"),
+            format!("with spaces {tag}"),
+            format!("ünïcødé ✓ 🔒 {tag}"),
+            format!("percent%s and \\backslash {tag}"),
+        ];
+        let pad = LockKey::MAX_LEN - tag.len();
+        names.push(format!("{tag}{}", "x".repeat(pad)));
+        names.push(format!("{tag}{}", "€".repeat(pad / 3)));
+        let mut leases = Vec::new();
+        for name in &names {
+            let key = LockKey::new(name).unwrap();
+            let lease = grant(b, &key, LONG_TTL).await;
+            let info = b.inspect(&key).await.unwrap();
+            assert_eq!(
+                info.holder,
+                Some(lease.fence()),
+                "inspect lost key {name:?}"
+            );
+            st.write(&key, lease.fence(), name.as_bytes())
+                .await
+                .unwrap();
+            leases.push(lease);
+        }
+        for (name, lease) in names.iter().zip(&leases) {
+            let snapshot = peek(st, &lease.key).await.unwrap();
+            assert_eq!(
+                snapshot.value.as_deref(),
+                Some(name.as_bytes()),
+                "keys collided"
+            );
+            assert!(
+                b.release(lease).await.unwrap(),
+                "release failed for {name:?}"
+            );
+        }
+    }
+
+    /// Zero, sub-millisecond and too-long ttls are `InvalidTtl` and change nothing.
+    pub async fn bad_ttls_are_refused_and_change_nothing(s: &Setup) {
+        let b = &*s.backend;
+        let key = key("bad-ttl");
+        let max = b.capabilities().max_ttl;
+        let bad = [
+            Duration::ZERO,
+            Duration::from_micros(500),
+            max + Duration::from_millis(1),
+            Duration::MAX,
+        ];
+        for ttl in bad {
+            match b.try_acquire(&key, ttl).await {
+                Err(Error::InvalidTtl { .. }) => {}
+                other => panic!("try_acquire with ttl {ttl:?}: expected InvalidTtl, got {other:?}"),
+            }
+        }
+        let untouched = b.inspect(&key).await.unwrap();
+        assert_eq!(
+            (untouched.holder, untouched.last_token),
+            (None, None),
+            "a refused ttl touched the key"
+        );
+        let lease = grant(b, &key, LONG_TTL).await;
+        for ttl in bad {
+            match b.extend(&lease, ttl).await {
+                Err(Error::InvalidTtl { .. }) => {}
+                other => panic!("extend with ttl {ttl:?}: expected InvalidTtl, got {other:?}"),
+            }
+        }
+        let locker = Locker::new(s.backend.clone());
+        assert!(matches!(
+            locker.lock(key.as_str()).ttl(Duration::ZERO).await,
+            Err(Error::InvalidTtl { .. })
+        ));
+        let info = b.inspect(&key).await.unwrap();
+        assert_eq!(
+            info.holder,
+            Some(lease.fence()),
+            "a refused extend changed the lease"
+        );
+        assert_eq!(info.last_token, Some(lease.token));
+        assert!(b.release(&lease).await.unwrap());
+    }
+
+    /// A wait budget that overflows the clock is `InvalidConfig` and takes no lock.
+    pub async fn wait_budget_overflow_is_refused(s: &Setup) {
+        let locker = Locker::new(s.backend.clone());
+        let key = key("overflow");
+        match locker.lock(key.as_str()).wait(Duration::MAX).await {
+            Err(Error::InvalidConfig { .. }) => {}
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        }
+        let info = s.backend.inspect(&key).await.unwrap();
+        assert_eq!((info.holder, info.last_token), (None, None));
+    }
+});

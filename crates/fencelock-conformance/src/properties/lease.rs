@@ -1,0 +1,176 @@
+//! One lease at a time per key, on the backend alone: who holds it, until when, and what a
+//! superseded holder can no longer do.
+
+use std::time::Duration;
+
+use fencelock_core::Error;
+use tokio::time::{Instant, sleep};
+
+use super::support::{LONG_TTL, PAST_SHORT_TTL, SHORT_TTL, grant, key};
+use crate::Setup;
+
+declare_properties!(__fencelock_conformance_lease, {
+    /// Grant, contention, release, and a re-grant with a higher token and a new owner.
+    pub async fn grant_contend_release(s: &Setup) {
+        let b = &*s.backend;
+        let key = key("grant");
+        let first = grant(b, &key, LONG_TTL).await;
+        assert!(
+            b.try_acquire(&key, LONG_TTL).await.unwrap().is_none(),
+            "a held lock was granted twice"
+        );
+        assert!(
+            first.is_valid(),
+            "a fresh lease is already past valid_until"
+        );
+        assert!(
+            first.valid_until <= Instant::now() + LONG_TTL,
+            "valid_until is later than the ttl allows"
+        );
+        assert!(
+            b.release(&first).await.unwrap(),
+            "release of a held lease returned false"
+        );
+        let second = grant(b, &key, LONG_TTL).await;
+        assert!(
+            second.token > first.token,
+            "re-grant did not raise the token"
+        );
+        assert_ne!(second.owner, first.owner, "two grants share an owner id");
+        assert!(b.release(&second).await.unwrap());
+    }
+
+    /// An expired lease no longer blocks: the next client is granted, with a higher token.
+    pub async fn expiry_hands_over(s: &Setup) {
+        let b = &*s.backend;
+        let key = key("expiry");
+        let old = grant(b, &key, SHORT_TTL).await;
+        assert!(
+            b.try_acquire(&key, LONG_TTL).await.unwrap().is_none(),
+            "held lock granted before expiry"
+        );
+        sleep(PAST_SHORT_TTL).await;
+        assert!(!old.is_valid(), "valid_until is later than the ttl");
+        let new = grant(b, &key, LONG_TTL).await;
+        assert!(new.token > old.token);
+        b.release(&new).await.unwrap();
+    }
+
+    /// Extend keeps owner and token, moves `valid_until` forward, and keeps the lock past the
+    /// original ttl.
+    pub async fn extend_keeps_lease_and_token(s: &Setup) {
+        let b = &*s.backend;
+        let key = key("extend");
+        let lease = grant(b, &key, SHORT_TTL).await;
+        sleep(SHORT_TTL / 3).await;
+        let extended = b.extend(&lease, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(extended.token, lease.token, "extend changed the token");
+        assert_eq!(extended.owner, lease.owner, "extend changed the owner");
+        assert_eq!(extended.key, lease.key);
+        assert!(
+            extended.valid_until > lease.valid_until,
+            "extend did not move valid_until"
+        );
+        sleep(PAST_SHORT_TTL).await;
+        assert!(
+            b.try_acquire(&key, LONG_TTL).await.unwrap().is_none(),
+            "extended lock was granted to another client"
+        );
+        assert!(b.release(&extended).await.unwrap());
+    }
+
+    /// Extending a lease whose lock was taken over is `LeaseLost` and leaves the new holder alone.
+    pub async fn extend_after_takeover_is_lease_lost(s: &Setup) {
+        let b = &*s.backend;
+        let key = key("takeover");
+        let old = grant(b, &key, SHORT_TTL).await;
+        sleep(PAST_SHORT_TTL).await;
+        let new = grant(b, &key, LONG_TTL).await;
+        match b.extend(&old, LONG_TTL).await {
+            Err(Error::LeaseLost { .. }) => {}
+            other => panic!("extend after takeover: expected LeaseLost, got {other:?}"),
+        }
+        let info = b.inspect(&key).await.unwrap();
+        assert_eq!(
+            info.holder,
+            Some(new.fence()),
+            "extend disturbed the new holder"
+        );
+        assert!(b.try_acquire(&key, LONG_TTL).await.unwrap().is_none());
+        assert!(b.release(&new).await.unwrap());
+        // Extending a lease that was released does not re-create the lock.
+        match b.extend(&new, LONG_TTL).await {
+            Err(Error::LeaseLost { .. }) => {}
+            other => panic!("extend after release: expected LeaseLost, got {other:?}"),
+        }
+        let info = b.inspect(&key).await.unwrap();
+        assert_eq!(info.holder, None, "extend re-created a released lock");
+    }
+
+    /// Releasing a superseded lease is a no-op: it returns false and the new holder keeps the lock.
+    pub async fn stale_release_is_a_noop(s: &Setup) {
+        let b = &*s.backend;
+        let key = key("stale-release");
+        let old = grant(b, &key, SHORT_TTL).await;
+        sleep(PAST_SHORT_TTL).await;
+        let new = grant(b, &key, LONG_TTL).await;
+        assert!(
+            !b.release(&old).await.unwrap(),
+            "stale release returned true"
+        );
+        assert!(
+            b.try_acquire(&key, LONG_TTL).await.unwrap().is_none(),
+            "stale release freed another owner's lock"
+        );
+        assert_eq!(b.inspect(&key).await.unwrap().holder, Some(new.fence()));
+        assert!(b.release(&new).await.unwrap());
+    }
+
+    /// The second release of a lease returns false and changes nothing.
+    pub async fn double_release(s: &Setup) {
+        let b = &*s.backend;
+        let key = key("double-release");
+        let lease = grant(b, &key, LONG_TTL).await;
+        assert!(b.release(&lease).await.unwrap());
+        assert!(
+            !b.release(&lease).await.unwrap(),
+            "second release returned true"
+        );
+        let next = grant(b, &key, LONG_TTL).await;
+        assert!(
+            !b.release(&lease).await.unwrap(),
+            "old lease released the new holder"
+        );
+        assert!(b.try_acquire(&key, LONG_TTL).await.unwrap().is_none());
+        assert!(b.release(&next).await.unwrap());
+    }
+
+    /// `inspect` reports the holder's fence, its remaining time and the last token.
+    pub async fn inspect_reports_holder_and_token(s: &Setup) {
+        let b = &*s.backend;
+        let key = key("inspect");
+        let empty = b.inspect(&key).await.unwrap();
+        assert_eq!(empty.key, key);
+        assert_eq!(empty.holder, None);
+        assert_eq!(empty.last_token, None, "a never-used key reports a token");
+        let lease = grant(b, &key, LONG_TTL).await;
+        let held = b.inspect(&key).await.unwrap();
+        assert_eq!(held.holder, Some(lease.fence()));
+        let remaining = held
+            .remaining
+            .expect("a held lock reports its remaining time");
+        assert!(
+            remaining > Duration::ZERO && remaining <= LONG_TTL,
+            "remaining {remaining:?}"
+        );
+        assert_eq!(held.last_token, Some(lease.token));
+        b.release(&lease).await.unwrap();
+        let free = b.inspect(&key).await.unwrap();
+        assert_eq!(free.holder, None);
+        assert_eq!(
+            free.last_token,
+            Some(lease.token),
+            "release forgot the token"
+        );
+    }
+});

@@ -1,0 +1,243 @@
+//! What an application sees through `Locker::lock` and the guard it returns, on top of the
+//! backend under test.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fencelock_core::{Error, Locker, LostReason};
+use tokio::time::{Instant, sleep, timeout};
+
+use super::support::{LONG_TTL, PAST_SHORT_TTL, PATIENCE, SHORT_TTL, grant, key, peek};
+use crate::Setup;
+
+declare_properties!(__fencelock_conformance_locker, {
+    /// A waiting request gets the lock once the holder releases it, with a higher token.
+    pub async fn waiter_gets_lock_after_release(s: &Setup) {
+        let b = &*s.backend;
+        let key = key("waiter");
+        let held = grant(b, &key, LONG_TTL).await;
+        let locker = Locker::new(s.backend.clone());
+        let waiter = tokio::spawn(
+            locker
+                .lock(key.as_str())
+                .ttl(LONG_TTL)
+                .wait(PATIENCE * 2)
+                .into_future(),
+        );
+        sleep(Duration::from_millis(200)).await;
+        assert!(!waiter.is_finished(), "waiter got a held lock");
+        assert!(b.release(&held).await.unwrap());
+        let guard = timeout(PATIENCE, waiter)
+            .await
+            .expect("waiter not woken within 10 s of the release")
+            .unwrap()
+            .expect("waiter failed");
+        assert!(guard.token() > held.token);
+        assert!(guard.release().await.unwrap());
+    }
+
+    /// A request whose wait budget runs out fails with `Timeout`, after about the budget.
+    pub async fn wait_budget_spent_is_timeout(s: &Setup) {
+        let b = &*s.backend;
+        let key = key("timeout");
+        let held = grant(b, &key, LONG_TTL).await;
+        let locker = Locker::new(s.backend.clone());
+        let started = Instant::now();
+        let budget = Duration::from_millis(300);
+        match locker.lock(key.as_str()).ttl(LONG_TTL).wait(budget).await {
+            Err(Error::Timeout { .. }) => {}
+            other => panic!("expected Timeout, got {other:?}"),
+        }
+        assert!(
+            started.elapsed() >= budget,
+            "gave up before the budget was spent"
+        );
+        assert!(locker.try_lock(key.as_str()).await.unwrap().is_none());
+        assert!(b.release(&held).await.unwrap());
+    }
+
+    /// Acquire futures dropped at any point leave no lock past its ttl.
+    pub async fn dropped_acquire_future_leaves_no_lock_beyond_ttl(s: &Setup) {
+        let b = &*s.backend;
+        let locker = Locker::new(s.backend.clone());
+        let key = key("dropped-future");
+        // A waiting request, dropped while the lock is held.
+        let held = grant(b, &key, LONG_TTL).await;
+        let waiting = locker
+            .lock(key.as_str())
+            .ttl(SHORT_TTL)
+            .wait(PATIENCE)
+            .watchdog(false);
+        assert!(timeout(Duration::from_millis(100), waiting).await.is_err());
+        assert!(b.release(&held).await.unwrap());
+        // Uncontended requests dropped after ever longer times: mid-flight or right after.
+        for micros in [0u64, 50, 200, 1_000, 5_000] {
+            let request = locker
+                .lock(key.as_str())
+                .ttl(SHORT_TTL)
+                .wait(PATIENCE)
+                .watchdog(false);
+            let outcome = timeout(Duration::from_micros(micros), request).await;
+            drop(outcome);
+            sleep(PAST_SHORT_TTL).await;
+            let lease = b
+                .try_acquire(&key, LONG_TTL)
+                .await
+                .unwrap()
+                .unwrap_or_else(|| {
+                    panic!("lock left held past its ttl after dropping at {micros} us")
+                });
+            assert!(b.release(&lease).await.unwrap());
+        }
+    }
+
+    /// Dropping a guard releases the lock long before its ttl.
+    pub async fn dropped_guard_releases(s: &Setup) {
+        let b = &*s.backend;
+        let locker = Locker::new(s.backend.clone());
+        let key = key("dropped-guard");
+        let guard = locker.lock(key.as_str()).ttl(LONG_TTL).await.unwrap();
+        let token = guard.token();
+        drop(guard);
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(lease) = b.try_acquire(&key, LONG_TTL).await.unwrap() {
+                assert!(lease.token > token);
+                b.release(&lease).await.unwrap();
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "dropped guard did not release within 10 s"
+            );
+            sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The watchdog keeps the lock past three ttls; nobody else gets it meanwhile.
+    pub async fn watchdog_keeps_lock_past_three_ttls(s: &Setup) {
+        let b = &*s.backend;
+        let locker = Locker::new(s.backend.clone());
+        let key = key("watchdog");
+        let ttl = Duration::from_millis(600);
+        let guard = locker.lock(key.as_str()).ttl(ttl).await.unwrap();
+        let lost = guard.lost_token();
+        let held_until = Instant::now() + ttl * 3 + ttl / 2;
+        while Instant::now() < held_until {
+            assert!(
+                b.try_acquire(&key, LONG_TTL).await.unwrap().is_none(),
+                "another client got a lock the watchdog should keep"
+            );
+            sleep(ttl / 4).await;
+        }
+        assert!(
+            !lost.is_cancelled(),
+            "lost() fired while the watchdog renewed"
+        );
+        assert!(guard.is_held());
+        assert_eq!(b.inspect(&key).await.unwrap().holder, Some(guard.fence()));
+        assert!(guard.release().await.unwrap());
+    }
+
+    /// Without renewal, `lost()` fires at the deadline; after a takeover, extend is `LeaseLost`.
+    pub async fn lost_fires_when_lease_is_taken_over(s: &Setup) {
+        let b = &*s.backend;
+        let locker = Locker::new(s.backend.clone());
+        let key = key("lost-takeover");
+        let guard = locker
+            .lock(key.as_str())
+            .ttl(SHORT_TTL)
+            .watchdog(false)
+            .await
+            .unwrap();
+        let reason = timeout(PATIENCE, guard.lost())
+            .await
+            .expect("lost() did not fire");
+        assert_eq!(reason, LostReason::DeadlinePassed);
+        assert!(!guard.is_held());
+        sleep(PAST_SHORT_TTL).await;
+        let new = grant(b, &key, LONG_TTL).await;
+        assert!(matches!(
+            guard.extend(SHORT_TTL).await,
+            Err(Error::LeaseLost { .. })
+        ));
+        assert!(
+            !guard.release().await.unwrap(),
+            "a lost guard released the new holder"
+        );
+        assert!(b.release(&new).await.unwrap());
+    }
+
+    /// When the backend goes away, a guard's `lost()` fires by the lease's deadline.
+    pub async fn lost_fires_when_backend_goes_away(s: &Setup) {
+        let locker = Locker::new(s.backend.clone());
+        let key = key("outage");
+        let ttl = Duration::from_secs(1);
+        let guard = locker.lock(key.as_str()).ttl(ttl).await.unwrap();
+        (s.outage)().await;
+        let valid_until = guard.lease().valid_until;
+        let reason = timeout(PATIENCE, guard.lost())
+            .await
+            .expect("lost() did not fire after the backend went away");
+        assert!(
+            Instant::now() <= valid_until + ttl,
+            "lost() fired ({reason}) long after the lease's deadline"
+        );
+        assert!(!guard.is_held());
+    }
+
+    /// N tasks x M rounds of fenced read-modify-write on one counter end exactly at N x M, and no
+    /// two valid leases overlap in time.
+    pub async fn counter_increments_are_exact(s: &Setup) {
+        const TASKS: usize = 4;
+        const ROUNDS: usize = 25;
+        let locker = Locker::new(s.backend.clone());
+        let key = key("counter");
+        let intervals = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for _ in 0..TASKS {
+            let (locker, key, storage, intervals) = (
+                locker.clone(),
+                key.clone(),
+                s.storage.clone(),
+                intervals.clone(),
+            );
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..ROUNDS {
+                    let guard = locker
+                        .lock(key.as_str())
+                        .ttl(LONG_TTL)
+                        .wait(PATIENCE * 6)
+                        .await
+                        .unwrap();
+                    let start = Instant::now();
+                    let fence = guard.fence();
+                    let value = storage.read(&key, fence).await.unwrap();
+                    let n: u64 =
+                        value.map_or(0, |v| String::from_utf8(v).unwrap().parse().unwrap());
+                    storage
+                        .write(&key, fence, (n + 1).to_string().as_bytes())
+                        .await
+                        .unwrap();
+                    let end = Instant::now().min(guard.lease().valid_until);
+                    intervals.lock().unwrap().push((start, end));
+                    assert!(guard.release().await.unwrap());
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let snapshot = peek(&*s.storage, &key).await.expect("counter missing");
+        let total: usize = String::from_utf8(snapshot.value.unwrap())
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(total, TASKS * ROUNDS, "lost or duplicated increments");
+        let mut intervals = intervals.lock().unwrap().clone();
+        intervals.sort();
+        for pair in intervals.windows(2) {
+            assert!(pair[0].1 <= pair[1].0, "two valid leases overlapped");
+        }
+    }
+});

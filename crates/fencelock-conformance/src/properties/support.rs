@@ -1,0 +1,63 @@
+//! What the properties share: time margins, random keys, grants, fence pairs and the `Stale`
+//! check.
+
+use std::time::Duration;
+
+use fencelock_core::{Error, Fence, FencedStorage, Lease, LockBackend, LockKey, OwnerId, Snapshot};
+
+/// A ttl short enough to wait out in a test.
+pub(super) const SHORT_TTL: Duration = Duration::from_millis(300);
+/// Waiting this long after a [`SHORT_TTL`] grant is past its expiry on any honest backend.
+pub(super) const PAST_SHORT_TTL: Duration = Duration::from_millis(900);
+/// A ttl no test outlives.
+pub(super) const LONG_TTL: Duration = Duration::from_secs(30);
+/// How long a test waits for something that should happen "at once".
+pub(super) const PATIENCE: Duration = Duration::from_secs(10);
+
+/// A key no other call uses, so properties may share a server.
+pub(super) fn key(name: &str) -> LockKey {
+    LockKey::new(format!("conformance/{name}/{}", OwnerId::random())).unwrap()
+}
+
+pub(super) async fn grant(backend: &dyn LockBackend, key: &LockKey, ttl: Duration) -> Lease {
+    backend
+        .try_acquire(key, ttl)
+        .await
+        .expect("try_acquire failed")
+        .unwrap_or_else(|| panic!("{} refused a free key {key:?}", backend.name()))
+}
+
+/// Two grants of the same key, the first expired before the second: fences with increasing
+/// tokens and different owners, as a paused client and its successor would hold.
+pub(super) async fn successive_fences(backend: &dyn LockBackend, key: &LockKey) -> (Fence, Fence) {
+    let old = grant(backend, key, SHORT_TTL).await;
+    assert!(backend.release(&old).await.unwrap());
+    let new = grant(backend, key, LONG_TTL).await;
+    assert!(new.token > old.token, "token did not increase");
+    backend.release(&new).await.unwrap();
+    (old.fence(), new.fence())
+}
+
+pub(super) fn assert_stale(
+    result: Result<impl std::fmt::Debug, Error>,
+    presented: Fence,
+    current: Fence,
+) {
+    match result {
+        Err(Error::Stale {
+            presented: p,
+            current: c,
+            ..
+        }) => {
+            assert_eq!(p, presented, "Stale reports the wrong presented fence");
+            assert_eq!(c, current, "Stale reports the wrong current fence");
+        }
+        other => panic!(
+            "expected Error::Stale (presented {presented}, current {current}), got {other:?}"
+        ),
+    }
+}
+
+pub(super) async fn peek(storage: &dyn FencedStorage, resource: &LockKey) -> Option<Snapshot> {
+    storage.peek(resource).await.expect("peek failed")
+}

@@ -1,0 +1,99 @@
+//! A token is handed out once per key and only ever grows, whatever ended the previous lease,
+//! so a storage can order any two holders by their tokens.
+
+use std::collections::HashSet;
+
+use fencelock_core::FencingToken;
+use tokio::time::sleep;
+
+use super::support::{LONG_TTL, PAST_SHORT_TTL, SHORT_TTL, grant, key};
+use crate::Setup;
+
+declare_properties!(__fencelock_conformance_tokens, {
+    /// Tokens strictly increase over 1,000 grants of one key.
+    pub async fn tokens_increase_over_1000_grants(s: &Setup) {
+        let b = &*s.backend;
+        let key = key("thousand");
+        let mut last: Option<FencingToken> = None;
+        for round in 0..1000 {
+            let lease = grant(b, &key, LONG_TTL).await;
+            if let Some(last) = last {
+                assert!(
+                    lease.token > last,
+                    "grant {round}: token {} after {last}",
+                    lease.token
+                );
+            }
+            last = Some(lease.token);
+            assert!(b.release(&lease).await.unwrap());
+        }
+    }
+
+    /// No token is handed out twice, whether the previous lease was released, expired, or the
+    /// counter was advanced.
+    pub async fn tokens_never_reused_after_release_expiry_or_advance(s: &Setup) {
+        let b = &*s.backend;
+        let key = key("reuse");
+        let mut seen = HashSet::new();
+        let mut last = 0u64;
+        let mut note = |token: FencingToken, how: &str| {
+            assert!(seen.insert(token), "token {token} reused after {how}");
+            assert!(
+                token.get() > last,
+                "token {token} not above {last} after {how}"
+            );
+            last = token.get();
+        };
+        let released = grant(b, &key, LONG_TTL).await;
+        note(released.token, "first grant");
+        b.release(&released).await.unwrap();
+        let expired = grant(b, &key, SHORT_TTL).await;
+        note(expired.token, "release");
+        sleep(PAST_SHORT_TTL).await;
+        let after_expiry = grant(b, &key, LONG_TTL).await;
+        note(after_expiry.token, "expiry");
+        b.release(&after_expiry).await.unwrap();
+        let floor = FencingToken::new(after_expiry.token.get() + 10).unwrap();
+        b.advance_token(&key, floor).await.unwrap();
+        let advanced = grant(b, &key, LONG_TTL).await;
+        assert!(
+            advanced.token > floor,
+            "grant after advance_token is not above the floor"
+        );
+        note(advanced.token, "advance_token");
+        b.release(&advanced).await.unwrap();
+    }
+
+    /// `advance_token` raises the next grant past the floor and never lowers the counter.
+    pub async fn advance_token_raises_next_grant(s: &Setup) {
+        let b = &*s.backend;
+        let key = key("advance");
+        let first = grant(b, &key, LONG_TTL).await;
+        b.release(&first).await.unwrap();
+        let floor = FencingToken::new(first.token.get() + 1000).unwrap();
+        let counter = b.advance_token(&key, floor).await.unwrap();
+        assert!(
+            counter >= floor,
+            "advance_token returned {counter} below floor {floor}"
+        );
+        let lowered = b.advance_token(&key, FencingToken::MIN).await.unwrap();
+        assert!(
+            lowered >= counter,
+            "advance_token lowered the counter to {lowered}"
+        );
+        let next = grant(b, &key, LONG_TTL).await;
+        assert!(
+            next.token > floor,
+            "next grant {} not above floor {floor}",
+            next.token
+        );
+        b.release(&next).await.unwrap();
+        // On a key never used, advance_token starts the counter.
+        let fresh = self::key("advance-fresh");
+        let floor = FencingToken::new(77).unwrap();
+        assert!(b.advance_token(&fresh, floor).await.unwrap() >= floor);
+        let lease = grant(b, &fresh, LONG_TTL).await;
+        assert!(lease.token > floor);
+        b.release(&lease).await.unwrap();
+    }
+});
