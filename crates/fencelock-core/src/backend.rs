@@ -12,8 +12,14 @@ use crate::fence::FencingToken;
 use crate::key::LockKey;
 use crate::lease::{Lease, LockInfo};
 
-/// The shortest ttl any backend accepts: leases are kept with millisecond resolution.
-pub const MIN_TTL: Duration = Duration::from_millis(1);
+/// The shortest ttl any backend accepts (a backend may ask for more with
+/// [`Capabilities::min_ttl`]).
+///
+/// Below it the drift margin (`ttl / 100 + 2 ms`, see [`drift_margin`](crate::drift_margin))
+/// would eat most or all of the lease: at 2 ms a grant is already past its deadline when it
+/// arrives. At 10 ms a lease is valid for 7.9 ms from the moment its request is sent, and the
+/// watchdog pauses about 2.6 ms between renewals.
+pub const MIN_TTL: Duration = Duration::from_millis(10);
 
 /// A lock service that grants leases with fencing tokens.
 ///
@@ -33,8 +39,9 @@ pub const MIN_TTL: Duration = Duration::from_millis(1);
 ///   [`Error::LeaseLost`] and changes nothing.
 /// - **Release** deletes the lock only if this lease still holds it; it returns `false`
 ///   when the lease was already lost, and never releases another owner's lock.
-/// - **Input** is checked first: a ttl of zero, below [`MIN_TTL`] or above
-///   [`Capabilities::max_ttl`] is [`Error::InvalidTtl`] and touches nothing.
+/// - **Input** is checked first: a ttl below [`Capabilities::min_ttl`] (never less than
+///   [`MIN_TTL`]) or above [`Capabilities::max_ttl`] is [`Error::InvalidTtl`] and touches
+///   nothing; [`validate_ttl`] does that check.
 #[async_trait]
 pub trait LockBackend: Send + Sync + Debug + 'static {
     /// A short name for logs and errors (`memory`, `redis`, `redlock`, `pg-lease`, ...).
@@ -71,18 +78,14 @@ pub trait LockBackend: Send + Sync + Debug + 'static {
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken>;
 }
 
-/// Checks `ttl` against the common minimum and the backend's maximum.
+/// Checks `ttl` against the backend's bounds: at least [`Capabilities::min_ttl`] (and never
+/// less than [`MIN_TTL`]), at most [`Capabilities::max_ttl`]. The error names the bound.
 pub fn validate_ttl(ttl: Duration, capabilities: &Capabilities) -> Result<()> {
-    if ttl.is_zero() {
+    let min = capabilities.min_ttl.max(MIN_TTL);
+    if ttl < min {
         return Err(Error::InvalidTtl {
             ttl,
-            reason: "ttl must be greater than zero".into(),
-        });
-    }
-    if ttl < MIN_TTL {
-        return Err(Error::InvalidTtl {
-            ttl,
-            reason: format!("ttl must be at least {MIN_TTL:?}"),
+            reason: format!("ttl must be at least {min:?}"),
         });
     }
     if ttl > capabilities.max_ttl {
@@ -130,3 +133,60 @@ macro_rules! forward_lock_backend {
 }
 
 forward_lock_backend!(Arc, Box);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capabilities::{TimeAuthority, TokenGuarantee, WakeUp};
+
+    fn capabilities() -> Capabilities {
+        Capabilities::new(
+            TokenGuarantee::None,
+            TimeAuthority::Client,
+            WakeUp::Notify,
+            Duration::from_secs(60),
+        )
+    }
+
+    fn refusal(ttl: Duration, capabilities: &Capabilities) -> String {
+        match validate_ttl(ttl, capabilities) {
+            Err(Error::InvalidTtl { reason, .. }) => reason,
+            other => panic!("ttl {ttl:?}: expected InvalidTtl, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn ttls_below_the_minimum_are_refused_naming_it() {
+        let caps = capabilities();
+        assert_eq!(caps.min_ttl, MIN_TTL);
+        for ttl in [
+            Duration::ZERO,
+            Duration::from_millis(1),
+            Duration::from_millis(2),
+            MIN_TTL - Duration::from_nanos(1),
+        ] {
+            assert_eq!(refusal(ttl, &caps), "ttl must be at least 10ms");
+        }
+        validate_ttl(MIN_TTL, &caps).unwrap();
+        assert_eq!(
+            refusal(Duration::from_secs(61), &caps),
+            "ttl must be at most 60s on this backend"
+        );
+    }
+
+    #[test]
+    fn a_backend_may_raise_the_minimum_but_not_lower_it() {
+        let raised = capabilities().with_min_ttl(Duration::from_millis(50));
+        assert_eq!(
+            refusal(Duration::from_millis(20), &raised),
+            "ttl must be at least 50ms"
+        );
+        validate_ttl(Duration::from_millis(50), &raised).unwrap();
+        let lowered = capabilities().with_min_ttl(Duration::from_millis(1));
+        assert_eq!(lowered.min_ttl, MIN_TTL);
+        assert_eq!(
+            refusal(Duration::from_millis(5), &lowered),
+            "ttl must be at least 10ms"
+        );
+    }
+}

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::backend::MIN_TTL;
+
 /// How durable a backend's fencing-token counters are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -49,6 +51,8 @@ pub struct Capabilities {
     pub time_authority: TimeAuthority,
     /// How waiters are woken.
     pub wake_up: WakeUp,
+    /// The shortest ttl accepted; never less than [`MIN_TTL`](crate::MIN_TTL).
+    pub min_ttl: Duration,
     /// The longest ttl accepted.
     pub max_ttl: Duration,
     /// Whether held locks survive a restart of the server.
@@ -56,7 +60,8 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
-    /// Capabilities with the given guarantees and `locks_survive_restart = false`.
+    /// Capabilities with the given guarantees, `min_ttl` = [`MIN_TTL`](crate::MIN_TTL) and
+    /// `locks_survive_restart = false`.
     pub const fn new(
         tokens: TokenGuarantee,
         time_authority: TimeAuthority,
@@ -67,9 +72,21 @@ impl Capabilities {
             tokens,
             time_authority,
             wake_up,
+            min_ttl: MIN_TTL,
             max_ttl,
             locks_survive_restart: false,
         }
+    }
+
+    /// Raises [`min_ttl`](Self::min_ttl) for a backend that needs longer leases (say, one
+    /// whose round trips are slow); a value below [`MIN_TTL`](crate::MIN_TTL) keeps that.
+    pub const fn with_min_ttl(mut self, min_ttl: Duration) -> Self {
+        self.min_ttl = if min_ttl.as_nanos() > MIN_TTL.as_nanos() {
+            min_ttl
+        } else {
+            MIN_TTL
+        };
+        self
     }
 
     /// Sets [`locks_survive_restart`](Self::locks_survive_restart).

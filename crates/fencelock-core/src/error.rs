@@ -77,7 +77,8 @@ pub enum Error {
         /// What is wrong with it.
         reason: &'static str,
     },
-    /// The ttl is zero, below the 1 ms resolution, or above the backend's maximum.
+    /// The ttl is below the backend's minimum ([`Capabilities::min_ttl`](crate::Capabilities::min_ttl),
+    /// at least [`MIN_TTL`](crate::MIN_TTL)) or above its maximum; the reason names the bound.
     #[error("invalid ttl {ttl:?}: {reason}")]
     InvalidTtl {
         /// The ttl that was asked for.

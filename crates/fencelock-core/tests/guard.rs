@@ -15,7 +15,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fencelock_core::{
     Capabilities, Error, FencingToken, Lease, LockBackend, LockGuard, LockInfo, LockKey, Locker,
-    LostReason, Result,
+    LostReason, MIN_TTL, Result,
 };
 use fencelock_memory::MemoryLockBackend;
 use tokio::time::{Instant, sleep, timeout};
@@ -34,6 +34,7 @@ struct Delayed {
     lost_extend_replies: Mutex<VecDeque<Duration>>,
     release_delay: Mutex<Duration>,
     extends: AtomicUsize,
+    extend_times: Mutex<Vec<Instant>>,
     releases: AtomicUsize,
 }
 
@@ -72,6 +73,7 @@ impl LockBackend for Delayed {
     }
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         self.extends.fetch_add(1, Ordering::SeqCst);
+        self.extend_times.lock().unwrap().push(Instant::now());
         let lost_reply = self.lost_extend_replies.lock().unwrap().pop_front();
         if let Some(processed_after) = lost_reply {
             let (server, lease) = (self.server.clone(), lease.clone());
@@ -273,4 +275,43 @@ async fn cancelled_release_still_fires_lost_and_releases() {
         None,
         "the cancelled release was not finished in the background"
     );
+}
+
+/// Every accepted ttl, down to the minimum, gives a lease that is valid when granted and a
+/// watchdog that pauses between renewals (about a third of the lease's validity) and keeps the
+/// lock.
+#[tokio::test(start_paused = true)]
+async fn the_shortest_accepted_ttl_gives_a_valid_lease_and_a_watchdog_that_pauses() {
+    for ttl in [
+        MIN_TTL,
+        MIN_TTL + Duration::from_micros(500),
+        Duration::from_millis(15),
+        Duration::from_millis(50),
+    ] {
+        let backend = Arc::new(Delayed::default());
+        let locker = Locker::new(backend.clone());
+        let guard = locker.lock("short").ttl(ttl).await.unwrap();
+        assert!(guard.is_held(), "ttl {ttl:?}: not valid when granted");
+        let window = guard.lease().remaining();
+        assert!(
+            window >= ttl / 2,
+            "ttl {ttl:?}: only {window:?} of validity"
+        );
+        sleep(Duration::from_secs(1)).await;
+        assert!(guard.is_held(), "ttl {ttl:?}: the watchdog lost the lock");
+        assert!(backend.holder_is(&guard).await);
+        let times = backend.extend_times.lock().unwrap().clone();
+        let pauses: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
+        let shortest = pauses.iter().min().copied().unwrap();
+        assert!(
+            shortest >= window / 4,
+            "ttl {ttl:?}: renewals {shortest:?} apart, for {window:?} of validity"
+        );
+        assert!(
+            times.len() as u32 <= Duration::from_secs(1).div_duration_f64(window / 3) as u32 + 2,
+            "ttl {ttl:?}: {} renewals in 1 s",
+            times.len()
+        );
+        guard.release().await.unwrap();
+    }
 }
