@@ -14,15 +14,29 @@ use crate::error::{Error, LostReason, Result};
 use crate::fence::{Fence, FencingToken};
 use crate::held::{Held, Renewal};
 use crate::lease::Lease;
+use crate::registry::Registry;
 use crate::watchdog::supervise;
 
 /// A held lock. Present [`fence`](Self::fence) with every storage operation.
 ///
-/// While the guard lives a background task renews the lease at about a third of its ttl
+/// While the guard lives a background task renews the lease at about a third of its validity
 /// (unless the request turned the watchdog off) and fires [`lost`](Self::lost) when the lease
 /// is lost or cannot be renewed before `valid_until`. A renewal never re-creates a lock that
-/// is gone. Dropping the guard never blocks: it spawns a best-effort release on the current
-/// Tokio runtime, if there is one; otherwise the lock lapses after its ttl.
+/// is gone.
+///
+/// # Ending a guard
+///
+/// - [`release`](Self::release)`.await` releases the lock and says whether it was still held.
+///   Prefer it: it is the only way to know the release happened.
+/// - **Dropping** the guard never blocks. It stops the watchdog, fires `lost()`, and spawns the
+///   release as a task on the current Tokio runtime. That task is best effort: if there is no
+///   runtime, or the runtime shuts down before the task has finished (a guard dropped as
+///   `main` returns, a runtime dropped right after), the release never reaches the backend and
+///   the lock stays held until its ttl runs out. Nothing is unsafe then (the lease expires,
+///   the fence still refuses the old holder), but the next holder waits up to a ttl.
+/// - [`Locker::shutdown`](crate::Locker::shutdown)`.await`, before the runtime ends,
+///   releases every guard of that locker still alive and waits for the releases that drops
+///   started, so nothing is left to the ttl.
 pub struct LockGuard {
     held: Arc<Held>,
     supervisor: Option<JoinHandle<()>>,
@@ -38,12 +52,30 @@ impl fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    /// Wraps `lease` and starts its supervisor on the current Tokio runtime.
+    /// Wraps `lease` and starts its supervisor on the current Tokio runtime. The guard
+    /// belongs to no [`Locker`](crate::Locker), so no `shutdown` releases it.
     ///
     /// # Panics
     /// When called outside a Tokio runtime.
     pub fn new(backend: Arc<dyn LockBackend>, lease: Lease, watchdog: bool) -> Self {
-        let held = Arc::new(Held::new(backend, lease));
+        Self::start(Arc::new(Held::new(backend, lease, None)), watchdog)
+    }
+
+    /// A guard on the list of `registry`, for its locker's `shutdown`.
+    pub(crate) fn registered(
+        backend: Arc<dyn LockBackend>,
+        lease: Lease,
+        watchdog: bool,
+        registry: &Arc<Registry>,
+    ) -> Self {
+        let registration = registry.register();
+        let id = registration.id;
+        let held = Arc::new(Held::new(backend, lease, Some(registration)));
+        registry.insert(id, held.clone());
+        Self::start(held, watchdog)
+    }
+
+    fn start(held: Arc<Held>, watchdog: bool) -> Self {
         let supervisor = tokio::spawn(supervise(held.clone(), watchdog));
         LockGuard {
             held,
@@ -117,7 +149,8 @@ impl LockGuard {
         }
     }
 
-    /// Releases the lock. `Ok(false)` if it had already been lost.
+    /// Releases the lock. `Ok(false)` if it had already been lost, or released by
+    /// [`Locker::shutdown`](crate::Locker::shutdown) (whose release this then waits for).
     ///
     /// The guard is marked lost ([`LostReason::Released`], unless it was lost before) before
     /// the release is sent, so [`lost`](Self::lost) fires and [`is_held`](Self::is_held) turns
@@ -128,6 +161,7 @@ impl LockGuard {
             task.abort();
         }
         if !self.held.claim_release() {
+            self.held.wait_released().await;
             return Ok(false);
         }
         let unfinished = ReleaseOnCancel(Some(self.held.clone()));

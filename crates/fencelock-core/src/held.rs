@@ -1,8 +1,8 @@
-//! The state of one held lease, shared by its guard and its watchdog: renewals one at a time,
-//! the lost signal, and the one release.
+//! The state of one held lease, shared by its guard, its watchdog and its locker's registry:
+//! renewals one at a time, the lost signal, and the one release.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -13,6 +13,7 @@ use tracing::Instrument;
 use crate::backend::LockBackend;
 use crate::error::{Error, LostReason, Result};
 use crate::lease::{self, Lease};
+use crate::registry::Registry;
 
 /// What a renewal is for.
 #[derive(Debug, Clone, Copy)]
@@ -38,6 +39,13 @@ struct State {
     unconfirmed_ttl: Option<Duration>,
 }
 
+/// Where a lease is registered, so the end of its release takes it off its locker's list.
+#[derive(Debug)]
+pub(crate) struct Registration {
+    pub(crate) registry: Weak<Registry>,
+    pub(crate) id: u64,
+}
+
 /// One held lease.
 pub(crate) struct Held {
     pub(crate) backend: Arc<dyn LockBackend>,
@@ -48,12 +56,20 @@ pub(crate) struct Held {
     reason: OnceLock<LostReason>,
     /// Wakes the watchdog when the stored lease changed.
     pub(crate) changed: Notify,
-    /// Set by whoever starts the release (the guard's `release` or its drop).
+    /// Set by whoever starts the release (the guard's `release`, its drop, or
+    /// `Locker::shutdown`).
     release_claimed: AtomicBool,
+    /// Cancelled once the release finished (or was given up for want of a runtime).
+    released: CancellationToken,
+    registration: Option<Registration>,
 }
 
 impl Held {
-    pub(crate) fn new(backend: Arc<dyn LockBackend>, lease: Lease) -> Self {
+    pub(crate) fn new(
+        backend: Arc<dyn LockBackend>,
+        lease: Lease,
+        registration: Option<Registration>,
+    ) -> Self {
         Held {
             backend,
             state: Mutex::new(State {
@@ -67,6 +83,8 @@ impl Held {
             reason: OnceLock::new(),
             changed: Notify::new(),
             release_claimed: AtomicBool::new(false),
+            released: CancellationToken::new(),
+            registration,
         }
     }
 
@@ -174,19 +192,38 @@ impl Held {
         );
         let released = self.backend.release(&lease).instrument(span.clone()).await;
         span.in_scope(|| tracing::debug!(outcome = ?released.as_ref().ok(), "released"));
+        self.release_finished();
         released
     }
 
     /// Releases the lease in a task of the current runtime, if there is one; only after
     /// [`claim_release`](Self::claim_release).
     pub(crate) fn release_in_background(self: &Arc<Self>) {
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let held = self.clone();
-            runtime.spawn(async move {
-                if let Err(e) = held.release().await {
-                    tracing::debug!(error = %e, "release in the background failed");
-                }
-            });
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let held = self.clone();
+                runtime.spawn(async move {
+                    if let Err(e) = held.release().await {
+                        tracing::debug!(error = %e, "release in the background failed");
+                    }
+                });
+            }
+            Err(_) => self.release_finished(),
         }
+    }
+
+    /// Takes the lease off its locker's list and wakes whoever waits for the release.
+    fn release_finished(&self) {
+        if let Some(registration) = &self.registration
+            && let Some(registry) = registration.registry.upgrade()
+        {
+            registry.remove(registration.id);
+        }
+        self.released.cancel();
+    }
+
+    /// Completes once the release finished.
+    pub(crate) async fn wait_released(&self) {
+        self.released.cancelled().await;
     }
 }

@@ -12,6 +12,7 @@ mod host;
 mod key;
 mod lease;
 mod locker;
+mod registry;
 mod storage;
 mod watchdog;
 

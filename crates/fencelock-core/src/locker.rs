@@ -14,6 +14,7 @@ use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::key::LockKey;
+use crate::registry::Registry;
 
 /// Default options for the requests a [`Locker`] builds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +59,7 @@ impl Default for LockOptions {
 pub struct Locker {
     backend: Arc<dyn LockBackend>,
     options: LockOptions,
+    registry: Arc<Registry>,
 }
 
 impl fmt::Debug for Locker {
@@ -65,6 +67,7 @@ impl fmt::Debug for Locker {
         f.debug_struct("Locker")
             .field("backend", &self.backend.name())
             .field("options", &self.options)
+            .field("live_guards", &self.registry.len())
             .finish()
     }
 }
@@ -75,6 +78,7 @@ impl Locker {
         Locker {
             backend,
             options: LockOptions::default(),
+            registry: Arc::default(),
         }
     }
 
@@ -96,7 +100,71 @@ impl Locker {
             backend: self.backend.clone(),
             key: LockKey::new(key),
             options: self.options,
+            registry: self.registry.clone(),
         }
+    }
+
+    /// How many guards from this locker (and its clones) are alive or still releasing.
+    pub fn live_guards(&self) -> usize {
+        self.registry.len()
+    }
+
+    /// Releases every lock taken through this locker or its clones whose guard is still
+    /// alive, and waits for the releases that dropped guards started; returns how many of the
+    /// releases made here found the lock still held.
+    ///
+    /// Call it before the runtime ends (say, as the last line of `main`): a guard's drop only
+    /// spawns its release, and a runtime that shuts down first never runs it (see
+    /// [`LockGuard`]'s "Ending a guard"). The guards it releases fire
+    /// [`lost`](LockGuard::lost) with [`LostReason::Released`](crate::LostReason::Released)
+    /// at once; their later `release` returns `Ok(false)` and their drop does nothing.
+    ///
+    /// Every release is attempted; the first error is returned after all have finished (a
+    /// lock whose release failed lapses after its ttl). The locker stays usable: guards taken
+    /// afterwards are released by the next `shutdown`. A backend that never answers makes this
+    /// wait as long as its own time-outs; bound it with `tokio::time::timeout` if needed.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use fencelock_core::Locker;
+    /// #[tokio::main(flavor = "current_thread")]
+    /// async fn main() -> fencelock_core::Result<()> {
+    ///     let locker = Locker::new(Arc::new(fencelock_memory::MemoryLockBackend::new()));
+    ///     let nightly = locker.lock("jobs/nightly").await?;
+    ///     // ... work, other tasks, early returns that drop guards ...
+    ///     # let _ = nightly;
+    ///     locker.shutdown().await?; // the last line: no lock is left to its ttl
+    ///     Ok(())
+    /// }
+    /// ```
+    pub async fn shutdown(&self) -> Result<usize> {
+        let leases = self.registry.drain();
+        let releases: Vec<_> = leases
+            .iter()
+            .filter(|held| held.claim_release())
+            .map(|held| {
+                let held = held.clone();
+                tokio::spawn(async move { held.release().await })
+            })
+            .collect();
+        let mut released = 0;
+        let mut first_error = None;
+        for release in releases {
+            match release.await {
+                Ok(Ok(true)) => released += 1,
+                Ok(Ok(false)) => {}
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "release at shutdown failed");
+                    first_error.get_or_insert(e);
+                }
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(_) => {}
+            }
+        }
+        for held in &leases {
+            held.wait_released().await;
+        }
+        first_error.map_or(Ok(released), Err)
     }
 
     /// Tries once: `Ok(None)` if another owner holds the lock.
@@ -121,6 +189,7 @@ pub struct LockRequest {
     backend: Arc<dyn LockBackend>,
     key: Result<LockKey>,
     options: LockOptions,
+    registry: Arc<Registry>,
 }
 
 impl LockRequest {
@@ -176,7 +245,12 @@ impl LockRequest {
                             waited_ms = started.elapsed().as_millis() as u64,
                             "acquired"
                         );
-                        return Ok(LockGuard::new(self.backend, lease, options.watchdog));
+                        return Ok(LockGuard::registered(
+                            self.backend,
+                            lease,
+                            options.watchdog,
+                            &self.registry,
+                        ));
                     }
                     Ok(None) => {}
                     Err(e) if e.is_retryable() && Instant::now() < deadline => {
