@@ -5,23 +5,21 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fencelock_core::{
-    Capabilities, Error, Fence, FencingToken, Lease, LockBackend, LockInfo, LockKey, LostReason,
-    OwnerId, Result, TimeAuthority, TokenGuarantee, WakeUp, valid_until, validate_ttl,
+    Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LostReason, OwnerId,
+    Result, TimeAuthority, TokenGuarantee, WakeUp, valid_until, validate_ttl,
 };
 use tokio::time::Instant;
 use tracing::Instrument;
 use tracing::field::Empty;
 
-use crate::BACKEND;
+use crate::codec::{MAX_TTL, lock_value, parse_lock_value, parse_token, ttl_millis};
 use crate::config::RedisConfig;
 use crate::connection::Connection;
-use crate::error::{bounded, protocol};
+use crate::error::{REDIS as BACKEND, bounded, protocol};
+use crate::outcome::{finish, finish_grant};
 use crate::scripts::SCRIPTS;
 use crate::storage::RedisStorage;
 use crate::waiters::Waiters;
-
-/// The longest ttl accepted: 30 days.
-pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// A [`LockBackend`] on one Redis server.
 ///
@@ -92,65 +90,10 @@ impl RedisConfig {
     /// Connects a [`RedisLockBackend`]. Reads the server's persistence settings for
     /// [`Capabilities`] on the way.
     pub async fn connect(&self) -> Result<RedisLockBackend> {
-        let connection = Connection::open(self).await?;
+        let connection = Connection::open(self, BACKEND).await?;
         let server_persists = connection.server_persists().await;
         Ok(RedisLockBackend::new(connection, server_persists))
     }
-}
-
-/// `ttl` in whole milliseconds, rounded up, so the server never expires a lock before the
-/// local deadline computed from the same ttl.
-pub(crate) fn ttl_millis(ttl: Duration) -> u64 {
-    u64::try_from(ttl.as_micros().div_ceil(1000)).unwrap_or(u64::MAX)
-}
-
-fn lock_value(owner: OwnerId, token: FencingToken) -> String {
-    format!("{owner}:{token}")
-}
-
-pub(crate) fn parse_token(value: &str) -> Result<FencingToken> {
-    let number = value
-        .parse::<i64>()
-        .map_err(|_| protocol(format!("token {value:?} is not an integer")))?;
-    FencingToken::from_backend(BACKEND, number)
-}
-
-pub(crate) fn parse_lock_value(value: &str) -> Result<Fence> {
-    let parsed = value.split_once(':').and_then(|(owner, token)| {
-        let owner = owner.parse::<OwnerId>().ok()?;
-        let token = parse_token(token).ok()?;
-        Some(Fence::new(token, owner))
-    });
-    parsed.ok_or_else(|| protocol(format!("lock value {value:?} was not written by fencelock")))
-}
-
-/// Records how an operation ended on its span (`ok` names success) and passes the result on.
-pub(crate) fn finish<T>(span: &tracing::Span, result: Result<T>, ok: &'static str) -> Result<T> {
-    match &result {
-        Ok(_) => span.record("outcome", ok),
-        Err(e) => span.record("outcome", tracing::field::display(e)),
-    };
-    result
-}
-
-/// [`finish`] for an acquire: the token when granted, `held` when not.
-pub(crate) fn finish_grant(
-    span: &tracing::Span,
-    result: Result<Option<Lease>>,
-) -> Result<Option<Lease>> {
-    match &result {
-        Ok(Some(lease)) => {
-            span.record("token", lease.token.get());
-            span.record("outcome", "granted");
-        }
-        Ok(None) => {
-            span.record("outcome", "held");
-        }
-        Err(e) => {
-            span.record("outcome", tracing::field::display(e));
-        }
-    }
-    result
 }
 
 #[async_trait]
@@ -185,6 +128,7 @@ impl LockBackend for RedisLockBackend {
             let mut conn = self.conn.manager.clone();
             let sent_at = Instant::now();
             let reply: Option<String> = bounded(
+                BACKEND,
                 self.conn.call_timeout,
                 "acquire",
                 invocation.invoke_async(&mut conn),
@@ -193,7 +137,7 @@ impl LockBackend for RedisLockBackend {
             let Some(token) = reply else {
                 return Ok(None);
             };
-            let token = parse_token(&token)?;
+            let token = parse_token(BACKEND, &token)?;
             Ok(Some(Lease {
                 key: key.clone(),
                 owner,
@@ -219,6 +163,7 @@ impl LockBackend for RedisLockBackend {
             let mut conn = self.conn.manager.clone();
             let sent_at = Instant::now();
             let reply: i64 = bounded(
+                BACKEND,
                 self.conn.call_timeout,
                 "extend",
                 invocation.invoke_async(&mut conn),
@@ -232,7 +177,7 @@ impl LockBackend for RedisLockBackend {
                 }),
                 0 => Err(Error::lease_lost(&lease.key, LostReason::NotHeld)),
                 -1 => Err(Error::lease_lost(&lease.key, LostReason::Superseded)),
-                other => Err(protocol(format!("extend script answered {other}"))),
+                other => Err(protocol(BACKEND, format!("extend script answered {other}"))),
             }
         }
         .instrument(span.clone())
@@ -250,6 +195,7 @@ impl LockBackend for RedisLockBackend {
                 .arg(self.conn.keys.channel(&lease.key));
             let mut conn = self.conn.manager.clone();
             let reply: i64 = bounded(
+                BACKEND,
                 self.conn.call_timeout,
                 "release",
                 invocation.invoke_async(&mut conn),
@@ -258,7 +204,10 @@ impl LockBackend for RedisLockBackend {
             match reply {
                 1 => Ok(true),
                 0 => Ok(false),
-                other => Err(protocol(format!("release script answered {other}"))),
+                other => Err(protocol(
+                    BACKEND,
+                    format!("release script answered {other}"),
+                )),
             }
         }
         .instrument(span.clone())
@@ -280,12 +229,16 @@ impl LockBackend for RedisLockBackend {
                 .key(self.conn.keys.token(key));
             let mut conn = self.conn.manager.clone();
             let (value, pttl, last): (Option<String>, i64, Option<String>) = bounded(
+                BACKEND,
                 self.conn.call_timeout,
                 "inspect",
                 invocation.invoke_async(&mut conn),
             )
             .await?;
-            let holder = value.as_deref().map(parse_lock_value).transpose()?;
+            let holder = value
+                .as_deref()
+                .map(|v| parse_lock_value(BACKEND, v))
+                .transpose()?;
             let remaining = if holder.is_some() && pttl >= 0 {
                 Some(Duration::from_millis(pttl.unsigned_abs()))
             } else {
@@ -295,7 +248,10 @@ impl LockBackend for RedisLockBackend {
                 key: key.clone(),
                 holder,
                 remaining,
-                last_token: last.as_deref().map(parse_token).transpose()?,
+                last_token: last
+                    .as_deref()
+                    .map(|t| parse_token(BACKEND, t))
+                    .transpose()?,
             })
         }
         .instrument(span.clone())
@@ -318,47 +274,16 @@ impl LockBackend for RedisLockBackend {
                 .arg(floor.get().to_string());
             let mut conn = self.conn.manager.clone();
             let reply: String = bounded(
+                BACKEND,
                 self.conn.call_timeout,
                 "advance_token",
                 invocation.invoke_async(&mut conn),
             )
             .await?;
-            parse_token(&reply)
+            parse_token(BACKEND, &reply)
         }
         .instrument(span.clone())
         .await;
         finish(&span, result, "ok")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    #[test]
-    fn ttl_rounds_up_to_whole_milliseconds() {
-        assert_eq!(ttl_millis(Duration::from_millis(1)), 1);
-        assert_eq!(ttl_millis(Duration::from_micros(1500)), 2);
-        assert_eq!(ttl_millis(MAX_TTL), 30 * 24 * 3600 * 1000);
-    }
-
-    #[test]
-    fn lock_values_round_trip() {
-        let fence = Fence::new(FencingToken::new(42).unwrap(), OwnerId::random());
-        let value = lock_value(fence.owner, fence.token);
-        assert_eq!(parse_lock_value(&value).unwrap(), fence);
-        for bad in [
-            "",
-            "x",
-            "abc:1",
-            &format!("{}:0", fence.owner),
-            &format!("{}:-3", fence.owner),
-        ] {
-            assert!(
-                matches!(parse_lock_value(bad), Err(Error::Backend { .. })),
-                "{bad:?}"
-            );
-        }
     }
 }

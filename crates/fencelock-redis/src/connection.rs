@@ -16,6 +16,8 @@ use crate::keys::KeySpace;
 /// One server's connection, shared by a backend or a storage and its clones.
 #[derive(Clone)]
 pub(crate) struct Connection {
+    /// The name of the backend using it, for errors and spans.
+    pub(crate) backend: &'static str,
     pub(crate) client: Client,
     pub(crate) manager: ConnectionManager,
     pub(crate) keys: KeySpace,
@@ -28,6 +30,7 @@ pub(crate) struct Connection {
 impl fmt::Debug for Connection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Connection")
+            .field("backend", &self.backend)
             .field("url", &self.url)
             .field("prefix", &self.keys.prefix())
             .field("call_timeout", &self.call_timeout)
@@ -36,8 +39,8 @@ impl fmt::Debug for Connection {
 }
 
 impl Connection {
-    /// Connects to the server `config` names and checks that it answers.
-    pub(crate) async fn open(config: &RedisConfig) -> Result<Connection> {
+    /// Connects to the server `config` names, for `backend`, and checks that it answers.
+    pub(crate) async fn open(config: &RedisConfig, backend: &'static str) -> Result<Connection> {
         let (client, keys) = config.validate()?;
         let url = config.redacted_url();
         let call_timeout = config.call_limit();
@@ -47,8 +50,9 @@ impl Connection {
             .set_response_timeout(Some(call_timeout))
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(200));
-        let span = tracing::debug_span!("connect", backend = crate::BACKEND, url = %url);
+        let span = tracing::debug_span!("connect", backend, url = %url);
         let manager = bounded(
+            backend,
             connect_timeout + call_timeout,
             "connect",
             ConnectionManager::new_with_config(client.clone(), manager_config),
@@ -59,12 +63,14 @@ impl Connection {
         // missing credentials now rather than at the first lock.
         let mut conn = manager.clone();
         let () = bounded(
+            backend,
             call_timeout,
             "PING",
             redis::cmd("PING").query_async(&mut conn),
         )
         .await?;
         Ok(Connection {
+            backend,
             client,
             manager,
             keys,
@@ -79,6 +85,7 @@ impl Connection {
     pub(crate) async fn server_persists(&self) -> Option<bool> {
         let mut conn = self.manager.clone();
         let settings: HashMap<String, String> = bounded(
+            self.backend,
             self.call_timeout,
             "CONFIG GET",
             redis::cmd("CONFIG")
@@ -96,6 +103,7 @@ impl Connection {
     /// A fresh connection for pub/sub.
     pub(crate) async fn pubsub(&self) -> Result<redis::aio::PubSub> {
         bounded(
+            self.backend,
             self.connect_timeout + self.call_timeout,
             "pub/sub connect",
             self.client.get_async_pubsub(),

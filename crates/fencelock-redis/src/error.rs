@@ -1,4 +1,5 @@
-//! The one mapping from the driver's errors to fencelock's [`Error`].
+//! The one mapping from the driver's errors to fencelock's [`Error`], and the backends' names
+//! that errors, logs and spans carry.
 
 use std::future::Future;
 use std::time::Duration;
@@ -6,9 +7,12 @@ use std::time::Duration;
 use fencelock_core::{Error, Result};
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
-use crate::BACKEND;
+/// The one-node backend's and the storage's name.
+pub(crate) const REDIS: &str = "redis";
+/// Redlock's name.
+pub(crate) const REDLOCK: &str = "redlock";
 
-/// Maps a driver error to fencelock's [`Error`]:
+/// Maps a driver error met by `backend` to fencelock's [`Error`]:
 ///
 /// - connection refused, I/O errors, dropped connections, time-outs, and server states that
 ///   pass (`LOADING`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `READONLY`) are
@@ -17,13 +21,13 @@ use crate::BACKEND;
 ///   the same URL cannot succeed;
 /// - everything else the server or the protocol says (`WRONGTYPE`, `NOPERM`, script errors,
 ///   unexpected replies) is [`Error::Backend`].
-pub(crate) fn map_error(e: RedisError) -> Error {
+pub(crate) fn map_error(backend: &'static str, e: RedisError) -> Error {
     let code = e.code().unwrap_or_default().to_owned();
     if matches!(code.as_str(), "WRONGPASS" | "NOAUTH")
         || matches!(e.kind(), ErrorKind::AuthenticationFailed)
     {
         return Error::InvalidConfig {
-            message: format!("redis refused the credentials: {e}"),
+            message: format!("{backend} refused the credentials: {e}"),
             source: Some(Box::new(e)),
         };
     }
@@ -44,22 +48,22 @@ pub(crate) fn map_error(e: RedisError) -> Error {
         || passing
     {
         return Error::Unavailable {
-            backend: BACKEND,
+            backend,
             message: e.to_string(),
             source: Some(Box::new(e)),
         };
     }
     Error::Backend {
-        backend: BACKEND,
+        backend,
         message: e.to_string(),
         source: Some(Box::new(e)),
     }
 }
 
 /// A protocol error: the server answered something the scripts never return.
-pub(crate) fn protocol(message: impl Into<String>) -> Error {
+pub(crate) fn protocol(backend: &'static str, message: impl Into<String>) -> Error {
     Error::Backend {
-        backend: BACKEND,
+        backend,
         message: message.into(),
         source: None,
     }
@@ -68,14 +72,15 @@ pub(crate) fn protocol(message: impl Into<String>) -> Error {
 /// Runs one call against the server, bounded by `limit`: no answer in time is
 /// [`Error::Unavailable`], so a dead or paused server never hangs a caller.
 pub(crate) async fn bounded<T>(
+    backend: &'static str,
     limit: Duration,
     what: &str,
     call: impl Future<Output = redis::RedisResult<T>>,
 ) -> Result<T> {
     match tokio::time::timeout(limit, call).await {
-        Ok(result) => result.map_err(map_error),
+        Ok(result) => result.map_err(|e| map_error(backend, e)),
         Err(_) => Err(Error::Unavailable {
-            backend: BACKEND,
+            backend,
             message: format!("{what}: no answer within {limit:?}"),
             source: None,
         }),

@@ -1,26 +1,26 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
-mod backend;
-mod config;
-mod connection;
+// The bottom floor: no module here imports from the ones above it.
+mod codec;
 mod error;
 mod keys;
+mod outcome;
 mod redact;
-mod redlock;
-mod redlock_config;
-mod redlock_round;
 mod scripts;
-mod storage;
+
+mod config;
+mod connection;
 mod waiters;
 
-pub use backend::{MAX_TTL, RedisLockBackend};
+mod backend;
+mod redlock;
+mod storage;
+
+pub use backend::RedisLockBackend;
+pub use codec::MAX_TTL;
 pub use config::{
     DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_VALUE_LEN, RedisConfig,
 };
-pub use redlock::Redlock;
-pub use redlock_config::{DEFAULT_NODE_TIMEOUT, RedlockConfig};
+pub use redlock::{DEFAULT_NODE_TIMEOUT, Redlock, RedlockConfig};
 pub use storage::RedisStorage;
-
-/// The backend's name in errors, logs and spans.
-const BACKEND: &str = "redis";

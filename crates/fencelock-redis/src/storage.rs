@@ -8,11 +8,10 @@ use fencelock_core::{
 use tracing::Instrument;
 use tracing::field::Empty;
 
-use crate::BACKEND;
-use crate::backend::finish;
 use crate::config::RedisConfig;
 use crate::connection::Connection;
-use crate::error::{bounded, protocol};
+use crate::error::{REDIS as BACKEND, bounded, protocol};
+use crate::outcome::finish;
 use crate::scripts::SCRIPTS;
 
 /// A [`FencedStorage`] on one Redis server: one hash per resource
@@ -52,7 +51,7 @@ pub struct RedisStorage {
 impl RedisConfig {
     /// Connects a [`RedisStorage`] with this config's fence rule and value limit.
     pub async fn connect_storage(&self) -> Result<RedisStorage> {
-        let connection = Connection::open(self).await?;
+        let connection = Connection::open(self, BACKEND).await?;
         Ok(RedisStorage::new(
             connection,
             self.rule(),
@@ -117,6 +116,7 @@ impl RedisStorage {
         };
         let mut conn = self.conn.manager.clone();
         let mut reply: Vec<Option<Vec<u8>>> = bounded(
+            BACKEND,
             self.conn.call_timeout,
             operation,
             invocation.invoke_async(&mut conn),
@@ -125,9 +125,10 @@ impl RedisStorage {
         match status(&reply) {
             Some(b"ok") if reply.len() == 2 => Ok(reply.pop().flatten()),
             Some(b"stale") => Err(Self::stale(resource, fence, &reply)),
-            _ => Err(protocol(format!(
-                "{operation} script answered something unexpected"
-            ))),
+            _ => Err(protocol(
+                BACKEND,
+                format!("{operation} script answered something unexpected"),
+            )),
         }
     }
 
@@ -153,10 +154,10 @@ fn parse_fence(token: Option<&Option<Vec<u8>>>, owner: Option<&Option<Vec<u8>>>)
     let token = text(token)
         .and_then(|t| t.parse::<u64>().ok())
         .and_then(FencingToken::new)
-        .ok_or_else(|| protocol("stored fence has no valid token"))?;
+        .ok_or_else(|| protocol(BACKEND, "stored fence has no valid token"))?;
     let owner = text(owner)
         .and_then(|o| o.parse::<OwnerId>().ok())
-        .ok_or_else(|| protocol("stored fence has no valid owner"))?;
+        .ok_or_else(|| protocol(BACKEND, "stored fence has no valid owner"))?;
     Ok(Fence::new(token, owner))
 }
 
@@ -196,6 +197,7 @@ impl FencedStorage for RedisStorage {
     async fn peek(&self, resource: &LockKey) -> Result<Option<Snapshot>> {
         let mut conn = self.conn.manager.clone();
         let reply: Vec<Option<Vec<u8>>> = bounded(
+            BACKEND,
             self.conn.call_timeout,
             "peek",
             redis::cmd("HMGET")

@@ -136,6 +136,7 @@ impl Waiters {
         }
         let mut conn = self.conn.manager.clone();
         let pttl: i64 = bounded(
+            self.conn.backend,
             self.conn.call_timeout,
             "PTTL",
             redis::cmd("PTTL")
@@ -200,6 +201,7 @@ impl Waiters {
             return Ok(());
         };
         let result = bounded(
+            self.conn.backend,
             self.conn.call_timeout,
             "SUBSCRIBE",
             active.sink.subscribe(channel),
@@ -224,6 +226,7 @@ impl Waiters {
         }
         if let Some(active) = subscriber.as_mut() {
             let result = bounded(
+                self.conn.backend,
                 self.conn.call_timeout,
                 "UNSUBSCRIBE",
                 active.sink.unsubscribe(channel),

@@ -398,3 +398,38 @@ async fn ttl_within_the_drift_margin_is_refused() {
         .expect("a one-node redlock grants a free key");
     assert!(redlock.release(&lease).await.unwrap());
 }
+
+/// Redlock's errors say `redlock`, not `redis`, and name the node that answered them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_say_redlock_and_name_the_node() {
+    let nodes = spawn_nodes(3, &RedisOptions::default());
+    let redlock = connect(urls(&nodes), NODE_TIMEOUT).await;
+    kill(&nodes[1]).await;
+    kill(&nodes[2]).await;
+    match redlock.try_acquire(&key("errors"), TTL).await {
+        Err(Error::QuorumFailed { nodes: reports, .. }) => {
+            for (report, node) in reports.iter().zip(&nodes).skip(1) {
+                assert_eq!(report.node, format!("127.0.0.1:{}", node.port()));
+                assert!(report.outcome.contains("redlock unavailable"), "{report}");
+            }
+        }
+        other => panic!("expected QuorumFailed, got {other:?}"),
+    }
+
+    let locked = RedisServer::spawn_with(RedisOptions {
+        password: Some("s3cret".into()),
+        ..RedisOptions::default()
+    });
+    let url = format!("redis://:wrong@127.0.0.1:{}", locked.port());
+    match RedlockConfig::new([url]).connect().await {
+        Err(Error::InvalidConfig { message, .. }) => {
+            assert!(
+                message.contains(&format!("node 127.0.0.1:{}", locked.port())),
+                "{message}"
+            );
+            assert!(message.contains("redlock"), "{message}");
+            assert!(!message.contains("wrong"), "password leaked: {message}");
+        }
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+}

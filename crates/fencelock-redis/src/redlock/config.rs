@@ -1,4 +1,5 @@
-//! `RedlockConfig`: which independent Redis servers make a Redlock, and how long each may take.
+//! `RedlockConfig`: which independent Redis servers make a Redlock, how long each may take,
+//! and where the fenced data lives. It owns the `redlock://` URL scheme.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -7,16 +8,15 @@ use std::time::Duration;
 
 use fencelock_core::{Error, HostPort, Result};
 
+use super::node::Node;
 use crate::config::{DEFAULT_CONNECT_TIMEOUT, RedisConfig, parse_endpoint};
 use crate::keys::DEFAULT_PREFIX;
 use crate::redact::{redact, safe_to_echo};
-use crate::redlock::Redlock;
-use crate::redlock_round::{Node, Round, quorum};
 
 /// The default bound on one node's answer to one call.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// The nodes of a [`Redlock`] and its options. Build it, then [`connect`](Self::connect); the
+/// The nodes of a [`Redlock`](crate::Redlock) and its options. Build it, then [`connect`](Self::connect); the
 /// server that keeps the fenced data is [`connect_storage`](Self::connect_storage).
 ///
 /// Each node is an **independent** server: not replicas of one another, not one Redis
@@ -334,40 +334,20 @@ impl RedlockConfig {
         self
     }
 
-    /// Connects to every node in parallel, each attempt bounded by the connect timeout plus
-    /// the node timeout, and succeeds when a quorum connected; the nodes that did not are
-    /// tried again by later calls.
-    ///
-    /// Every URL and option is checked first ([`Error::InvalidConfig`], nothing touched).
-    /// Refused credentials on a node are [`Error::InvalidConfig`] too; fewer than a quorum
-    /// of reachable nodes is [`Error::QuorumFailed`] naming what each node answered.
-    pub async fn connect(&self) -> Result<Redlock> {
-        let nodes = self.build_nodes()?;
-        let needed = quorum(nodes.len());
-        // Every node's attempt is awaited (each bounded), so the capabilities read at connect
-        // time cover every reachable node.
-        let mut round = Round::start(
-            &nodes,
-            self.connect_timeout + self.node_timeout,
-            |_| async { Ok(()) },
-        );
-        round.all().await;
-        let connected = round.count_ok(|_| true);
-        if connected < needed {
-            if let Some(e) = round.config_error() {
-                return Err(e);
-            }
-            return Err(Error::QuorumFailed {
-                granted: connected,
-                needed,
-                nodes: round.reports(&nodes, |()| "connected".to_owned()),
-            });
-        }
-        Ok(Redlock::new(nodes, self.node_timeout, self.prefix.clone()))
+    pub(crate) fn node_time(&self) -> Duration {
+        self.node_timeout
+    }
+
+    pub(crate) fn connect_time(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    pub(crate) fn key_prefix(&self) -> String {
+        self.prefix.clone()
     }
 
     /// Checks every option and URL without touching the network, and builds the nodes.
-    fn build_nodes(&self) -> Result<Vec<Arc<Node>>> {
+    pub(crate) fn build_nodes(&self) -> Result<Vec<Arc<Node>>> {
         if self.nodes.is_empty() {
             return Err(Error::config("redlock needs at least one node"));
         }

@@ -1,6 +1,5 @@
-//! Redlock's nodes and its fan-out: one call to every node at once, answers gathered as they
-//! come, a decision as soon as the answers so far allow one, and the rest finished in the
-//! background.
+//! Redlock's fan-out: one call to every node at once, answers gathered as they come, a
+//! decision as soon as the answers so far allow one, and the rest finished in the background.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -10,69 +9,8 @@ use std::time::Duration;
 use fencelock_core::{Error, NodeReport, Result};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use tokio::sync::OnceCell;
 
-use crate::config::RedisConfig;
-use crate::connection::Connection;
-use crate::waiters::Waiters;
-
-/// One independent Redis server of a Redlock. Connected at most once, lazily: a node that was
-/// down when the Redlock connected is tried again by each call, within that call's time limit.
-pub(crate) struct Node {
-    /// `host:port`, for reports and spans (never credentials).
-    pub(crate) label: String,
-    config: RedisConfig,
-    link: OnceCell<Link>,
-}
-
-impl std::fmt::Debug for Node {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Node")
-            .field("node", &self.label)
-            .field("connected", &self.link.initialized())
-            .finish_non_exhaustive()
-    }
-}
-
-/// A connected node: its connection, its release subscriber, its persistence.
-#[derive(Clone)]
-pub(crate) struct Link {
-    pub(crate) conn: Connection,
-    pub(crate) waiters: Arc<Waiters>,
-    pub(crate) persists: Option<bool>,
-}
-
-impl Node {
-    pub(crate) fn new(label: String, config: RedisConfig) -> Self {
-        Node {
-            label,
-            config,
-            link: OnceCell::new(),
-        }
-    }
-
-    /// The node's connection, connecting first if it never was.
-    pub(crate) async fn link(&self) -> Result<Link> {
-        let link = self
-            .link
-            .get_or_try_init(|| async {
-                let conn = Connection::open(&self.config).await?;
-                let persists = conn.server_persists().await;
-                Ok::<_, Error>(Link {
-                    waiters: Arc::new(Waiters::new(conn.clone())),
-                    conn,
-                    persists,
-                })
-            })
-            .await?;
-        Ok(link.clone())
-    }
-
-    /// The persistence the node reported, if it is connected.
-    pub(crate) fn persists(&self) -> Option<bool> {
-        self.link.get().and_then(|link| link.persists)
-    }
-}
+use super::node::{Link, Node};
 
 /// What one node answered to one call.
 #[derive(Debug)]
@@ -193,16 +131,25 @@ impl<T: Send + 'static> Round<T> {
             .collect()
     }
 
-    /// The first answer that is a configuration error (refused credentials), if any: trying
-    /// again cannot help, so it is reported as such rather than as a missed quorum.
-    pub(crate) fn config_error(&mut self) -> Option<Error> {
-        self.answers.iter_mut().find_map(|slot| match slot.take() {
-            Some(Answer::Failed(e @ Error::InvalidConfig { .. })) => Some(e),
-            other => {
-                *slot = other;
-                None
-            }
-        })
+    /// The first answer that is a configuration error (refused credentials), if any, naming
+    /// its node: trying again cannot help, so it is reported as such rather than as a missed
+    /// quorum.
+    pub(crate) fn config_error(&mut self, nodes: &[Arc<Node>]) -> Option<Error> {
+        self.answers
+            .iter_mut()
+            .zip(nodes)
+            .find_map(|(slot, node)| match slot.take() {
+                Some(Answer::Failed(Error::InvalidConfig { message, source })) => {
+                    Some(Error::InvalidConfig {
+                        message: format!("node {}: {message}", node.label),
+                        source,
+                    })
+                }
+                other => {
+                    *slot = other;
+                    None
+                }
+            })
     }
 
     /// Lets the calls still in flight run to their end on the runtime, then runs `after`.
