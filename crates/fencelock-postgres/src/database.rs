@@ -1,139 +1,26 @@
-//! `PgConfig` and `PgDatabase`: connecting, the schema, migrations, shared wake-ups.
+//! `PgDatabase`: connecting, the schema, migrations, shared wake-ups.
 
 use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_core::{Error, Result};
+use fencelock_core::{Error, LockBackend, Result};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::sync::OnceCell;
 use tracing::Instrument;
 
+use crate::config::validate_schema;
 use crate::error::{map_sqlx_error, timed};
 use crate::wakeups::Wakeups;
-use crate::{PgAdvisoryBackend, PgLeaseBackend, PgStorage};
+use crate::{PgAdvisoryBackend, PgBackendKind, PgConfig, PgLeaseBackend, PgStorage};
 
 /// The migrations, embedded at compile time.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!();
 
-/// The schema used when none is configured.
-pub const DEFAULT_SCHEMA: &str = "fencelock";
-
-/// The longest schema name accepted, so that the notification channel
-/// `fencelock_<schema>` stays within Postgres' 63-byte identifier limit.
-pub const MAX_SCHEMA_LEN: usize = 48;
-
 const BACKEND: &str = "postgres";
 
-/// How to reach Postgres and where fencelock keeps its tables.
-///
-/// ```no_run
-/// # async fn demo() -> fencelock_core::Result<()> {
-/// use std::time::Duration;
-/// use fencelock_postgres::PgConfig;
-/// let db = PgConfig::from_url("postgres://postgres@127.0.0.1:5432/test")?
-///     .schema("locks")
-///     .operation_timeout(Duration::from_secs(2))
-///     .connect()
-///     .await?;
-/// let backend = db.lease_backend();
-/// # let _ = backend; Ok(()) }
-/// ```
-#[derive(Clone)]
-pub struct PgConfig {
-    options: PgConnectOptions,
-    schema: String,
-    pool_size: u32,
-    holder_pool_size: u32,
-    operation_timeout: Duration,
-    migrate: bool,
-}
-
-impl fmt::Debug for PgConfig {
-    // Hand-written so that a password in the options never reaches a log.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PgConfig")
-            .field("host", &self.options.get_host())
-            .field("port", &self.options.get_port())
-            .field("database", &self.options.get_database())
-            .field("schema", &self.schema)
-            .field("pool_size", &self.pool_size)
-            .field("holder_pool_size", &self.holder_pool_size)
-            .field("operation_timeout", &self.operation_timeout)
-            .field("migrate", &self.migrate)
-            .finish()
-    }
-}
-
 impl PgConfig {
-    /// A configuration from a `postgres://` / `postgresql://` URL (anything `sqlx` accepts).
-    /// A malformed URL is [`Error::InvalidConfig`].
-    pub fn from_url(url: &str) -> Result<Self> {
-        let scheme = url
-            .split_once("://")
-            .map(|(scheme, _)| scheme.to_ascii_lowercase());
-        if !matches!(scheme.as_deref(), Some("postgres" | "postgresql")) {
-            return Err(Error::config(
-                "invalid Postgres URL: expected postgres://user@host:port/database",
-            ));
-        }
-        let options = PgConnectOptions::from_str(url).map_err(|e| Error::InvalidConfig {
-            message: format!("invalid Postgres URL: {e}"),
-            source: Some(Box::new(e)),
-        })?;
-        Ok(Self::from_options(options))
-    }
-
-    /// A configuration from ready-made connect options.
-    pub fn from_options(options: PgConnectOptions) -> Self {
-        PgConfig {
-            options,
-            schema: DEFAULT_SCHEMA.to_owned(),
-            pool_size: 10,
-            holder_pool_size: 64,
-            operation_timeout: Duration::from_secs(5),
-            migrate: true,
-        }
-    }
-
-    /// The schema that holds fencelock's tables (default `fencelock`): lowercase ASCII letters,
-    /// digits and `_`, not starting with a digit, at most [`MAX_SCHEMA_LEN`] bytes. It is
-    /// created if missing, and set as the `search_path` of every connection fencelock opens.
-    pub fn schema(mut self, schema: impl Into<String>) -> Self {
-        self.schema = schema.into();
-        self
-    }
-
-    /// Connections in the shared pool used by the lease table, the storage and transactions
-    /// (default 10).
-    pub fn pool_size(mut self, size: u32) -> Self {
-        self.pool_size = size;
-        self
-    }
-
-    /// Connections available to hold advisory locks (default 64): each lock held by
-    /// [`PgAdvisoryBackend`] occupies one for the life of its lease.
-    pub fn holder_pool_size(mut self, size: u32) -> Self {
-        self.holder_pool_size = size;
-        self
-    }
-
-    /// The longest any single database call may take, connecting included (default 5 s).
-    /// Past it the call fails with [`Error::Unavailable`].
-    pub fn operation_timeout(mut self, timeout: Duration) -> Self {
-        self.operation_timeout = timeout;
-        self
-    }
-
-    /// Whether [`connect`](Self::connect) creates the schema and applies the embedded
-    /// migrations (default `true`). Turn it off when an operator applies them.
-    pub fn run_migrations(mut self, migrate: bool) -> Self {
-        self.migrate = migrate;
-        self
-    }
-
     /// Checks the configuration, connects, and (unless turned off) migrates the schema.
     pub async fn connect(self) -> Result<PgDatabase> {
         validate_schema(&self.schema)?;
@@ -166,6 +53,7 @@ impl PgConfig {
                 options,
                 channel: format!("fencelock_{}", self.schema),
                 schema: self.schema,
+                backend: self.backend,
                 timeout,
                 wakeups: OnceCell::new(),
             }),
@@ -190,22 +78,6 @@ impl PgConfig {
     }
 }
 
-/// Checks a schema name: `[a-z_][a-z0-9_]*`, at most [`MAX_SCHEMA_LEN`] bytes.
-pub(crate) fn validate_schema(schema: &str) -> Result<()> {
-    let mut chars = schema.chars();
-    let first_ok = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
-    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if !first_ok || !rest_ok || schema.len() > MAX_SCHEMA_LEN {
-        return Err(Error::config(format!(
-            "invalid schema name {schema:?}: use lowercase ASCII letters, digits and `_`, \
-             not starting with a digit, at most {MAX_SCHEMA_LEN} bytes"
-        )));
-    }
-    Ok(())
-}
-
 /// A connection to Postgres with fencelock's schema in place: the factory of the backends and
 /// the storage, which share its pools. Cheap to clone.
 #[derive(Clone)]
@@ -218,6 +90,7 @@ struct Inner {
     holders: PgPool,
     options: PgConnectOptions,
     schema: String,
+    backend: PgBackendKind,
     channel: String,
     timeout: Duration,
     wakeups: OnceCell<Wakeups>,
@@ -229,6 +102,7 @@ impl fmt::Debug for PgDatabase {
             .field("host", &self.inner.options.get_host())
             .field("database", &self.inner.options.get_database())
             .field("schema", &self.inner.schema)
+            .field("backend", &self.inner.backend)
             .finish_non_exhaustive()
     }
 }
@@ -262,6 +136,24 @@ impl PgDatabase {
     /// A [`PgAdvisoryBackend`] on this database.
     pub fn advisory_backend(&self) -> PgAdvisoryBackend {
         PgAdvisoryBackend::new(self)
+    }
+
+    /// The lock backend the config chose ([`PgConfig::backend_kind`], `?backend=`).
+    pub fn backend(&self) -> Arc<dyn LockBackend> {
+        self.lock_backend(self.inner.backend)
+    }
+
+    /// The lock backend of `kind` on this database.
+    pub fn lock_backend(&self, kind: PgBackendKind) -> Arc<dyn LockBackend> {
+        match kind {
+            PgBackendKind::Lease => Arc::new(self.lease_backend()),
+            PgBackendKind::Advisory => Arc::new(self.advisory_backend()),
+        }
+    }
+
+    /// The lock backend kind the config chose.
+    pub fn backend_kind(&self) -> PgBackendKind {
+        self.inner.backend
     }
 
     /// A [`PgStorage`] on this database, with the default rule and value limit.

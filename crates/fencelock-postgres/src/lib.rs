@@ -3,6 +3,7 @@
 
 mod advisory;
 mod codec;
+mod config;
 mod database;
 mod error;
 mod hash;
@@ -12,7 +13,8 @@ mod transaction;
 mod wakeups;
 
 pub use advisory::PgAdvisoryBackend;
-pub use database::{DEFAULT_SCHEMA, MAX_SCHEMA_LEN, PgConfig, PgDatabase};
+pub use config::{DEFAULT_PORT, DEFAULT_SCHEMA, MAX_SCHEMA_LEN, PgBackendKind, PgConfig};
+pub use database::PgDatabase;
 pub use error::map_sqlx_error;
 pub use hash::{advisory_lock_id, raw_lock_key};
 pub use lease_table::PgLeaseBackend;

@@ -1,0 +1,769 @@
+//! `PgConfig`: the `postgres://` grammar, validation, and the typed settings of a connection.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use fencelock_core::{Error, HostPort, Result};
+use sqlx::postgres::PgConnectOptions;
+use url::{Host, Url};
+
+/// The schema used when none is configured.
+pub const DEFAULT_SCHEMA: &str = "fencelock";
+
+/// The longest schema name accepted, so that the notification channel
+/// `fencelock_<schema>` stays within Postgres' 63-byte identifier limit.
+pub const MAX_SCHEMA_LEN: usize = 48;
+
+/// The port used when a URL names none.
+pub const DEFAULT_PORT: u16 = 5432;
+
+/// The query options of a URL that go to the driver (`sqlx`), as it spells them. Everything
+/// else is refused, so a typo is an error instead of a silently ignored setting.
+const DRIVER_OPTIONS: &[&str] = &[
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "application_name",
+    "options",
+];
+
+/// The lock backend a [`PgConfig`] chooses with `?backend=`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum PgBackendKind {
+    /// `lease` (default): [`PgLeaseBackend`](crate::PgLeaseBackend), the lease table.
+    #[default]
+    Lease,
+    /// `advisory`: [`PgAdvisoryBackend`](crate::PgAdvisoryBackend), session advisory locks.
+    Advisory,
+}
+
+impl PgBackendKind {
+    /// Every kind, in the order the docs list them.
+    pub const ALL: &'static [PgBackendKind] = &[PgBackendKind::Lease, PgBackendKind::Advisory];
+
+    /// The name used in `?backend=`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PgBackendKind::Lease => "lease",
+            PgBackendKind::Advisory => "advisory",
+        }
+    }
+}
+
+impl fmt::Display for PgBackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for PgBackendKind {
+    type Err = Error;
+
+    /// `lease` or `advisory`; anything else is [`Error::InvalidConfig`].
+    fn from_str(s: &str) -> Result<Self> {
+        PgBackendKind::ALL
+            .iter()
+            .copied()
+            .find(|kind| kind.as_str() == s)
+            .ok_or_else(|| {
+                Error::config(format!(
+                    "unknown Postgres backend {s:?}: use `lease` or `advisory`"
+                ))
+            })
+    }
+}
+
+/// How to reach Postgres, which lock backend to use, and where fencelock keeps its tables.
+///
+/// The URL grammar (`from_url` / `to_url`):
+///
+/// ```text
+/// postgres[ql]://[user[:password]@]host[:port][/database][?backend=lease|advisory][&schema=name][&<driver options>]
+/// ```
+///
+/// - `backend` chooses the lock backend ([`PgBackendKind`], default `lease`);
+/// - `schema` names the schema of fencelock's tables (default `fencelock`; see
+///   [`schema`](Self::schema) for the allowed names);
+/// - driver options are passed to `sqlx` and kept as written: `sslmode`, `sslrootcert`,
+///   `sslcert`, `sslkey` (and their dashed spellings), `statement-cache-capacity`,
+///   `application_name`, `options`. Any other option is refused, and so are `host`, `port`,
+///   `user`, `password` and `dbname` as options: they go in the URL itself.
+///
+/// `Display` and `Debug` show the URL with the password replaced by `***`; [`to_url`](Self::to_url)
+/// gives it back whole, and `from_url(&config.to_url())` equals `config`.
+///
+/// ```
+/// use fencelock_postgres::{PgBackendKind, PgConfig};
+/// let config = PgConfig::from_url(
+///     "postgres://app:secret@db.internal:5433/orders?backend=advisory&schema=locks&sslmode=require",
+/// )?;
+/// assert_eq!(config.backend_kind(), PgBackendKind::Advisory);
+/// assert_eq!(config.schema_name(), "locks");
+/// assert_eq!(
+///     config.to_string(),
+///     "postgres://app:***@db.internal:5433/orders?sslmode=require&backend=advisory&schema=locks",
+/// );
+/// assert_eq!(PgConfig::from_url(&config.to_url())?, config);
+/// # Ok::<(), fencelock_core::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct PgConfig {
+    /// Scheme, credentials, host, port and database; no query.
+    base: Url,
+    /// The driver options, in URL order.
+    driver: Vec<(String, String)>,
+    /// Built from `base` and `driver` whenever either changes.
+    pub(crate) options: PgConnectOptions,
+    pub(crate) backend: PgBackendKind,
+    pub(crate) schema: String,
+    pub(crate) pool_size: u32,
+    pub(crate) holder_pool_size: u32,
+    pub(crate) operation_timeout: Duration,
+    pub(crate) migrate: bool,
+}
+
+impl PartialEq for PgConfig {
+    /// Compares everything the config holds; the connect options are derived from the URL.
+    fn eq(&self, other: &Self) -> bool {
+        self.base == other.base
+            && self.driver == other.driver
+            && self.backend == other.backend
+            && self.schema == other.schema
+            && self.pool_size == other.pool_size
+            && self.holder_pool_size == other.holder_pool_size
+            && self.operation_timeout == other.operation_timeout
+            && self.migrate == other.migrate
+    }
+}
+
+impl Eq for PgConfig {}
+
+impl fmt::Debug for PgConfig {
+    // Hand-written so that a password never reaches a log.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgConfig")
+            .field("url", &self.redacted_url())
+            .field("pool_size", &self.pool_size)
+            .field("holder_pool_size", &self.holder_pool_size)
+            .field("operation_timeout", &self.operation_timeout)
+            .field("migrate", &self.migrate)
+            .finish()
+    }
+}
+
+impl fmt::Display for PgConfig {
+    /// The URL with the password replaced by `***`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted_url())
+    }
+}
+
+impl FromStr for PgConfig {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Self::from_url(s)
+    }
+}
+
+impl PgConfig {
+    /// The URL schemes this config owns.
+    pub const SCHEMES: &'static [&'static str] = &["postgres", "postgresql"];
+
+    /// A configuration from a `postgres://` or `postgresql://` URL (grammar above), checked
+    /// eagerly and completely. Anything wrong is [`Error::InvalidConfig`] naming what is
+    /// wrong; the message never contains the password.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+        if !scheme.is_some_and(|s| Self::SCHEMES.iter().any(|k| s.eq_ignore_ascii_case(k))) {
+            return Err(Error::config(format!(
+                "{} is not a Postgres URL: expected postgres://user@host[:port]/database",
+                redact_raw(url)
+            )));
+        }
+        let parsed = Url::parse(url).map_err(|e| parse_error(url, e))?;
+        let shown = shown(&parsed);
+        if parsed.host_str().is_none_or(str::is_empty) {
+            return Err(Error::config(format!("Postgres URL {shown} names no host")));
+        }
+        if parsed.port() == Some(0) {
+            return Err(Error::config(format!(
+                "Postgres URL {shown}: port 0 is out of range (1 to 65535)"
+            )));
+        }
+        if parsed.fragment().is_some() {
+            return Err(Error::config(format!(
+                "Postgres URL {shown} takes no fragment (`#...`)"
+            )));
+        }
+        let database = parsed.path().trim_start_matches('/');
+        if database.contains('/') {
+            return Err(Error::config(format!(
+                "Postgres URL {shown}: the path must be one database name"
+            )));
+        }
+        let mut backend = None;
+        let mut schema = None;
+        let mut driver = Vec::new();
+        for (name, value) in parsed.query_pairs() {
+            match &*name {
+                "backend" if backend.is_none() => backend = Some(value.parse()?),
+                "schema" if schema.is_none() => {
+                    validate_schema(&value)?;
+                    schema = Some(value.into_owned());
+                }
+                "backend" | "schema" => {
+                    return Err(Error::config(format!(
+                        "Postgres URL {shown} repeats option `{name}`"
+                    )));
+                }
+                "host" | "hostaddr" | "port" | "user" | "password" | "dbname" => {
+                    return Err(Error::config(format!(
+                        "Postgres URL {shown}: give `{name}` in the URL itself, not as an option"
+                    )));
+                }
+                known if DRIVER_OPTIONS.contains(&known) || is_options_entry(known) => {
+                    driver.push((name.into_owned(), value.into_owned()));
+                }
+                other => {
+                    return Err(Error::config(format!(
+                        "Postgres URL {shown}: unknown option `{other}` (fencelock reads \
+                         `backend` and `schema`; the driver reads {})",
+                        DRIVER_OPTIONS.join(", ")
+                    )));
+                }
+            }
+        }
+        let mut base = parsed;
+        base.set_query(None);
+        let options = connect_options(&base, &driver)?;
+        Ok(PgConfig {
+            base,
+            driver,
+            options,
+            backend: backend.unwrap_or_default(),
+            schema: schema.unwrap_or_else(|| DEFAULT_SCHEMA.to_owned()),
+            ..Self::defaults(PgConnectOptions::new_without_pgpass())
+        })
+    }
+
+    /// A configuration from ready-made connect options. Its [`to_url`](Self::to_url) is what
+    /// `sqlx` can write back (host, port, user, password, database, TLS settings).
+    pub fn from_options(options: PgConnectOptions) -> Self {
+        use sqlx::ConnectOptions;
+        let mut base = options.to_url_lossy();
+        let mut driver: Vec<(String, String)> = base.query_pairs().into_owned().collect();
+        base.set_query(None);
+        if let Some(name) = options.get_application_name() {
+            driver.push(("application_name".to_owned(), name.to_owned()));
+        }
+        if let Some(startup) = options.get_options() {
+            driver.push(("options".to_owned(), startup.to_owned()));
+        }
+        PgConfig {
+            base,
+            driver,
+            ..Self::defaults(options)
+        }
+    }
+
+    fn defaults(options: PgConnectOptions) -> Self {
+        PgConfig {
+            // Replaced by every constructor.
+            base: Url::from_str("postgres://localhost")
+                .unwrap_or_else(|_| unreachable!("a constant URL parses")),
+            driver: Vec::new(),
+            options,
+            backend: PgBackendKind::default(),
+            schema: DEFAULT_SCHEMA.to_owned(),
+            pool_size: 10,
+            holder_pool_size: 64,
+            operation_timeout: Duration::from_secs(5),
+            migrate: true,
+        }
+    }
+
+    /// The full URL, **credentials included**, such that `from_url` gives this config back.
+    /// Builder settings that have no URL form (pool sizes, time-outs) are not in it.
+    pub fn to_url(&self) -> String {
+        self.url(false)
+    }
+
+    /// [`to_url`](Self::to_url) with the password replaced by `***`: what `Display` and
+    /// `Debug` show.
+    pub fn redacted_url(&self) -> String {
+        self.url(true)
+    }
+
+    fn url(&self, redacted: bool) -> String {
+        let mut url = self.base.clone();
+        if redacted && url.password().is_some() {
+            // Setting a password only fails on URLs without a host, which `base` never is.
+            let _ = url.set_password(Some("***"));
+        }
+        let mut pairs: Vec<(&str, &str)> = self
+            .driver
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        if self.backend != PgBackendKind::default() {
+            pairs.push(("backend", self.backend.as_str()));
+        }
+        if self.schema != DEFAULT_SCHEMA {
+            pairs.push(("schema", &self.schema));
+        }
+        if !pairs.is_empty() {
+            url.query_pairs_mut().extend_pairs(pairs);
+        }
+        url.into()
+    }
+
+    /// The servers this config reaches, in URL order (one for Postgres), default port filled
+    /// in.
+    pub fn hosts(&self) -> Vec<HostPort> {
+        let host = match self.base.host() {
+            Some(Host::Ipv6(addr)) => addr.to_string(),
+            Some(Host::Ipv4(addr)) => addr.to_string(),
+            Some(Host::Domain(name)) => name.to_owned(),
+            None => String::new(),
+        };
+        vec![HostPort::new(
+            host,
+            self.base.port().unwrap_or(DEFAULT_PORT),
+        )]
+    }
+
+    /// The same config pointed at other servers: `hosts` must hold exactly one (Postgres URLs
+    /// name one server), else [`Error::InvalidConfig`].
+    pub fn with_hosts(mut self, hosts: &[HostPort]) -> Result<Self> {
+        let [target] = hosts else {
+            return Err(Error::config(format!(
+                "a Postgres config reaches one server; {} given",
+                hosts.len()
+            )));
+        };
+        if target.port == 0 {
+            return Err(Error::config("port 0 is out of range (1 to 65535)"));
+        }
+        let host = if target.host.contains(':') {
+            format!("[{}]", target.host)
+        } else {
+            target.host.clone()
+        };
+        let mut base = self.base.clone();
+        base.set_host(Some(&host))
+            .map_err(|e| Error::InvalidConfig {
+                message: format!("{:?} is not a host name or address", target.host),
+                source: Some(Box::new(e)),
+            })?;
+        base.set_port(Some(target.port))
+            .map_err(|()| Error::config(format!("cannot set port {}", target.port)))?;
+        self.options = connect_options(&base, &self.driver)?;
+        self.base = base;
+        Ok(self)
+    }
+
+    /// Uses `kind` as the lock backend (the URL's `?backend=`).
+    pub fn with_backend_kind(mut self, kind: PgBackendKind) -> Self {
+        self.backend = kind;
+        self
+    }
+
+    /// The lock backend this config chooses (`?backend=`, default [`PgBackendKind::Lease`]).
+    pub fn backend_kind(&self) -> PgBackendKind {
+        self.backend
+    }
+
+    /// The schema that holds fencelock's tables (default `fencelock`): lowercase ASCII letters,
+    /// digits and `_`, not starting with a digit, at most [`MAX_SCHEMA_LEN`] bytes (checked by
+    /// [`connect`](Self::connect); `from_url` checks `?schema=` at once). It is created if
+    /// missing.
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+
+    /// The configured schema name.
+    pub fn schema_name(&self) -> &str {
+        &self.schema
+    }
+
+    /// Names fencelock's sessions `name` in `pg_stat_activity` (the driver option
+    /// `application_name`, default `fencelock`), replacing any name the URL gave.
+    pub fn application_name(mut self, name: &str) -> Self {
+        self.driver.retain(|(k, _)| k != "application_name");
+        self.driver
+            .push(("application_name".to_owned(), name.to_owned()));
+        self.options = self.options.application_name(name);
+        self
+    }
+
+    /// Connections in the shared pool used by the lease table, the storage and transactions
+    /// (default 10).
+    pub fn pool_size(mut self, size: u32) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// Connections available to hold advisory locks (default 64): each lock held by
+    /// [`PgAdvisoryBackend`](crate::PgAdvisoryBackend) occupies one for the life of its lease.
+    pub fn holder_pool_size(mut self, size: u32) -> Self {
+        self.holder_pool_size = size;
+        self
+    }
+
+    /// The longest any single database call may take, connecting included (default 5 s).
+    /// Past it the call fails with [`Error::Unavailable`].
+    pub fn operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = timeout;
+        self
+    }
+
+    /// Whether [`connect`](Self::connect) creates the schema and applies the embedded
+    /// migrations (default `true`). Turn it off when an operator applies them.
+    pub fn run_migrations(mut self, migrate: bool) -> Self {
+        self.migrate = migrate;
+        self
+    }
+
+    /// The connect options the driver gets.
+    pub fn connect_options(&self) -> &PgConnectOptions {
+        &self.options
+    }
+}
+
+/// `-c name=value` style startup parameters: `options[search_path]=...`.
+fn is_options_entry(name: &str) -> bool {
+    name.strip_prefix("options[")
+        .and_then(|rest| rest.strip_suffix(']'))
+        .is_some_and(|key| !key.is_empty())
+}
+
+/// The driver's options for `base` plus the driver query options.
+fn connect_options(base: &Url, driver: &[(String, String)]) -> Result<PgConnectOptions> {
+    let mut url = base.clone();
+    if !driver.is_empty() {
+        url.query_pairs_mut().extend_pairs(driver);
+    }
+    PgConnectOptions::from_str(url.as_str()).map_err(|e| Error::InvalidConfig {
+        // The driver's message names the option; the URL is shown redacted.
+        message: format!("Postgres URL {}: {e}", shown(base)),
+        source: None,
+    })
+}
+
+/// A URL parse failure, explained. The `url` crate reports a port above 65535 as an invalid
+/// port, which is worth saying plainly.
+fn parse_error(raw: &str, error: url::ParseError) -> Error {
+    let shown = redact_raw(raw);
+    let message = match (error, raw_port(raw)) {
+        (url::ParseError::InvalidPort, Some(port))
+            if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            format!("Postgres URL {shown}: port {port} is out of range (1 to 65535)")
+        }
+        (url::ParseError::InvalidPort, Some(port)) => {
+            format!("Postgres URL {shown}: port {port:?} is not a number")
+        }
+        (url::ParseError::EmptyHost, _) => format!("Postgres URL {shown} names no host"),
+        (other, _) => format!("{shown} is not a valid Postgres URL: {other}"),
+    };
+    // The parse error itself never holds the input, but is dropped anyway: the message says it.
+    Error::config(message)
+}
+
+/// The authority part of a raw URL: between `://` and the first `/`, `?` or `#`.
+fn raw_authority(raw: &str) -> Option<(usize, &str)> {
+    let start = raw.find("://")? + 3;
+    let rest = &raw[start..];
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    Some((start, &rest[..end]))
+}
+
+/// The port text of a raw URL's authority, if it has one.
+fn raw_port(raw: &str) -> Option<&str> {
+    let (_, authority) = raw_authority(raw)?;
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    let after_bracket = host_port.rsplit_once(']').map_or(host_port, |(_, p)| p);
+    after_bracket.rsplit_once(':').map(|(_, port)| port)
+}
+
+/// A raw (possibly unparsable) URL with the password of its authority replaced by `***` and
+/// without its query.
+fn redact_raw(raw: &str) -> String {
+    let Some((start, authority)) = raw_authority(raw) else {
+        // Not URL-shaped: show nothing of it, it may be all secret.
+        return "the given text".to_owned();
+    };
+    // The path, without query or fragment: an option value may be a secret.
+    let rest = &raw[start + authority.len()..];
+    let path = &rest[..rest.find(['?', '#']).unwrap_or(rest.len())];
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+            let password = if userinfo.contains(':') { ":***" } else { "" };
+            format!("{}{user}{password}@{host}{path}", &raw[..start])
+        }
+        None => format!("{}{authority}{path}", &raw[..start]),
+    }
+}
+
+/// A parsed URL as error messages show it: password replaced by `***`, no query (an option
+/// value may be a secret; messages name the option at fault).
+fn shown(url: &Url) -> String {
+    let mut url = url.clone();
+    url.set_query(None);
+    url.set_fragment(None);
+    redact(&url)
+}
+
+/// A parsed URL with its password replaced by `***`.
+pub(crate) fn redact(url: &Url) -> String {
+    let mut url = url.clone();
+    if url.password().is_some() {
+        let _ = url.set_password(Some("***"));
+    }
+    url.into()
+}
+
+/// Checks a schema name: `[a-z_][a-z0-9_]*`, at most [`MAX_SCHEMA_LEN`] bytes.
+pub(crate) fn validate_schema(schema: &str) -> Result<()> {
+    let mut chars = schema.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
+    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if !first_ok || !rest_ok || schema.len() > MAX_SCHEMA_LEN {
+        return Err(Error::config(format!(
+            "invalid schema name {schema:?}: use lowercase ASCII letters, digits and `_`, \
+             not starting with a digit, at most {MAX_SCHEMA_LEN} bytes"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn invalid(url: &str) -> String {
+        match PgConfig::from_url(url) {
+            Err(Error::InvalidConfig { message, .. }) => message,
+            other => panic!("{url:?}: expected InvalidConfig, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_the_grammar() {
+        let config = PgConfig::from_url(
+            "postgresql://app:s3cret@db:5433/test?backend=advisory&sslmode=disable&schema=locks",
+        )
+        .unwrap();
+        assert_eq!(config.backend_kind(), PgBackendKind::Advisory);
+        assert_eq!(config.schema_name(), "locks");
+        assert_eq!(config.hosts(), vec![HostPort::new("db", 5433)]);
+        assert_eq!(config.options.get_database(), Some("test"));
+        assert_eq!(config.options.get_username(), "app");
+        assert_eq!(
+            config.to_url(),
+            "postgresql://app:s3cret@db:5433/test?sslmode=disable&backend=advisory&schema=locks"
+        );
+        let plain = PgConfig::from_url("postgres://postgres@127.0.0.1/test").unwrap();
+        assert_eq!(plain.backend_kind(), PgBackendKind::Lease);
+        assert_eq!(plain.schema_name(), DEFAULT_SCHEMA);
+        assert_eq!(plain.hosts(), vec![HostPort::new("127.0.0.1", 5432)]);
+        assert_eq!(plain.to_url(), "postgres://postgres@127.0.0.1/test");
+        assert_eq!(
+            PgConfig::from_url("POSTGRES://h/db").unwrap().hosts(),
+            vec![HostPort::new("h", 5432)]
+        );
+    }
+
+    #[test]
+    fn round_trips_through_to_url() {
+        for url in [
+            "postgres://h",
+            "postgres://h/db",
+            "postgres://u@h:1/db",
+            "postgres://u:p%40ss@h:6432/db?backend=lease",
+            "postgresql://u:pw@[::1]:5432/db?application_name=my%20app&sslmode=require",
+            "postgres://h/db?schema=fencelock&backend=advisory",
+            "postgres://h/db?options=-c%20statement_timeout%3D5s&options%5Bwork_mem%5D=4MB",
+            "postgres://h/db?ssl-mode=prefer&statement-cache-capacity=10&schema=x_1",
+        ] {
+            let config = PgConfig::from_url(url).unwrap();
+            let again = PgConfig::from_url(&config.to_url()).unwrap();
+            assert_eq!(again, config, "{url}");
+            assert_eq!(again.to_url(), config.to_url(), "{url}");
+        }
+        let config = PgConfig::from_url("postgres://h/db?backend=lease&schema=fencelock").unwrap();
+        assert_eq!(config, PgConfig::from_url("postgres://h/db").unwrap());
+    }
+
+    #[test]
+    fn never_shows_the_password() {
+        let config = PgConfig::from_url("postgres://app:hunter2@db/test?backend=advisory").unwrap();
+        for shown in [
+            config.to_string(),
+            format!("{config:?}"),
+            config.redacted_url(),
+        ] {
+            assert!(!shown.contains("hunter2"), "{shown}");
+            assert!(shown.contains("app:***@db"), "{shown}");
+        }
+        assert!(config.to_url().contains("hunter2"));
+        for url in [
+            "postgres://app:hunter2@db:99999/test",
+            "postgres://app:hunter2@db:http/test",
+            "postgres://app:hunter2@/test",
+            "postgres://app:hunter2@db/test?backend=redlock",
+            "postgres://app:hunter2@db/test?nosuch=1",
+            "postgres://app:hunter2@db/test?sslmode=bogus",
+            "postgres://app:hunter2@db/test?schema=Bad",
+            "postgres://app:hunter2@db/test?password=hunter2",
+            "postgres://app:hunter2@db/test#frag",
+            "postgres://app:hunter2@db/a/b",
+            "postgres://app:hunter2@[::1/test",
+            "mysql://app:hunter2@db/test",
+        ] {
+            let message = invalid(url);
+            assert!(!message.contains("hunter2"), "{url}: {message}");
+        }
+    }
+
+    #[test]
+    fn errors_name_what_is_wrong() {
+        let cases = [
+            ("postgres://db:99999/test", "port 99999 is out of range"),
+            ("postgres://u:p@db:70000", "port 70000 is out of range"),
+            ("postgres://db:0/test", "port 0 is out of range"),
+            ("postgres://db:http/test", "\"http\" is not a number"),
+            ("postgres:///test", "names no host"),
+            ("postgres://", "names no host"),
+            ("postgres://u:p@/test", "names no host"),
+            (
+                "postgres://db/test?backend=redlock",
+                "unknown Postgres backend \"redlock\"",
+            ),
+            (
+                "postgres://db/test?backend=",
+                "unknown Postgres backend \"\"",
+            ),
+            (
+                "postgres://db/test?backend=lease&backend=advisory",
+                "repeats option `backend`",
+            ),
+            (
+                "postgres://db/test?schema=a&schema=b",
+                "repeats option `schema`",
+            ),
+            (
+                "postgres://db/test?schema=Upper",
+                "invalid schema name \"Upper\"",
+            ),
+            ("postgres://db/test?schema=1st", "invalid schema name"),
+            ("postgres://db/test?schema=a-b", "invalid schema name"),
+            ("postgres://db/test?foo=1", "unknown option `foo`"),
+            (
+                "postgres://db/test?host=other",
+                "give `host` in the URL itself",
+            ),
+            ("postgres://db/test?sslmode=sometimes", "sometimes"),
+            ("postgres://db/test#x", "takes no fragment"),
+            ("redis://db/0", "is not a Postgres URL"),
+            ("db/test", "is not a Postgres URL"),
+        ];
+        for (url, expected) in cases {
+            let message = invalid(url);
+            assert!(message.contains(expected), "{url}: {message}");
+        }
+        let long = format!(
+            "postgres://db/test?schema={}",
+            "a".repeat(MAX_SCHEMA_LEN + 1)
+        );
+        assert!(invalid(&long).contains("at most 48 bytes"));
+    }
+
+    #[test]
+    fn hosts_can_be_replaced() {
+        let config = PgConfig::from_url("postgres://u:pw@db:5433/test?backend=advisory").unwrap();
+        let moved = config
+            .clone()
+            .with_hosts(&[HostPort::new("::1", 6432)])
+            .unwrap();
+        assert_eq!(moved.hosts(), vec![HostPort::new("::1", 6432)]);
+        assert_eq!(
+            moved.to_url(),
+            "postgres://u:pw@[::1]:6432/test?backend=advisory"
+        );
+        assert_eq!(moved.options.get_port(), 6432);
+        assert_eq!(PgConfig::from_url(&moved.to_url()).unwrap(), moved);
+        let proxy = config
+            .clone()
+            .with_hosts(&[HostPort::new("127.0.0.1", 40000)])
+            .unwrap();
+        assert_eq!(proxy.options.get_host(), "127.0.0.1");
+        assert!(config.clone().with_hosts(&[]).is_err());
+        assert!(
+            config
+                .clone()
+                .with_hosts(&[HostPort::new("a", 1), HostPort::new("b", 2)])
+                .is_err()
+        );
+        assert!(config.with_hosts(&[HostPort::new("a", 0)]).is_err());
+    }
+
+    #[test]
+    fn application_name_replaces_the_urls() {
+        let config = PgConfig::from_url("postgres://db/test?application_name=old&sslmode=disable")
+            .unwrap()
+            .application_name("chaos-worker-3");
+        assert_eq!(
+            config.options.get_application_name(),
+            Some("chaos-worker-3")
+        );
+        assert_eq!(
+            config.to_url(),
+            "postgres://db/test?sslmode=disable&application_name=chaos-worker-3"
+        );
+        assert_eq!(PgConfig::from_url(&config.to_url()).unwrap(), config);
+    }
+
+    #[test]
+    fn backend_kinds_parse_and_print() {
+        for kind in PgBackendKind::ALL {
+            assert_eq!(kind.as_str().parse::<PgBackendKind>().unwrap(), *kind);
+        }
+        assert!("Lease".parse::<PgBackendKind>().is_err());
+        let config = PgConfig::from_url("postgres://db/test")
+            .unwrap()
+            .with_backend_kind(PgBackendKind::Advisory);
+        assert_eq!(config.to_url(), "postgres://db/test?backend=advisory");
+    }
+
+    #[test]
+    fn from_options_writes_a_url() {
+        let options = PgConnectOptions::new_without_pgpass()
+            .host("db")
+            .port(5433)
+            .username("u")
+            .password("pw")
+            .database("test")
+            .application_name("app");
+        let config = PgConfig::from_options(options);
+        assert_eq!(config.hosts(), vec![HostPort::new("db", 5433)]);
+        assert!(!config.to_string().contains("pw"));
+        let url = config.to_url();
+        assert!(url.starts_with("postgres://u:pw@db:5433/test?"), "{url}");
+        assert_eq!(PgConfig::from_url(&url).unwrap().to_url(), url);
+    }
+}
