@@ -2,19 +2,25 @@
 //! baseline on the same server, as a table (or JSON).
 
 use std::io::IsTerminal;
-use std::process::ExitCode;
 use std::time::Duration;
 
 use fencelock::spec::{BackendSpec, PgBackendKind};
-use fencelock::{Error, Result};
-use fencelock_bench::{BenchError, PgLockKind, Report, Row, Settings, Suite};
+use fencelock_bench::{PgLockKind, Report, Row, Settings, Suite};
 
-use crate::BackendArg;
+use crate::error::CliError;
+use crate::exit::Exit;
+use crate::{BackendArg, Spec};
+
+pub(crate) const EXAMPLES: &str = "  fencelock bench
+  fencelock bench --backend redis://127.0.0.1:6379 --duration 5s
+  fencelock bench --backend 'postgres://postgres@127.0.0.1:5432/test?backend=advisory' --concurrency 16 --keys 256
+  fencelock bench --backend redis://127.0.0.1:6379 --json > redis.json
+";
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     #[command(flatten)]
-    backend: BackendArg,
+    pub(crate) backend: BackendArg,
     /// Tasks in the contended scenarios.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
     concurrency: u32,
@@ -37,24 +43,11 @@ fn parse_bench_duration(text: &str) -> std::result::Result<Duration, String> {
     Ok(duration)
 }
 
-fn bench_error(e: BenchError) -> Error {
-    match e {
-        BenchError::Fencelock(e) => e,
-        other => Error::Backend {
-            backend: "bench",
-            message: other.to_string(),
-            source: Some(Box::new(other)),
-        },
-    }
-}
-
-async fn suite(spec: &BackendSpec) -> Result<Suite> {
+async fn suite(spec: &BackendSpec) -> Result<Suite, CliError> {
     match spec {
         BackendSpec::Memory => Ok(Suite::memory()),
-        BackendSpec::Redis(url) => Suite::redis(url).await.map_err(bench_error),
-        BackendSpec::Redlock { nodes, storage } => {
-            Suite::redlock(nodes, storage).await.map_err(bench_error)
-        }
+        BackendSpec::Redis(url) => Ok(Suite::redis(url).await?),
+        BackendSpec::Redlock { nodes, storage } => Ok(Suite::redlock(nodes, storage).await?),
         BackendSpec::Postgres {
             url,
             backend,
@@ -64,24 +57,22 @@ async fn suite(spec: &BackendSpec) -> Result<Suite> {
                 PgBackendKind::Advisory => PgLockKind::Advisory,
                 _ => PgLockKind::Lease,
             };
-            Suite::postgres(url, schema.as_deref(), kind)
-                .await
-                .map_err(bench_error)
+            Ok(Suite::postgres(url, schema.as_deref(), kind).await?)
         }
-        other => Err(Error::config(format!(
+        other => Err(CliError::Input(format!(
             "fencelock bench has no baseline for {other} yet"
         ))),
     }
 }
 
-pub(crate) async fn run(args: Args) -> Result<ExitCode> {
+pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     let spec = &args.backend.backend;
     let settings = Settings {
         duration: args.duration,
         concurrency: args.concurrency as usize,
         keys: args.keys as usize,
     };
-    let suite = suite(spec).await?;
+    let suite = suite(spec.spec()).await?;
     let tty = std::io::stderr().is_terminal();
     let mut progress = |line: &str| {
         if tty {
@@ -95,14 +86,14 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
         eprint!("\r\x1b[2K");
     }
     let closed = suite.close().await;
-    let report = outcome.map_err(bench_error)?;
-    closed.map_err(bench_error)?;
+    let report = outcome?;
+    closed?;
     if args.json {
         println!("{}", json(spec, &report));
     } else {
         print!("{}", table(spec, &report));
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }
 
 /// `1.23 ms`, `45.6 µs`, `789 ns`.
@@ -126,7 +117,7 @@ fn ratio(row: &Row) -> String {
     }
 }
 
-fn table(spec: &BackendSpec, report: &Report) -> String {
+fn table(spec: &Spec, report: &Report) -> String {
     let header = ["scenario", "subject", "p50", "p99", "ops/s", "ratio"];
     let mut lines: Vec<[String; 6]> = vec![header.map(String::from)];
     for row in &report.rows {
@@ -175,7 +166,7 @@ fn table(spec: &BackendSpec, report: &Report) -> String {
     out
 }
 
-fn json(spec: &BackendSpec, report: &Report) -> serde_json::Value {
+fn json(spec: &Spec, report: &Report) -> serde_json::Value {
     let rows: Vec<serde_json::Value> = report
         .rows
         .iter()

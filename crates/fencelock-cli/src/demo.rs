@@ -1,7 +1,6 @@
 //! `fencelock demo`: the paused-client story of DESIGN section 1, on a real backend.
 
 use std::collections::HashMap;
-use std::process::ExitCode;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -9,12 +8,18 @@ use fencelock::spec::Connected;
 use fencelock::{Error, Fence, FencedStorage, LockKey, Locker, OwnerId, Result};
 use tokio::time::{Instant, sleep};
 
-use crate::{BackendArg, exit, parse_duration};
+use crate::error::CliError;
+use crate::exit::Exit;
+use crate::{BackendArg, parse_duration};
+
+pub(crate) const EXAMPLES: &str = "  fencelock demo
+  fencelock demo --backend redis://127.0.0.1:6379 --ttl 500ms
+";
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     #[command(flatten)]
-    backend: BackendArg,
+    pub(crate) backend: BackendArg,
     /// Lease ttl of client 1; it pauses for twice as long.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     ttl: Duration,
@@ -89,9 +94,9 @@ struct Outcome {
     stale_write_refused: bool,
 }
 
-pub(crate) async fn run(args: Args) -> Result<ExitCode> {
+pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     let spec = args.backend.backend;
-    let connected = spec.connect().await?;
+    let connected = spec.spec().connect().await?;
     fencelock::validate_ttl(args.ttl, &connected.backend.capabilities())?;
     println!("fencelock demo on {spec}: client 1 pauses past its lease, client 2 takes over.\n");
 
@@ -140,9 +145,9 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
         u8::from(lost)
     );
     Ok(if fenced_ok {
-        ExitCode::SUCCESS
+        Exit::Success
     } else {
-        ExitCode::from(exit::FAILURE)
+        Exit::Failure
     })
 }
 

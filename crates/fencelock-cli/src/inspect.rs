@@ -1,23 +1,28 @@
 //! `fencelock inspect`: who holds a lock, with which token, for how long; and what the backend
 //! guarantees.
 
-use std::process::ExitCode;
-
-use fencelock::{LockKey, Result};
+use fencelock::LockKey;
 
 use crate::BackendArg;
+use crate::error::CliError;
+use crate::exit::Exit;
+
+pub(crate) const EXAMPLES: &str =
+    "  fencelock inspect --backend redis://127.0.0.1:6379 nightly-report
+  FENCELOCK_BACKEND=postgres://postgres@127.0.0.1:5432/test fencelock inspect migrate
+";
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     #[command(flatten)]
-    backend: BackendArg,
+    pub(crate) backend: BackendArg,
     /// The lock's key.
     key: String,
 }
 
-pub(crate) async fn run(args: Args) -> Result<ExitCode> {
+pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     let key = LockKey::new(&args.key)?;
-    let connected = args.backend.backend.connect().await?;
+    let connected = args.backend.backend.spec().connect().await?;
     let backend = connected.backend;
     let info = backend.inspect(&key).await?;
     println!("key         {key}");
@@ -47,5 +52,5 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
         humantime::format_duration(caps.max_ttl)
     );
     println!("  locks survive restart  {}", caps.locks_survive_restart);
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }

@@ -3,20 +3,29 @@
 use std::ffi::OsString;
 use std::io::ErrorKind;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{ExitCode, ExitStatus};
+use std::process::ExitStatus;
 use std::time::Duration;
 
-use fencelock::{Error, Locker, Result};
+use fencelock::{Error, Locker};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 
-use crate::{BackendArg, exit, parse_duration};
+use crate::error::CliError;
+use crate::exit::Exit;
+use crate::{BackendArg, parse_duration};
+
+pub(crate) const EXAMPLES: &str = "  # a cron job that runs once across hosts
+  fencelock run --backend redis://redis.example:6379 --key nightly-report -- ./report.sh
+  # wait up to a minute for the lock, with a 10 s lease renewed while the job runs
+  export FENCELOCK_BACKEND=postgres://app@db.example/app
+  fencelock run --key migrate --wait 1m --ttl 10s -- ./migrate
+";
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     #[command(flatten)]
-    backend: BackendArg,
+    pub(crate) backend: BackendArg,
     /// The lock's key.
     #[arg(long)]
     key: String,
@@ -39,8 +48,8 @@ pub(crate) struct Args {
     command: Vec<OsString>,
 }
 
-pub(crate) async fn run(args: Args) -> Result<ExitCode> {
-    let connected = args.backend.backend.connect().await?;
+pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
+    let connected = args.backend.backend.spec().connect().await?;
     let locker = Locker::new(connected.backend);
     let guard = match locker.lock(&args.key).ttl(args.ttl).wait(args.wait).await {
         Ok(guard) => guard,
@@ -49,15 +58,15 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
                 "fencelock: lock {:?} is held by another owner; not obtained within {waited:?}",
                 args.key
             );
-            return Ok(ExitCode::from(exit::NOT_OBTAINED));
+            return Ok(Exit::NotObtained);
         }
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.into()),
     };
     let lease = guard.lease();
     let (program, rest) = args
         .command
         .split_first()
-        .ok_or_else(|| Error::config("no command given"))?;
+        .ok_or_else(|| CliError::Input("no command given".into()))?;
     let spawned = Command::new(program)
         .args(rest)
         .env("FENCELOCK_KEY", lease.key.as_str())
@@ -69,23 +78,23 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
         Ok(child) => child,
         Err(e) => {
             guard.release().await?;
-            let code = if e.kind() == ErrorKind::NotFound {
-                exit::COMMAND_NOT_FOUND
+            let exit = if e.kind() == ErrorKind::NotFound {
+                Exit::CommandNotFound
             } else {
-                exit::COMMAND_NOT_EXECUTABLE
+                Exit::CannotExecute
             };
             eprintln!("fencelock: cannot run {program:?}: {e}");
-            return Ok(ExitCode::from(code));
+            return Ok(exit);
         }
     };
     let lost = guard.lost();
     tokio::select! {
         status = child.wait() => {
-            let status = status.map_err(|e| io_error("waiting for the command", e))?;
+            let status = status.map_err(|e| CliError::io("waiting for the command", e))?;
             if !guard.release().await? {
                 eprintln!("fencelock: the lease on {:?} was lost before the command exited", args.key);
             }
-            Ok(ExitCode::from(status_code(status)))
+            Ok(status_exit(status))
         }
         reason = lost => {
             eprintln!(
@@ -93,19 +102,19 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
                 args.key
             );
             stop(&mut child, args.grace).await?;
-            Ok(ExitCode::from(exit::LEASE_LOST))
+            Ok(Exit::LeaseLost)
         }
         _ = tokio::signal::ctrl_c() => {
             eprintln!("fencelock: interrupted; stopping the command and releasing the lock");
             stop(&mut child, args.grace).await?;
             guard.release().await?;
-            Ok(ExitCode::from(exit::INTERRUPTED))
+            Ok(Exit::Signal(2))
         }
     }
 }
 
 /// SIGTERM, then SIGKILL after `grace`.
-async fn stop(child: &mut Child, grace: Duration) -> Result<()> {
+async fn stop(child: &mut Child, grace: Duration) -> Result<(), CliError> {
     if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) {
         // The child may have exited a moment ago; then there is nothing to signal.
         let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
@@ -115,24 +124,16 @@ async fn stop(child: &mut Child, grace: Duration) -> Result<()> {
         child
             .kill()
             .await
-            .map_err(|e| io_error("killing the command", e))?;
+            .map_err(|e| CliError::io("killing the command", e))?;
     }
     Ok(())
 }
 
 /// The shell's convention: the exit code, or 128 + the signal that ended the process.
-fn status_code(status: ExitStatus) -> u8 {
+fn status_exit(status: ExitStatus) -> Exit {
     match (status.code(), status.signal()) {
-        (Some(code), _) => u8::try_from(code).unwrap_or(exit::FAILURE),
-        (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(exit::FAILURE),
-        (None, None) => exit::FAILURE,
-    }
-}
-
-fn io_error(what: &str, e: std::io::Error) -> Error {
-    Error::Backend {
-        backend: "process",
-        message: format!("{what}: {e}"),
-        source: Some(Box::new(e)),
+        (Some(code), _) => u8::try_from(code).map_or(Exit::Failure, Exit::Command),
+        (None, Some(signal)) => Exit::Signal(signal),
+        (None, None) => Exit::Failure,
     }
 }

@@ -50,8 +50,9 @@ fn demo_reports_bad_input_with_typed_errors() {
     let (code, _, err) = fencelock(&["demo", "--backend", "nosuch://x"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("unknown backend scheme"), "{err}");
+    // Every input error is exit 2, whether clap or the library finds it.
     let (code, _, err) = fencelock(&["demo", "--ttl", "0s"]);
-    assert_eq!(code, 1, "{err}");
+    assert_eq!(code, 2, "{err}");
     assert!(err.contains("invalid ttl"), "{err}");
     let (code, _, err) = fencelock(&["demo", "--ttl", "soon"]);
     assert_eq!(code, 2, "{err}");

@@ -58,7 +58,7 @@ fn bad_input_gives_clear_errors() {
     let out = run(&["run", "--backend", "bogus", "--key", "k", "--", "true"]);
     assert_eq!(code(&out), 2, "{}", explain(&out));
     let out = run(&["run", "--key", "", "--", "true"]);
-    assert_eq!(code(&out), 1, "{}", explain(&out));
+    assert_eq!(code(&out), 2, "{}", explain(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid key"));
     let out = run(&["run", "--key", "k"]);
     assert_eq!(

@@ -8,87 +8,89 @@
 //! partition, terminate) for 1 to 4 x ttl, and heals it before the next gap.
 
 use std::collections::{HashMap, HashSet};
-use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use fencelock::postgres::sqlx;
-use fencelock::{Error, Result};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use rand::seq::IndexedRandom;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::cluster::{self, Cluster, Family};
+use crate::cluster::{self, Cluster, Family};
+use crate::config::FaultKind;
+use crate::error::{ChaosError, Result};
 
-/// The kinds of fault `--faults` can name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum FaultKind {
-    Pause,
-    Kill,
-    Partition,
-    Terminate,
+/// What the nemesis did in one run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FaultTally {
+    /// Holders stopped with SIGSTOP, each for at least the ttl.
+    pub pauses: u64,
+    /// Paused holders whose write, once continued, was refused as stale.
+    pub paused_writes_refused: u64,
+    /// Paused holders whose write was still admitted (nobody took the lock meanwhile).
+    pub paused_writes_admitted: u64,
+    /// Kill episodes (each kills one node, or a minority of Redlock nodes).
+    pub kill_episodes: u64,
+    /// Nodes killed over every kill episode.
+    pub nodes_killed: u64,
+    /// Partition episodes that delayed traffic.
+    pub partition_delay: u64,
+    /// Partition episodes that swallowed traffic.
+    pub partition_blackhole: u64,
+    /// Partition episodes that cut connections and refused new ones.
+    pub partition_reset: u64,
+    /// Terminate episodes.
+    pub terminate_episodes: u64,
+    /// Postgres sessions ended over every terminate episode.
+    pub sessions_terminated: u64,
 }
 
-impl FromStr for FaultKind {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "pause" => Ok(FaultKind::Pause),
-            "kill" => Ok(FaultKind::Kill),
-            "partition" => Ok(FaultKind::Partition),
-            "terminate" => Ok(FaultKind::Terminate),
-            other => Err(format!(
-                "unknown fault {other:?} (expected pause, kill, partition or terminate)"
-            )),
-        }
+impl FaultTally {
+    /// Partition episodes of every kind.
+    pub fn partitions(&self) -> u64 {
+        self.partition_delay + self.partition_blackhole + self.partition_reset
     }
 }
 
-impl FaultKind {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            FaultKind::Pause => "pause",
-            FaultKind::Kill => "kill",
-            FaultKind::Partition => "partition",
-            FaultKind::Terminate => "terminate",
-        }
-    }
-}
-
-/// What the nemesis did.
+/// What the nemesis did so far, counted from several tasks.
 #[derive(Debug, Default)]
 pub(crate) struct FaultCounts {
-    /// Holders stopped with SIGSTOP, each for at least the ttl.
-    pub(crate) pauses: AtomicU64,
-    /// Paused holders whose write, once continued, was refused as stale.
-    pub(crate) paused_writes_refused: AtomicU64,
-    /// Paused holders whose write was still admitted (nobody took the lock meanwhile).
-    pub(crate) paused_writes_admitted: AtomicU64,
-    pub(crate) kill_episodes: AtomicU64,
-    pub(crate) nodes_killed: AtomicU64,
-    pub(crate) partition_delay: AtomicU64,
-    pub(crate) partition_blackhole: AtomicU64,
-    pub(crate) partition_reset: AtomicU64,
-    pub(crate) terminate_episodes: AtomicU64,
-    pub(crate) sessions_terminated: AtomicU64,
+    pauses: AtomicU64,
+    paused_writes_refused: AtomicU64,
+    paused_writes_admitted: AtomicU64,
+    kill_episodes: AtomicU64,
+    nodes_killed: AtomicU64,
+    partition_delay: AtomicU64,
+    partition_blackhole: AtomicU64,
+    partition_reset: AtomicU64,
+    terminate_episodes: AtomicU64,
+    sessions_terminated: AtomicU64,
 }
 
 impl FaultCounts {
-    pub(crate) fn get(counter: &AtomicU64) -> u64 {
-        counter.load(Ordering::Relaxed)
-    }
-
     fn bump(counter: &AtomicU64, by: u64) {
         counter.fetch_add(by, Ordering::Relaxed);
     }
 
-    pub(crate) fn partitions(&self) -> u64 {
-        Self::get(&self.partition_delay)
-            + Self::get(&self.partition_blackhole)
-            + Self::get(&self.partition_reset)
+    /// The counts now.
+    pub(crate) fn tally(&self) -> FaultTally {
+        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        FaultTally {
+            pauses: get(&self.pauses),
+            paused_writes_refused: get(&self.paused_writes_refused),
+            paused_writes_admitted: get(&self.paused_writes_admitted),
+            kill_episodes: get(&self.kill_episodes),
+            nodes_killed: get(&self.nodes_killed),
+            partition_delay: get(&self.partition_delay),
+            partition_blackhole: get(&self.partition_blackhole),
+            partition_reset: get(&self.partition_reset),
+            terminate_episodes: get(&self.terminate_episodes),
+            sessions_terminated: get(&self.sessions_terminated),
+        }
     }
 }
 
@@ -98,14 +100,14 @@ pub(crate) fn check_applicable(faults: &[FaultKind], cluster: &Cluster) -> Resul
         match fault {
             FaultKind::Pause | FaultKind::Partition => {}
             FaultKind::Kill if cluster.nodes.is_empty() => {
-                return Err(Error::config(
-                    "the kill fault needs servers this command started itself: use \
+                return Err(ChaosError::config(
+                    "the kill fault needs servers the run started itself: use \
                      --spawn-redis N instead of --backend (servers you run are never killed)",
                 ));
             }
             FaultKind::Kill => {}
             FaultKind::Terminate if cluster.family != Family::Postgres => {
-                return Err(Error::config(
+                return Err(ChaosError::config(
                     "the terminate fault (pg_terminate_backend) applies to postgres:// backends only",
                 ));
             }
@@ -369,11 +371,7 @@ async fn terminate_episode(cluster: &Cluster, counts: &FaultCounts) -> Result<()
     .bind(everyone)
     .fetch_one(&pg.pool)
     .await
-    .map_err(|e| Error::Unavailable {
-        backend: "postgres",
-        message: format!("pg_terminate_backend failed: {e}"),
-        source: Some(Box::new(e)),
-    })?;
+    .map_err(|e| ChaosError::harness_from(format!("pg_terminate_backend failed: {e}"), e))?;
     FaultCounts::bump(&counts.terminate_episodes, 1);
     FaultCounts::bump(
         &counts.sessions_terminated,

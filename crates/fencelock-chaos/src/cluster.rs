@@ -8,9 +8,11 @@ use std::time::Duration;
 
 use fencelock::postgres::sqlx;
 use fencelock::spec::BackendSpec;
-use fencelock::{Error, Result};
-use fencelock_testkit::proxy::FaultProxy;
-use fencelock_testkit::redis::{RedisOptions, RedisServer};
+
+use crate::config::Persistence;
+use crate::error::{ChaosError, Result};
+use crate::proxy::FaultProxy;
+use crate::redis::{RedisOptions, RedisServer};
 
 /// Which family of backend is under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,21 +31,13 @@ impl Family {
     }
 }
 
-/// How the coordinator starts Redis itself (`--spawn-redis`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct SpawnRedis {
-    /// Lock nodes: 1 is `redis://`, more is `redlock://`.
-    pub(crate) nodes: usize,
-    /// AOF with `appendfsync always` on the lock nodes.
-    pub(crate) persistent: bool,
-}
-
 /// Everything a run talks to.
 #[derive(Debug)]
 pub(crate) struct Cluster {
     pub(crate) family: Family,
-    /// The lock service spec handed to workers (through the proxies when there are any).
-    pub(crate) worker_backend: String,
+    /// The lock service spec for workers (through the proxies when there are any), before
+    /// the Postgres session tag.
+    lock_spec: String,
     /// The storage spec handed to workers, when the storage is not the lock service's own.
     pub(crate) worker_storage: Option<String>,
     /// The storage, reached directly, for the final read.
@@ -69,24 +63,29 @@ pub(crate) struct PgAdmin {
 }
 
 impl Cluster {
-    /// Starts `spawn.nodes` redis-server processes, plus a separate persistent storage node
+    /// Starts `count` redis-server processes, plus a separate persistent storage node
     /// unless there is one persistent lock node (which then keeps the storage too). A storage
     /// that loses admitted writes in a restart is data loss, not a fencing failure, so the
     /// storage always lives on a persistent node.
-    pub(crate) async fn spawn_redis(spawn: SpawnRedis, proxied: bool) -> Result<Self> {
-        if spawn.nodes == 0 {
-            return Err(Error::config("--spawn-redis needs at least one node"));
+    pub(crate) async fn spawn_redis(
+        count: usize,
+        persistence: Persistence,
+        proxied: bool,
+    ) -> Result<Self> {
+        if count == 0 {
+            return Err(ChaosError::config("spawning Redis needs at least one node"));
         }
-        let options = if spawn.persistent {
+        let persistent = persistence == Persistence::Always;
+        let options = if persistent {
             RedisOptions::persistent()
         } else {
             RedisOptions::default()
         };
-        let mut nodes = Vec::with_capacity(spawn.nodes);
-        for _ in 0..spawn.nodes {
+        let mut nodes = Vec::with_capacity(count);
+        for _ in 0..count {
             nodes.push(Arc::new(start_redis(options.clone()).await?));
         }
-        let shared_storage = spawn.nodes == 1 && spawn.persistent;
+        let shared_storage = count == 1 && persistent;
         let storage_node = if shared_storage {
             None
         } else {
@@ -104,7 +103,7 @@ impl Cluster {
                 node.addr()
             });
         }
-        let family = if spawn.nodes == 1 {
+        let family = if count == 1 {
             Family::Redis
         } else {
             Family::Redlock
@@ -138,9 +137,9 @@ impl Cluster {
         };
         let described = format!(
             "{} spawned redis-server node{} ({}), storage on {}",
-            spawn.nodes,
-            if spawn.nodes == 1 { "" } else { "s" },
-            if spawn.persistent {
+            count,
+            if count == 1 { "" } else { "s" },
+            if persistent {
                 "AOF, appendfsync always"
             } else {
                 "no persistence"
@@ -153,7 +152,7 @@ impl Cluster {
         );
         Ok(Cluster {
             family,
-            worker_backend,
+            lock_spec: worker_backend,
             worker_storage,
             direct_storage,
             nodes,
@@ -173,14 +172,14 @@ impl Cluster {
             Some("redlock") => Family::Redlock,
             Some("postgres" | "postgresql") => Family::Postgres,
             Some("memory") => {
-                return Err(Error::config(
+                return Err(ChaosError::config(
                     "memory:// lives inside one process, and chaos runs its workers as separate \
                      processes (so that they can really be paused and killed): use a shared \
                      backend (redis://, redlock://, postgres://) or --spawn-redis N",
                 ));
             }
             _ => {
-                return Err(Error::config(format!(
+                return Err(ChaosError::config(format!(
                     "chaos does not know how to reach the servers of {parsed}"
                 )));
             }
@@ -206,10 +205,11 @@ impl Cluster {
                     .acquire_timeout(Duration::from_secs(5))
                     .connect(url)
                     .await
-                    .map_err(|e| Error::Unavailable {
-                        backend: "postgres",
-                        message: format!("cannot open the admin session on {parsed}: {e}"),
-                        source: Some(Box::new(e)),
+                    .map_err(|e| {
+                        ChaosError::harness_from(
+                            format!("cannot open the admin session on {parsed}: {e}"),
+                            e,
+                        )
                     })?;
                 Some(PgAdmin {
                     pool,
@@ -220,7 +220,7 @@ impl Cluster {
         };
         Ok(Cluster {
             family,
-            worker_backend,
+            lock_spec: worker_backend,
             worker_storage: None,
             direct_storage: parsed.clone(),
             nodes: Vec::new(),
@@ -229,6 +229,25 @@ impl Cluster {
             pg,
             described: parsed.to_string(),
         })
+    }
+
+    /// The lock service spec handed to workers; Postgres sessions are tagged with an
+    /// application name so that the terminate fault ends only this run's sessions.
+    pub(crate) fn worker_backend(&self) -> String {
+        match &self.pg {
+            Some(pg) => {
+                let sep = if self.lock_spec.contains('?') {
+                    '&'
+                } else {
+                    '?'
+                };
+                format!(
+                    "{}{sep}application_name={}",
+                    self.lock_spec, pg.application_name
+                )
+            }
+            None => self.lock_spec.clone(),
+        }
     }
 
     /// Removes every network fault and restarts every lock node that is down.
@@ -248,37 +267,29 @@ impl Cluster {
 async fn start_redis(options: RedisOptions) -> Result<RedisServer> {
     tokio::task::spawn_blocking(move || RedisServer::try_spawn_with(options))
         .await
-        .map_err(|e| unavailable(format!("starting redis-server failed: {e}")))?
-        .map_err(|e| unavailable(format!("cannot start redis-server: {e}")))
+        .map_err(|e| ChaosError::harness_from("starting redis-server failed", e))?
+        .map_err(|e| ChaosError::harness_from(format!("cannot start redis-server: {e}"), e))
 }
 
 /// Starts a killed node again on its port and directory.
 pub(crate) async fn restart(node: Arc<RedisServer>) -> Result<()> {
     tokio::task::spawn_blocking(move || node.try_restart())
         .await
-        .map_err(|e| unavailable(format!("restarting redis-server failed: {e}")))?
-        .map_err(|e| unavailable(e.to_string()))
+        .map_err(|e| ChaosError::harness_from("restarting redis-server failed", e))?
+        .map_err(|e| ChaosError::harness_from(e.to_string(), e))
 }
 
 /// Kills a node with SIGKILL.
 pub(crate) async fn kill(node: Arc<RedisServer>) -> Result<()> {
     tokio::task::spawn_blocking(move || node.kill())
         .await
-        .map_err(|e| unavailable(format!("killing redis-server failed: {e}")))
+        .map_err(|e| ChaosError::harness_from("killing redis-server failed", e))
 }
 
 async fn start_proxy(target: SocketAddr) -> Result<FaultProxy> {
-    FaultProxy::start(target)
-        .await
-        .map_err(|e| unavailable(format!("cannot start a fault proxy for {target}: {e}")))
-}
-
-fn unavailable(message: String) -> Error {
-    Error::Unavailable {
-        backend: "chaos",
-        message,
-        source: None,
-    }
+    FaultProxy::start(target).await.map_err(|e| {
+        ChaosError::harness_from(format!("cannot start a fault proxy for {target}: {e}"), e)
+    })
 }
 
 async fn resolve(host: &str, default_port: u16) -> Result<SocketAddr> {
@@ -292,7 +303,7 @@ async fn resolve(host: &str, default_port: u16) -> Result<SocketAddr> {
         .ok()
         .and_then(|mut addrs| addrs.next())
         .ok_or_else(|| {
-            Error::config(format!(
+            ChaosError::config(format!(
                 "cannot resolve {with_port} to put a fault proxy in front of it"
             ))
         })
@@ -303,13 +314,13 @@ async fn resolve(host: &str, default_port: u16) -> Result<SocketAddr> {
 fn split_hosts(spec: &str) -> Result<(&str, Vec<&str>, &str)> {
     let (scheme, rest) = spec
         .split_once("://")
-        .ok_or_else(|| Error::config(format!("{spec:?} is not a URL")))?;
+        .ok_or_else(|| ChaosError::config("the backend spec is not a URL"))?;
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let authority = &rest[..end];
     let hosts_at = authority.rfind('@').map_or(0, |at| at + 1);
     let hosts = &authority[hosts_at..];
     if hosts.is_empty() {
-        return Err(Error::config(
+        return Err(ChaosError::config(
             "partition needs a host and port in the spec (a Unix socket cannot be proxied)",
         ));
     }

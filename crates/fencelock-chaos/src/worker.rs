@@ -1,4 +1,4 @@
-//! `fencelock worker` (hidden): one chaos worker process.
+//! One chaos worker process, and the configuration its coordinator hands it.
 //!
 //! Loops until its stdin closes: take the lock (watchdog off, so a paused process renews
 //! nothing), read the counter, "work", write counter + 1, release; every step is reported on
@@ -6,9 +6,12 @@
 //! grant's fence. In the control run the read is an unfenced `peek` and every worker writes with
 //! the same control fence, which the storage always admits: the storage then behaves like one
 //! without fencing, while everything else (lock, faults, timings) stays the same.
+//!
+//! The configuration is the first line of stdin, as JSON. It carries the backend spec with its
+//! credentials, so it travels through the pipe, never on the command line (which every user of
+//! the machine can read).
 
 use std::io::Write;
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -16,45 +19,86 @@ use std::time::Duration;
 use fencelock::spec::BackendSpec;
 use fencelock::{
     Backoff, Error, Fence, FencedStorage, FencingToken, LockBackend, LockKey, Locker, OwnerId,
-    Result,
+    Result as LockResult,
 };
-use tokio::io::AsyncReadExt;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::time::{sleep, timeout};
 
-use super::events::{Event, Outcome};
-use crate::{parse_duration, parse_spec};
+use crate::config::Mode;
+use crate::error::{ChaosError, Result};
+use crate::events::{Event, Outcome};
 
-#[derive(Debug, clap::Args)]
-pub(crate) struct Args {
-    /// The lock service.
-    #[arg(long, value_parser = parse_spec)]
-    backend: BackendSpec,
-    /// Where the counter lives (default: the lock service's own storage).
-    #[arg(long, value_parser = parse_spec)]
-    storage: Option<BackendSpec>,
+/// What one worker does; written by the coordinator as the first line of the worker's stdin.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct WorkerConfig {
+    /// The lock service's spec, credentials included.
+    pub(crate) backend: String,
+    /// Where the counter lives, when not in the lock service's own storage.
+    pub(crate) storage: Option<String>,
     /// The lock's key.
-    #[arg(long)]
-    key: String,
+    pub(crate) key: String,
     /// The counter's resource name.
-    #[arg(long)]
-    resource: String,
+    pub(crate) resource: String,
     /// Lease ttl (never renewed).
-    #[arg(long, value_parser = parse_duration)]
-    ttl: Duration,
+    pub(crate) ttl: Duration,
     /// Sleep between the read and the write.
-    #[arg(long, value_parser = parse_duration)]
-    work: Duration,
+    pub(crate) work: Duration,
     /// The longest one storage or lock call may take before its outcome counts as unknown.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
-    op_timeout: Duration,
-    /// Control run: read with `peek` and write with this owner and the largest token.
-    #[arg(long)]
-    control_owner: Option<OwnerId>,
+    pub(crate) op_timeout: Duration,
+    /// Fenced or control.
+    pub(crate) mode: Mode,
 }
 
+impl std::fmt::Debug for WorkerConfig {
+    /// Without the specs, which carry credentials.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerConfig")
+            .field("key", &self.key)
+            .field("resource", &self.resource)
+            .field("ttl", &self.ttl)
+            .field("work", &self.work)
+            .field("op_timeout", &self.op_timeout)
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WorkerConfig {
+    /// The line the worker reads.
+    pub(crate) fn to_line(&self) -> Result<String> {
+        let mut line = serde_json::to_string(self)
+            .map_err(|e| ChaosError::harness_from("cannot encode the worker configuration", e))?;
+        line.push('\n');
+        Ok(line)
+    }
+
+    /// Reads the line back. The error never quotes the line: it holds credentials.
+    fn from_line(line: &str) -> Result<Self> {
+        serde_json::from_str(line).map_err(|e| {
+            ChaosError::config(format!(
+                "stdin does not start with a worker configuration ({:?} error at column {}); \
+                 a worker is started by a chaos run, not by hand",
+                e.classify(),
+                e.column()
+            ))
+        })
+    }
+}
+
+/// The owner of the control fence: one for every worker, so the storage admits them all.
+const CONTROL_OWNER: OwnerId = OwnerId::from_u128(0x00c0_471c_0000_0000_0000_0000_0000_0001);
+
 /// The token of the control fence: the largest every storage can hold (Postgres keeps tokens
-/// in a `bigint`).
-pub(crate) const CONTROL_TOKEN: u64 = i64::MAX as u64;
+/// in a `bigint`), so the storage admits every control write.
+const CONTROL_TOKEN: FencingToken = match FencingToken::new(i64::MAX as u64) {
+    Some(token) => token,
+    // Evaluated at compile time: i64::MAX is not zero.
+    None => panic!("the control token is not zero"),
+};
+
+/// The fence every control write carries.
+pub(crate) const CONTROL_FENCE: Fence = Fence::new(CONTROL_TOKEN, CONTROL_OWNER);
 
 /// Writes events to stdout; when the coordinator is gone the worker stops.
 struct Reporter {
@@ -70,32 +114,35 @@ impl Reporter {
     }
 }
 
-pub(crate) async fn run(args: Args) -> Result<ExitCode> {
-    let key = LockKey::new(&args.key)?;
-    let resource = LockKey::new(&args.resource)?;
-    let connected = args.backend.connect().await?;
-    let storage = match &args.storage {
-        Some(spec) => spec.connect().await?.storage,
+/// Runs one worker process: reads its configuration from the first line of stdin, connects,
+/// reports `ready`, and runs lock cycles until stdin closes (the coordinator's signal to stop,
+/// and what its death looks like too) or stdout is gone.
+///
+/// This is what a program must do when a [`WorkerLauncher`](crate::WorkerLauncher) starts it;
+/// the `fencelock` command does it in its hidden `worker` subcommand.
+pub async fn serve_worker() -> Result<()> {
+    let mut stdin = BufReader::new(tokio::io::stdin());
+    let mut line = String::new();
+    stdin
+        .read_line(&mut line)
+        .await
+        .map_err(|e| ChaosError::harness_from(format!("cannot read stdin: {e}"), e))?;
+    let config = WorkerConfig::from_line(&line)?;
+    let key = LockKey::new(&config.key)?;
+    let resource = LockKey::new(&config.resource)?;
+    let connected = BackendSpec::parse(&config.backend)?.connect().await?;
+    let storage = match &config.storage {
+        Some(spec) => BackendSpec::parse(spec)?.connect().await?.storage,
         None => connected.storage,
     };
     let backend = connected.backend;
-    let control = match args.control_owner {
-        Some(owner) => Some(Fence::new(
-            FencingToken::new(CONTROL_TOKEN)
-                .ok_or_else(|| Error::config("control token must be non-zero"))?,
-            owner,
-        )),
-        None => None,
-    };
     let reporter = Arc::new(Reporter {
         gone: AtomicBool::new(false),
     });
-    // The coordinator closes our stdin to stop us (and so does its death).
     let stop = Arc::new(AtomicBool::new(false));
     tokio::spawn({
         let stop = stop.clone();
         async move {
-            let mut stdin = tokio::io::stdin();
             let mut buf = [0u8; 64];
             while matches!(stdin.read(&mut buf).await, Ok(n) if n > 0) {}
             stop.store(true, Ordering::Relaxed);
@@ -107,17 +154,17 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
         storage,
         key,
         resource,
-        ttl: args.ttl,
-        work: args.work,
-        op_timeout: args.op_timeout,
-        control,
+        ttl: config.ttl,
+        work: config.work,
+        op_timeout: config.op_timeout,
+        mode: config.mode,
         reporter: reporter.clone(),
     };
     reporter.emit(&Event::Ready);
     while !stop.load(Ordering::Relaxed) && !reporter.gone.load(Ordering::Relaxed) {
         worker.cycle().await;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 struct Worker {
@@ -129,15 +176,15 @@ struct Worker {
     ttl: Duration,
     work: Duration,
     op_timeout: Duration,
-    control: Option<Fence>,
+    mode: Mode,
     reporter: Arc<Reporter>,
 }
 
 /// Runs `call` under the worker's time-out; `Err(reason)` when the outcome is unknown.
 async fn bounded<T>(
     limit: Duration,
-    call: impl Future<Output = Result<T>>,
-) -> std::result::Result<Result<T>, String> {
+    call: impl Future<Output = LockResult<T>>,
+) -> std::result::Result<LockResult<T>, String> {
     timeout(limit, call)
         .await
         .map_err(|_| format!("no answer within {limit:?}"))
@@ -190,9 +237,9 @@ impl Worker {
         };
         let fence = guard.fence();
         self.emit(Event::Acquired { fence });
-        match self.control {
-            None => self.fenced(fence).await,
-            Some(control) => self.unfenced(control).await,
+        match self.mode {
+            Mode::Fenced => self.fenced(fence).await,
+            Mode::Control => self.unfenced(CONTROL_FENCE).await,
         }
         let released = match bounded(self.op_timeout, guard.release()).await {
             Ok(Ok(released)) => released,
@@ -321,5 +368,35 @@ impl Worker {
                 reason: format!("advance_token: {reason}"),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_configuration_round_trips_and_hides_its_credentials() {
+        let config = WorkerConfig {
+            backend: "redis://:s3cret@127.0.0.1:6379".into(),
+            storage: Some("redis://:s3cret@127.0.0.1:6380".into()),
+            key: "chaos/k/lock".into(),
+            resource: "chaos/k/counter".into(),
+            ttl: Duration::from_micros(200_001),
+            work: Duration::from_millis(20),
+            op_timeout: Duration::from_secs(1),
+            mode: Mode::Control,
+        };
+        let line = config.to_line().unwrap();
+        assert_eq!(line.matches('\n').count(), 1, "{line}");
+        assert_eq!(WorkerConfig::from_line(&line).unwrap(), config);
+        assert!(!format!("{config:?}").contains("s3cret"));
+        let err = WorkerConfig::from_line("{\"backend\": \"redis://:s3cret@x\"").unwrap_err();
+        assert!(!err.to_string().contains("s3cret"), "{err}");
+    }
+
+    #[test]
+    fn the_control_fence_is_the_largest_bigint() {
+        assert_eq!(CONTROL_FENCE.token.get(), i64::MAX as u64);
     }
 }

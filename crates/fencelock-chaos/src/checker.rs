@@ -7,35 +7,42 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use fencelock::{Fence, FencingToken, OwnerId};
 
-use super::events::{Event, Outcome};
+use crate::config::Mode;
+use crate::events::{Event, Outcome};
 
 /// Violations kept in full; past this only the count grows.
 const KEPT: usize = 20;
 
 /// What one run did, and what the checker found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Verdict {
+#[non_exhaustive]
+pub struct Verdict {
     /// Grants (lock cycles started).
-    pub(crate) cycles: u64,
-    pub(crate) reads_admitted: u64,
-    pub(crate) reads_stale: u64,
-    pub(crate) reads_unknown: u64,
-    pub(crate) writes_admitted: u64,
-    pub(crate) writes_stale: u64,
+    pub cycles: u64,
+    /// Fenced reads the storage admitted.
+    pub reads_admitted: u64,
+    /// Fenced reads the storage refused as stale.
+    pub reads_stale: u64,
+    /// Fenced reads without a definite answer.
+    pub reads_unknown: u64,
+    /// Writes the storage admitted.
+    pub writes_admitted: u64,
+    /// Writes the storage refused as stale.
+    pub writes_stale: u64,
     /// Writes without a definite answer (time-out, cut connection, worker stopped).
-    pub(crate) writes_unknown: u64,
+    pub writes_unknown: u64,
     /// `advance_token` calls after a stale fresh grant.
-    pub(crate) heals: u64,
+    pub heals: u64,
     /// Backend errors reported by workers (not checked, only counted).
-    pub(crate) errors: u64,
+    pub errors: u64,
     /// The counter's final value.
-    pub(crate) final_value: u64,
+    pub final_value: u64,
     /// Admitted increments that the final value does not contain.
-    pub(crate) lost_updates: u64,
+    pub lost_updates: u64,
     /// Number of safety violations.
-    pub(crate) violations: u64,
+    pub violations: u64,
     /// The first few violations, in words.
-    pub(crate) examples: Vec<String>,
+    pub examples: Vec<String>,
 }
 
 impl Verdict {
@@ -105,9 +112,9 @@ impl History {
         self.verdict.writes_unknown += count;
     }
 
-    /// Checks the history against the final value. `fenced` runs are held to every rule;
+    /// Checks the history against the final value. Fenced runs are held to every rule;
     /// control runs (unfenced reads, one shared fence) are only measured for lost updates.
-    pub(crate) fn check(mut self, final_value: u64, fenced: bool) -> Verdict {
+    pub(crate) fn check(mut self, final_value: u64, mode: Mode) -> Verdict {
         self.verdict.final_value = final_value;
         let admitted: u64 = self.writes.values().map(|f| f.len() as u64).sum();
         let duplicates: u64 = self
@@ -117,7 +124,7 @@ impl History {
             .sum();
         // Each admitted write added one; the final value holds only those that were kept.
         self.verdict.lost_updates = duplicates.max(admitted.saturating_sub(final_value));
-        if fenced {
+        if mode == Mode::Fenced {
             self.check_fences(final_value);
         }
         self.verdict
@@ -238,12 +245,12 @@ mod tests {
         }
     }
 
-    fn run(events: &[Event], final_value: u64, fenced: bool) -> Verdict {
+    fn run(events: &[Event], final_value: u64, mode: Mode) -> Verdict {
         let mut history = History::default();
         for e in events {
             history.record(e);
         }
-        history.check(final_value, fenced)
+        history.check(final_value, mode)
     }
 
     #[test]
@@ -279,7 +286,7 @@ mod tests {
             begin(5, 5, 4),
             write(5, 5, 4),
         ];
-        let v = run(&events, 4, true);
+        let v = run(&events, 4, Mode::Fenced);
         assert_eq!(v.violations, 0, "{:?}", v.examples);
         assert_eq!(v.lost_updates, 0);
         assert_eq!((v.cycles, v.writes_admitted, v.writes_stale), (1, 3, 1));
@@ -297,7 +304,7 @@ mod tests {
             begin(1, 1, 1),
             write(1, 1, 1),
         ];
-        let v = run(&events, 1, true);
+        let v = run(&events, 1, Mode::Fenced);
         assert_eq!(v.lost_updates, 1);
         assert!(v.violations >= 2, "{:?}", v.examples);
         assert!(v.examples.iter().any(|e| e.contains("written 2 times")));
@@ -307,7 +314,7 @@ mod tests {
                 .any(|e| e.contains("stale write admitted"))
         );
         // The control run is only measured.
-        let v = run(&events, 1, false);
+        let v = run(&events, 1, Mode::Control);
         assert_eq!((v.lost_updates, v.violations), (1, 0));
     }
 
@@ -322,7 +329,7 @@ mod tests {
             write(3, 2, 2),
             read(3, 3, 2),
         ];
-        let v = run(&events, 2, true);
+        let v = run(&events, 2, Mode::Fenced);
         assert!(
             v.examples.iter().any(|e| e.contains("fence went back")),
             "{:?}",
@@ -350,10 +357,10 @@ mod tests {
             begin(2, 2, 2),
             write(2, 2, 2),
         ];
-        let v = run(&events, 1, true);
+        let v = run(&events, 1, Mode::Fenced);
         assert_eq!(v.lost_updates, 1);
         assert!(v.examples.iter().any(|e| e.contains("final value is 1")));
-        let v = run(&events, 3, true);
+        let v = run(&events, 3, Mode::Fenced);
         assert!(v.examples.iter().any(|e| e.contains("no worker wrote it")));
     }
 }

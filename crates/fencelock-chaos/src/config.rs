@@ -1,0 +1,258 @@
+//! What a chaos run is asked to do: the servers, the faults, the workload.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::error::{ChaosError, Result};
+
+/// The servers a run talks to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Target {
+    /// Start `nodes` redis-server processes (1: `redis://`, more: `redlock://`), so that the
+    /// kill fault can kill -9 and restart them. The counter lives on a separate persistent node
+    /// that is never killed, unless there is one node with [`Persistence::Always`].
+    SpawnRedis {
+        /// Lock nodes.
+        nodes: usize,
+        /// Persistence of the lock nodes.
+        persistence: Persistence,
+    },
+    /// Servers the caller runs, named by a backend spec (`redis://`, `redlock://`,
+    /// `postgres://`). They are never killed.
+    Backend(String),
+}
+
+/// Persistence of spawned lock nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Persistence {
+    /// AOF with `appendfsync always`: counters survive kill -9.
+    Always,
+    /// No persistence: a killed node comes back with its token counters gone.
+    None,
+}
+
+/// The kinds of fault a run can inject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FaultKind {
+    /// SIGSTOP the worker that has just read under its lease, for 1 to 5 x ttl.
+    Pause,
+    /// kill -9 spawned lock nodes and restart them.
+    Kill,
+    /// Delay, blackhole or reset traffic through fault proxies in front of every server.
+    Partition,
+    /// `pg_terminate_backend` on the workers' Postgres sessions.
+    Terminate,
+}
+
+impl FaultKind {
+    /// Every kind, in the order the help lists them.
+    pub const ALL: [FaultKind; 4] = [
+        FaultKind::Pause,
+        FaultKind::Kill,
+        FaultKind::Partition,
+        FaultKind::Terminate,
+    ];
+
+    /// The name `--faults` uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Pause => "pause",
+            FaultKind::Kill => "kill",
+            FaultKind::Partition => "partition",
+            FaultKind::Terminate => "terminate",
+        }
+    }
+}
+
+impl fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for FaultKind {
+    type Err = ChaosError;
+
+    fn from_str(s: &str) -> Result<Self> {
+        FaultKind::ALL
+            .into_iter()
+            .find(|kind| kind.name() == s)
+            .ok_or_else(|| {
+                ChaosError::config(format!(
+                    "unknown fault {s:?} (expected pause, kill, partition or terminate)"
+                ))
+            })
+    }
+}
+
+/// The two runs of a chaos run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Fenced reads and writes with each grant's fence, held to every rule of the checker.
+    Fenced,
+    /// The negative control: unfenced reads (`peek`) and one shared fence for every write, so
+    /// the storage admits everything, as a store without fencing would. Only measured.
+    Control,
+}
+
+impl Mode {
+    /// `fenced` or `control`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Fenced => "fenced",
+            Mode::Control => "control",
+        }
+    }
+}
+
+/// A chaos run: the target, the faults and the workload. [`ChaosConfig::new`] gives the
+/// defaults the `fencelock chaos` command documents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ChaosConfig {
+    /// The servers.
+    pub target: Target,
+    /// Worker processes, 2 to 256 (default 5).
+    pub workers: u16,
+    /// Length of the fenced run (default 30 s).
+    pub duration: Duration,
+    /// Length of the control run; `None`: a third of `duration`, at least 5 s, at most
+    /// `duration`.
+    pub control_duration: Option<Duration>,
+    /// Faults to inject (default: pause).
+    pub faults: Vec<FaultKind>,
+    /// Lease ttl of the workers' locks, never renewed; at least 10 ms (default 200 ms).
+    pub ttl: Duration,
+    /// Sleep between each cycle's read and write; `None`: ttl / 10.
+    pub work: Option<Duration>,
+    /// The longest a worker waits for one storage or lock call before counting its outcome
+    /// unknown (default 1 s).
+    pub op_timeout: Duration,
+}
+
+/// The shortest ttl a run accepts: below it the workers' own scheduling dominates.
+pub const MIN_TTL: Duration = Duration::from_millis(10);
+
+impl ChaosConfig {
+    /// The defaults for `target`.
+    pub fn new(target: Target) -> Self {
+        ChaosConfig {
+            target,
+            workers: 5,
+            duration: Duration::from_secs(30),
+            control_duration: None,
+            faults: vec![FaultKind::Pause],
+            ttl: Duration::from_millis(200),
+            work: None,
+            op_timeout: Duration::from_secs(1),
+        }
+    }
+
+    /// Checks the values that do not depend on the servers.
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.ttl < MIN_TTL {
+            return Err(ChaosError::config(format!(
+                "the ttl must be at least {}ms",
+                MIN_TTL.as_millis()
+            )));
+        }
+        if self.duration.is_zero() {
+            return Err(ChaosError::config("the duration must be greater than zero"));
+        }
+        if !(2..=256).contains(&self.workers) {
+            return Err(ChaosError::config(format!(
+                "{} workers: between 2 and 256 are needed",
+                self.workers
+            )));
+        }
+        if self.op_timeout.is_zero() {
+            return Err(ChaosError::config(
+                "the operation time-out must be greater than zero",
+            ));
+        }
+        if let Target::SpawnRedis { nodes: 0, .. } = self.target {
+            return Err(ChaosError::config("spawning Redis needs at least one node"));
+        }
+        Ok(())
+    }
+
+    /// The faults, each once, in the order given.
+    pub(crate) fn distinct_faults(&self) -> Vec<FaultKind> {
+        let mut faults = Vec::with_capacity(self.faults.len());
+        for fault in &self.faults {
+            if !faults.contains(fault) {
+                faults.push(*fault);
+            }
+        }
+        faults
+    }
+
+    /// The work sleep: as given, or ttl / 10.
+    pub fn work(&self) -> Duration {
+        self.work.unwrap_or(self.ttl / 10)
+    }
+
+    /// The control run's length: as given, or a third of the fenced run's, at least 5 s and
+    /// at most the fenced run's.
+    pub fn control_duration(&self) -> Duration {
+        self.control_duration.unwrap_or_else(|| {
+            (self.duration / 3)
+                .max(Duration::from_secs(5))
+                .min(self.duration)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fault_names_round_trip_and_junk_is_refused() {
+        for kind in FaultKind::ALL {
+            assert_eq!(kind.name().parse::<FaultKind>().unwrap(), kind);
+        }
+        let err = "flood".parse::<FaultKind>().unwrap_err();
+        assert!(err.to_string().contains("unknown fault \"flood\""), "{err}");
+    }
+
+    #[test]
+    fn out_of_range_settings_are_refused() {
+        let target = Target::SpawnRedis {
+            nodes: 1,
+            persistence: Persistence::Always,
+        };
+        assert!(ChaosConfig::new(target.clone()).validate().is_ok());
+        let mut short = ChaosConfig::new(target.clone());
+        short.ttl = Duration::from_millis(5);
+        assert!(short.validate().unwrap_err().to_string().contains("10ms"));
+        let mut none = ChaosConfig::new(target.clone());
+        none.duration = Duration::ZERO;
+        assert!(none.validate().is_err());
+        let mut lonely = ChaosConfig::new(target);
+        lonely.workers = 1;
+        assert!(lonely.validate().is_err());
+        let empty = ChaosConfig::new(Target::SpawnRedis {
+            nodes: 0,
+            persistence: Persistence::None,
+        });
+        assert!(empty.validate().unwrap_err().is_input());
+    }
+
+    #[test]
+    fn the_control_run_is_a_third_within_bounds() {
+        let mut config = ChaosConfig::new(Target::Backend("redis://x".into()));
+        config.duration = Duration::from_secs(30);
+        assert_eq!(config.control_duration(), Duration::from_secs(10));
+        config.duration = Duration::from_secs(3);
+        assert_eq!(config.control_duration(), Duration::from_secs(3));
+        config.duration = Duration::from_secs(9);
+        assert_eq!(config.control_duration(), Duration::from_secs(5));
+        config.control_duration = Some(Duration::from_secs(1));
+        assert_eq!(config.control_duration(), Duration::from_secs(1));
+        assert_eq!(config.work(), config.ttl / 10);
+    }
+}

@@ -1,0 +1,71 @@
+//! Jepsen-style fault injection against a real fencelock backend, with a checker and a negative
+//! control (DESIGN section 6). The `fencelock chaos` command is a thin front end to [`run`].
+//!
+//! Worker processes loop over lock, fenced read, work, fenced write of a counter + 1, release,
+//! and report every step on stdout. The nemesis pauses holders with SIGSTOP past their ttl,
+//! kills and restarts redis-server nodes the run started, partitions the network through fault
+//! proxies and ends Postgres sessions. The checker then reads the history and the final
+//! counter: no admitted write lost, no fence admitted after a newer one.
+//!
+//! The negative control repeats the workload and the faults against the same storage without
+//! fencing: every worker reads with `peek` and writes with one shared fence (the largest token
+//! and one fixed owner), which the storage always admits. It must show lost updates, or the
+//! run proves nothing and is reported [`Outcome::ControlFoundNothing`].
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), fencelock_chaos::ChaosError> {
+//! use fencelock_chaos::{ChaosConfig, Persistence, Target, WorkerLauncher};
+//!
+//! let config = ChaosConfig::new(Target::SpawnRedis { nodes: 3, persistence: Persistence::None });
+//! // This program must run `fencelock_chaos::serve_worker()` when started as `<exe> worker`.
+//! let launcher = WorkerLauncher::current_exe(["worker"])?;
+//! let report = fencelock_chaos::run(&config, &launcher, &mut |p| eprintln!("{p}")).await?;
+//! print!("{}", report.text());
+//! # Ok(()) }
+//! ```
+//!
+//! The server tools the nemesis uses, [`redis::RedisServer`] and [`proxy::FaultProxy`], are
+//! available without the `harness` feature (default), for tests.
+#![warn(missing_docs)]
+
+#[cfg(feature = "harness")]
+mod checker;
+#[cfg(feature = "harness")]
+mod cluster;
+#[cfg(feature = "harness")]
+mod config;
+#[cfg(feature = "harness")]
+mod error;
+#[cfg(feature = "harness")]
+mod events;
+#[cfg(feature = "harness")]
+mod nemesis;
+#[cfg(feature = "harness")]
+mod phase;
+#[cfg(feature = "harness")]
+mod process;
+pub mod proxy;
+pub mod redis;
+#[cfg(feature = "harness")]
+mod report;
+#[cfg(feature = "harness")]
+mod run;
+#[cfg(feature = "harness")]
+mod worker;
+
+#[cfg(feature = "harness")]
+pub use checker::Verdict;
+#[cfg(feature = "harness")]
+pub use config::{ChaosConfig, FaultKind, MIN_TTL, Mode, Persistence, Target};
+#[cfg(feature = "harness")]
+pub use error::{ChaosError, Result};
+#[cfg(feature = "harness")]
+pub use nemesis::FaultTally;
+#[cfg(feature = "harness")]
+pub use process::WorkerLauncher;
+#[cfg(feature = "harness")]
+pub use report::{ChaosReport, Outcome, Progress, RunReport};
+#[cfg(feature = "harness")]
+pub use run::run;
+#[cfg(feature = "harness")]
+pub use worker::serve_worker;

@@ -1,0 +1,350 @@
+//! One run of the workload under faults (fenced or control), step by step: start the workers,
+//! wait until each is connected, let the nemesis loose while the events come in, stop and heal
+//! everything, let the workers finish, then read the counter and check the history.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencelock::LockKey;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep, timeout, timeout_at};
+
+use crate::checker::History;
+use crate::cluster::Cluster;
+use crate::config::{FaultKind, Mode};
+use crate::error::{ChaosError, Result};
+use crate::events::{Event, Outcome};
+use crate::nemesis::{self, FaultCounts, Pauser};
+use crate::process::{WorkerLauncher, WorkerProcess};
+use crate::report::{Progress, RunReport};
+use crate::worker::WorkerConfig;
+
+/// How long every worker has to connect before the run is given up.
+const READY_WITHIN: Duration = Duration::from_secs(30);
+
+/// What both runs share.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) workers: u16,
+    pub(crate) ttl: Duration,
+    pub(crate) work: Duration,
+    pub(crate) op_timeout: Duration,
+    pub(crate) faults: Vec<FaultKind>,
+    /// Unique to the chaos run: keys and Postgres sessions carry it.
+    pub(crate) tag: String,
+}
+
+/// Per-worker bookkeeping in the coordinator.
+#[derive(Debug, Default, Clone)]
+struct Seen {
+    ready: bool,
+    /// A write sent but not answered yet.
+    pending_write: bool,
+}
+
+/// A run in progress.
+struct Phase<'a> {
+    cluster: &'a Arc<Cluster>,
+    settings: &'a Settings,
+    mode: Mode,
+    resource: LockKey,
+    workers: Vec<WorkerProcess>,
+    events: mpsc::UnboundedReceiver<(usize, Event)>,
+    seen: Vec<Seen>,
+    history: History,
+    counts: Arc<FaultCounts>,
+    pauser: Arc<Pauser>,
+}
+
+/// The nemesis's two schedules, running.
+struct Nemesis {
+    stop: watch::Sender<bool>,
+    pauses: JoinHandle<()>,
+    infrastructure: JoinHandle<Result<()>>,
+}
+
+/// Runs one phase for `duration` and checks it.
+pub(crate) async fn run_phase(
+    cluster: &Arc<Cluster>,
+    settings: &Settings,
+    launcher: &WorkerLauncher,
+    mode: Mode,
+    duration: Duration,
+    progress: &mut (dyn FnMut(&Progress) + Send),
+) -> Result<RunReport> {
+    let mut phase = Phase::start(cluster, settings, launcher, mode).await?;
+    phase.wait_until_ready().await?;
+    let nemesis = phase.unleash_nemesis();
+    let started = Instant::now();
+    let early_exit = phase.observe(started + duration, duration, progress).await;
+    let elapsed = started.elapsed();
+    let healed = nemesis.stop().await;
+    phase.drain().await;
+    healed?;
+    if let Some(message) = early_exit {
+        return Err(ChaosError::Worker { message });
+    }
+    phase.check(elapsed).await
+}
+
+impl<'a> Phase<'a> {
+    /// Starts every worker of the phase.
+    async fn start(
+        cluster: &'a Arc<Cluster>,
+        settings: &'a Settings,
+        launcher: &WorkerLauncher,
+        mode: Mode,
+    ) -> Result<Self> {
+        let base = format!("chaos/{}/{}", settings.tag, mode.name());
+        let config = WorkerConfig {
+            backend: cluster.worker_backend(),
+            storage: cluster.worker_storage.clone(),
+            key: format!("{base}/lock"),
+            resource: format!("{base}/counter"),
+            ttl: settings.ttl,
+            work: settings.work,
+            op_timeout: settings.op_timeout,
+            mode,
+        };
+        let resource = LockKey::new(&config.resource)?;
+        let (tx, events) = mpsc::unbounded_channel();
+        let count = usize::from(settings.workers);
+        let mut workers = Vec::with_capacity(count);
+        for index in 0..count {
+            workers.push(WorkerProcess::spawn(launcher, &config, index, tx.clone()).await?);
+        }
+        let counts = Arc::new(FaultCounts::default());
+        let pauser = Pauser::new(
+            workers.iter().map(WorkerProcess::pid).collect(),
+            settings.ttl,
+            counts.clone(),
+            settings.faults.contains(&FaultKind::Pause),
+        );
+        Ok(Phase {
+            cluster,
+            settings,
+            mode,
+            resource,
+            seen: vec![Seen::default(); workers.len()],
+            workers,
+            events,
+            history: History::default(),
+            counts,
+            pauser,
+        })
+    }
+
+    /// Waits until every worker reported `ready`; an error with the stderr of those that did
+    /// not.
+    async fn wait_until_ready(&mut self) -> Result<()> {
+        let by = Instant::now() + READY_WITHIN;
+        while self.seen.iter().any(|s| !s.ready) {
+            match timeout_at(by, self.events.recv()).await {
+                Ok(Some((worker, event))) => self.observe_one(worker, &event),
+                Ok(None) | Err(_) => {
+                    let mut tails: Vec<String> = self
+                        .workers
+                        .iter()
+                        .zip(&self.seen)
+                        .filter(|(_, seen)| !seen.ready)
+                        .map(|(w, _)| w.stderr_tail())
+                        .collect();
+                    tails.sort();
+                    tails.dedup();
+                    return Err(ChaosError::Worker {
+                        message: format!(
+                            "workers did not connect to {} within {}s: {}",
+                            self.cluster.described,
+                            READY_WITHIN.as_secs(),
+                            tails.join("; ")
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts the pause schedule and the infrastructure schedule.
+    fn unleash_nemesis(&self) -> Nemesis {
+        let (stop, stopped) = watch::channel(false);
+        let pauses = tokio::spawn(self.pauser.clone().schedule(stopped.clone()));
+        let kinds = self
+            .settings
+            .faults
+            .iter()
+            .copied()
+            .filter(|k| *k != FaultKind::Pause)
+            .collect();
+        let infrastructure = tokio::spawn(nemesis::infrastructure(
+            self.cluster.clone(),
+            kinds,
+            self.settings.ttl,
+            self.counts.clone(),
+            stopped,
+        ));
+        Nemesis {
+            stop,
+            pauses,
+            infrastructure,
+        }
+    }
+
+    /// Records events until `deadline`, reporting progress about once a second. Returns why
+    /// the phase ended early: a worker that exited.
+    async fn observe(
+        &mut self,
+        deadline: Instant,
+        duration: Duration,
+        progress: &mut (dyn FnMut(&Progress) + Send),
+    ) -> Option<String> {
+        let started = Instant::now();
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                received = self.events.recv() => match received {
+                    Some((worker, event)) => self.observe_one(worker, &event),
+                    None => return None,
+                },
+                _ = tick.tick() => {
+                    progress(&self.progress(started.elapsed(), duration));
+                    if let Some(exited) = self.exited_early() {
+                        return Some(exited);
+                    }
+                }
+                () = tokio::time::sleep_until(deadline) => return None,
+            }
+        }
+    }
+
+    fn progress(&self, elapsed: Duration, duration: Duration) -> Progress {
+        let v = self.history.verdict();
+        Progress {
+            mode: self.mode,
+            elapsed,
+            duration,
+            cycles: v.cycles,
+            writes_admitted: v.writes_admitted,
+            writes_stale: v.writes_stale,
+            writes_unknown: v.writes_unknown,
+            faults: self.counts.tally(),
+            paused_now: self.pauser.paused_now(),
+        }
+    }
+
+    /// A worker that exited while the run was going: the run is invalid.
+    fn exited_early(&mut self) -> Option<String> {
+        for (i, w) in self.workers.iter_mut().enumerate() {
+            if let Ok(Some(status)) = w.child.try_wait() {
+                return Some(format!(
+                    "worker {i} exited during the run ({status}): {}",
+                    w.stderr_tail()
+                ));
+            }
+        }
+        None
+    }
+
+    /// Continues stopped workers, asks every worker to stop and records what they report
+    /// while they finish the cycle they are in; kills those that take too long.
+    async fn drain(&mut self) {
+        self.pauser.release_all();
+        for w in &mut self.workers {
+            w.ask_to_stop();
+        }
+        let s = self.settings;
+        let grace = s.op_timeout * 4 + s.ttl * 4 + Duration::from_secs(2);
+        let drained = timeout(grace, async {
+            while let Some((worker, event)) = self.events.recv().await {
+                self.observe_one(worker, &event);
+            }
+        })
+        .await;
+        if drained.is_err() {
+            for w in &mut self.workers {
+                let _ = w.child.start_kill();
+            }
+            while let Ok(Some((worker, event))) =
+                timeout(Duration::from_secs(2), self.events.recv()).await
+            {
+                self.observe_one(worker, &event);
+            }
+        }
+        for w in &mut self.workers {
+            let _ = timeout(Duration::from_secs(5), w.child.wait()).await;
+        }
+    }
+
+    /// Reads the final counter and checks the history against it.
+    async fn check(mut self, elapsed: Duration) -> Result<RunReport> {
+        let unanswered = self.seen.iter().filter(|s| s.pending_write).count();
+        self.history
+            .note_unanswered_writes(u64::try_from(unanswered).unwrap_or(u64::MAX));
+        // A request cut short may still be executing on the server; let it land before reading.
+        sleep(Duration::from_millis(500)).await;
+        let storage = self.cluster.direct_storage.connect().await?.storage;
+        let snapshot = storage.peek(&self.resource).await?;
+        let final_value = match snapshot.and_then(|s| s.value) {
+            None => 0,
+            Some(bytes) => std::str::from_utf8(&bytes)
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+                .ok_or_else(|| {
+                    ChaosError::harness(format!(
+                        "the counter {} holds something that is not a number",
+                        self.resource
+                    ))
+                })?,
+        };
+        Ok(RunReport {
+            mode: self.mode,
+            elapsed,
+            verdict: self.history.check(final_value, self.mode),
+            faults: self.counts.tally(),
+        })
+    }
+
+    /// Records one event and tells the pauser what it needs to know.
+    fn observe_one(&mut self, worker: usize, event: &Event) {
+        self.history.record(event);
+        let Some(seen) = self.seen.get_mut(worker) else {
+            return;
+        };
+        match event {
+            Event::Ready => seen.ready = true,
+            Event::Read {
+                outcome: Outcome::Admitted(_),
+                ..
+            } if self.mode == Mode::Fenced => self.pauser.on_read(worker),
+            Event::Peek { .. } if self.mode == Mode::Control => self.pauser.on_read(worker),
+            Event::WriteBegin { .. } => seen.pending_write = true,
+            Event::Write { outcome, .. } => {
+                seen.pending_write = false;
+                let admitted = match outcome {
+                    Outcome::Admitted(()) => Some(true),
+                    Outcome::Stale { .. } => Some(false),
+                    Outcome::Unknown { .. } => None,
+                };
+                self.pauser.on_write(worker, admitted);
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Nemesis {
+    /// Stops both schedules; the infrastructure schedule heals what it broke on the way out.
+    async fn stop(self) -> Result<()> {
+        let _ = self.stop.send(true);
+        let _ = self.pauses.await;
+        match self.infrastructure.await {
+            Ok(healed) => healed,
+            Err(e) => Err(ChaosError::harness_from(
+                format!("the nemesis failed: {e}"),
+                e,
+            )),
+        }
+    }
+}

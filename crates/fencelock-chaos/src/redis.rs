@@ -1,0 +1,290 @@
+//! `RedisServer`: a real `redis-server` process on a free port of 127.0.0.1, killed on drop.
+//!
+//! The chaos run starts its lock and storage nodes with it, and kills and restarts them;
+//! `fencelock-testkit` re-exports it for tests (with panicking shorthands).
+//!
+//! ```no_run
+//! # fn demo() -> std::io::Result<()> {
+//! use fencelock_chaos::redis::{RedisOptions, RedisServer};
+//! let server = RedisServer::try_spawn_with(RedisOptions::persistent())?;
+//! let url = server.url();  // redis://127.0.0.1:<port>
+//! server.kill();           // SIGKILL: the server is gone
+//! server.try_restart()?;   // same port and directory, so AOF persistence is observable
+//! # let _ = url; Ok(()) }
+//! ```
+
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+const INSTALL_HINT: &str = "install redis-server (apt-get install redis-server) or put it on PATH";
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How to start a server. `Debug` shows the passwords as `***`.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct RedisOptions {
+    /// AOF with `appendfsync always` (counters survive a restart), instead of no persistence.
+    pub persistence: bool,
+    /// `requirepass` for the default user.
+    pub password: Option<String>,
+    /// An extra ACL user `(name, password)` with every permission; [`RedisServer::url`] then
+    /// logs in as this user.
+    pub acl_user: Option<(String, String)>,
+}
+
+impl fmt::Debug for RedisOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisOptions")
+            .field("persistence", &self.persistence)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field(
+                "acl_user",
+                &self.acl_user.as_ref().map(|(user, _)| (user, "***")),
+            )
+            .finish()
+    }
+}
+
+impl RedisOptions {
+    /// AOF persistence with `appendfsync always`.
+    pub fn persistent() -> Self {
+        RedisOptions {
+            persistence: true,
+            ..Self::default()
+        }
+    }
+}
+
+/// A `redis-server` process owned by its creator. Dropping it kills the process and removes its
+/// directory.
+#[derive(Debug)]
+pub struct RedisServer {
+    port: u16,
+    options: RedisOptions,
+    dir: tempfile::TempDir,
+    child: Mutex<Option<Child>>,
+}
+
+/// A port that was free a moment ago on 127.0.0.1.
+pub fn free_port() -> io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl RedisServer {
+    /// Starts a server without persistence or password.
+    pub fn try_spawn() -> io::Result<Self> {
+        Self::try_spawn_with(RedisOptions::default())
+    }
+
+    /// Starts a server with `options`. A missing `redis-server` is an
+    /// [`io::ErrorKind::NotFound`] error that says what to install.
+    pub fn try_spawn_with(options: RedisOptions) -> io::Result<Self> {
+        let mut last_error = None;
+        // A free port can be taken between probing and binding; try a few.
+        for _ in 0..5 {
+            let server = RedisServer {
+                port: free_port()?,
+                options: options.clone(),
+                dir: tempfile::Builder::new()
+                    .prefix("fencelock-redis-")
+                    .tempdir()?,
+                child: Mutex::new(None),
+            };
+            match server.start() {
+                Ok(()) => return Ok(server),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(e),
+                Err(e) => last_error = Some(e),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| io::Error::other("redis-server did not start")))
+    }
+
+    /// `redis://[user:password@]127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        match (&self.options.acl_user, &self.options.password) {
+            (Some((user, pass)), _) => format!("redis://{user}:{pass}@127.0.0.1:{}", self.port),
+            (None, Some(pass)) => format!("redis://:{pass}@127.0.0.1:{}", self.port),
+            (None, None) => format!("redis://127.0.0.1:{}", self.port),
+        }
+    }
+
+    /// The server's port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's address.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// The options it was started with.
+    pub fn options(&self) -> &RedisOptions {
+        &self.options
+    }
+
+    /// Whether the process is running (a paused one counts as running).
+    pub fn is_running(&self) -> bool {
+        self.child()
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Kills the server with SIGKILL and waits for it to exit. Nothing is flushed: only what
+    /// `appendfsync always` already wrote survives.
+    pub fn kill(&self) {
+        if let Some(mut child) = self.child().take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port and directory (killing it first if it still
+    /// runs), and waits until it answers; an error when it does not come back.
+    pub fn try_restart(&self) -> io::Result<()> {
+        self.kill();
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            // The port can linger briefly after a kill.
+            match self.start() {
+                Ok(()) => return Ok(()),
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("redis-server on port {} did not restart: {e}", self.port),
+                    ));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
+    /// Freezes the server with SIGSTOP: connections stay open, nothing is answered.
+    pub fn pause(&self) -> io::Result<()> {
+        self.signal(Signal::SIGSTOP)
+    }
+
+    /// Resumes a server frozen with [`pause`](Self::pause).
+    pub fn resume(&self) -> io::Result<()> {
+        self.signal(Signal::SIGCONT)
+    }
+
+    /// Sends `signal`; `Ok` when there is no process to signal.
+    fn signal(&self, signal: Signal) -> io::Result<()> {
+        let Some(pid) = self.child().as_ref().map(Child::id) else {
+            return Ok(());
+        };
+        let pid = i32::try_from(pid).map_err(io::Error::other)?;
+        kill(Pid::from_raw(pid), signal).map_err(|e| {
+            io::Error::other(format!(
+                "cannot send {signal} to redis-server on port {}: {e}",
+                self.port
+            ))
+        })
+    }
+
+    fn child(&self) -> MutexGuard<'_, Option<Child>> {
+        self.child.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn start(&self) -> io::Result<()> {
+        let mut command = Command::new("redis-server");
+        command
+            .arg("--port")
+            .arg(self.port.to_string())
+            .args(["--bind", "127.0.0.1", "--save", "", "--daemonize", "no"])
+            .args(["--protected-mode", "no", "--loglevel", "warning"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--logfile")
+            .arg(self.dir.path().join("redis.log"));
+        if self.options.persistence {
+            command.args(["--appendonly", "yes", "--appendfsync", "always"]);
+        } else {
+            command.args(["--appendonly", "no"]);
+        }
+        if let Some(pass) = &self.options.password {
+            command.arg("--requirepass").arg(pass);
+        }
+        if let Some((user, pass)) = &self.options.acl_user {
+            command.arg("--user").args([
+                user.as_str(),
+                "on",
+                &format!(">{pass}"),
+                "~*",
+                "&*",
+                "+@all",
+            ]);
+        }
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                if e.kind() == io::ErrorKind::NotFound {
+                    io::Error::new(io::ErrorKind::NotFound, format!("{INSTALL_HINT} ({e})"))
+                } else {
+                    e
+                }
+            })?;
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                let log =
+                    std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
+                return Err(io::Error::other(format!(
+                    "redis-server on port {} exited with {status}: {}",
+                    self.port,
+                    log.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
+                )));
+            }
+            if answers_ping(self.port) {
+                *self.child() = Some(child);
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("redis-server on port {} did not answer PING", self.port),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Whether a server on `port` answers PING (an authentication demand counts: it is up;
+/// `-LOADING` does not).
+fn answers_ping(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+    if stream.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut reply = [0u8; 64];
+    match stream.read(&mut reply) {
+        Ok(n) if n > 0 => {
+            let reply = &reply[..n];
+            reply.starts_with(b"+PONG") || reply.starts_with(b"-NOAUTH")
+        }
+        _ => false,
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        // A stopped process still dies of SIGKILL; no SIGCONT needed.
+        self.kill();
+    }
+}

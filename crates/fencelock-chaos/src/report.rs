@@ -1,0 +1,313 @@
+//! The report of a chaos run, as text or JSON, and the progress line shown while it runs.
+
+use std::fmt::{self, Write};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::checker::Verdict;
+use crate::config::{FaultKind, Mode};
+use crate::nemesis::FaultTally;
+
+/// What one run (fenced or control) did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RunReport {
+    /// Fenced or control.
+    pub mode: Mode,
+    /// How long the faults were on.
+    pub elapsed: Duration,
+    /// What the checker found.
+    pub verdict: Verdict,
+    /// What the nemesis did.
+    pub faults: FaultTally,
+}
+
+/// A whole chaos run: the fenced run, the negative control and what they mean together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ChaosReport {
+    /// The servers, in words (passwords hidden).
+    pub backend: String,
+    /// Worker processes per run.
+    pub workers: u16,
+    /// The workers' lease ttl.
+    pub ttl: Duration,
+    /// The workers' sleep between read and write.
+    pub work: Duration,
+    /// The faults injected.
+    pub faults: Vec<FaultKind>,
+    /// The fenced run.
+    pub fenced: RunReport,
+    /// The negative control.
+    pub control: RunReport,
+    /// What the two mean together.
+    pub outcome: Outcome,
+}
+
+/// How a whole chaos run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// No violation, and the control found lost updates.
+    Pass,
+    /// The fenced run broke a safety rule.
+    Violations,
+    /// The control found no lost update: the faults did not bite, so the run proves nothing.
+    ControlFoundNothing,
+}
+
+impl Outcome {
+    /// The outcome of a fenced run and its control.
+    pub fn of(fenced: &RunReport, control: &RunReport) -> Self {
+        if fenced.verdict.violations > 0 || fenced.verdict.lost_updates > 0 {
+            Outcome::Violations
+        } else if control.verdict.lost_updates == 0 {
+            Outcome::ControlFoundNothing
+        } else {
+            Outcome::Pass
+        }
+    }
+
+    /// `pass`, `violations` or `control-found-nothing`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Pass => "pass",
+            Outcome::Violations => "violations",
+            Outcome::ControlFoundNothing => "control-found-nothing",
+        }
+    }
+
+    /// One sentence saying what the outcome means.
+    pub fn explain(self) -> &'static str {
+        match self {
+            Outcome::Pass => {
+                "PASS: no violation under fencing; the control without fencing lost updates, \
+                 so the checker can fail"
+            }
+            Outcome::Violations => "FAIL: the fenced run broke the safety model",
+            Outcome::ControlFoundNothing => {
+                "INVALID: the control without fencing lost no update, so these faults prove \
+                 nothing (run longer, or add the pause fault)"
+            }
+        }
+    }
+}
+
+fn names(faults: &[FaultKind]) -> String {
+    faults
+        .iter()
+        .map(|f| f.name())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn run_json(r: &RunReport) -> Value {
+    let v = &r.verdict;
+    let f = &r.faults;
+    json!({
+        "seconds": r.elapsed.as_secs_f64(),
+        "lock_cycles": v.cycles,
+        "reads": {
+            "admitted": v.reads_admitted,
+            "refused_stale": v.reads_stale,
+            "unknown": v.reads_unknown,
+        },
+        "writes": {
+            "admitted": v.writes_admitted,
+            "refused_stale": v.writes_stale,
+            "unknown": v.writes_unknown,
+        },
+        "token_heals": v.heals,
+        "backend_errors": v.errors,
+        "final_value": v.final_value,
+        "lost_updates": v.lost_updates,
+        "violations": v.violations,
+        "violation_examples": v.examples,
+        "faults": {
+            "pause": f.pauses,
+            "paused_writes_refused": f.paused_writes_refused,
+            "paused_writes_admitted": f.paused_writes_admitted,
+            "kill": f.kill_episodes,
+            "nodes_killed": f.nodes_killed,
+            "partition_delay": f.partition_delay,
+            "partition_blackhole": f.partition_blackhole,
+            "partition_reset": f.partition_reset,
+            "terminate": f.terminate_episodes,
+            "sessions_terminated": f.sessions_terminated,
+        },
+    })
+}
+
+impl ChaosReport {
+    /// The report as one JSON object.
+    pub fn json(&self) -> Value {
+        json!({
+            "backend": self.backend,
+            "workers": self.workers,
+            "ttl_ms": self.ttl.as_secs_f64() * 1000.0,
+            "work_ms": self.work.as_secs_f64() * 1000.0,
+            "faults": names(&self.faults),
+            "fenced": run_json(&self.fenced),
+            "control": run_json(&self.control),
+            "outcome": self.outcome.as_str(),
+        })
+    }
+
+    /// The report as a table, fenced and control side by side, ending with the outcome.
+    pub fn text(&self) -> String {
+        let (fenced, control) = (&self.fenced, &self.control);
+        let (f, c) = (&fenced.verdict, &control.verdict);
+        let (ff, cf) = (&fenced.faults, &control.faults);
+        let mut out = String::new();
+        let _ = writeln!(out, "fencelock chaos: {}", self.backend);
+        let _ = writeln!(
+            out,
+            "workers {}, ttl {:?}, work {:?}, faults {}",
+            self.workers,
+            self.ttl,
+            self.work,
+            names(&self.faults)
+        );
+        let _ = writeln!(out);
+        let _ = writeln!(out, "{:<34} {:>16} {:>16}", "", "fenced", "control");
+        let mut row = |label: &str, a: String, b: String| {
+            let _ = writeln!(out, "{label:<34} {a:>16} {b:>16}");
+        };
+        row(
+            "duration",
+            format!("{:.1}s", fenced.elapsed.as_secs_f64()),
+            format!("{:.1}s", control.elapsed.as_secs_f64()),
+        );
+        row("lock cycles", f.cycles.to_string(), c.cycles.to_string());
+        row(
+            "reads admitted (fenced)",
+            f.reads_admitted.to_string(),
+            "-".into(),
+        );
+        row(
+            "reads refused as stale",
+            f.reads_stale.to_string(),
+            "-".into(),
+        );
+        row(
+            "writes admitted",
+            f.writes_admitted.to_string(),
+            c.writes_admitted.to_string(),
+        );
+        row(
+            "writes refused as stale",
+            f.writes_stale.to_string(),
+            c.writes_stale.to_string(),
+        );
+        row(
+            "operations with unknown outcome",
+            (f.reads_unknown + f.writes_unknown).to_string(),
+            (c.reads_unknown + c.writes_unknown).to_string(),
+        );
+        row(
+            "token heals (advance_token)",
+            f.heals.to_string(),
+            c.heals.to_string(),
+        );
+        row("backend errors", f.errors.to_string(), c.errors.to_string());
+        row(
+            "faults: pause (1-5 x ttl)",
+            ff.pauses.to_string(),
+            cf.pauses.to_string(),
+        );
+        row(
+            "  paused holder's write refused",
+            ff.paused_writes_refused.to_string(),
+            cf.paused_writes_refused.to_string(),
+        );
+        row(
+            "  paused holder's write admitted",
+            ff.paused_writes_admitted.to_string(),
+            cf.paused_writes_admitted.to_string(),
+        );
+        row(
+            "faults: kill -9 + restart",
+            format!("{} ({} nodes)", ff.kill_episodes, ff.nodes_killed),
+            format!("{} ({} nodes)", cf.kill_episodes, cf.nodes_killed),
+        );
+        row(
+            "faults: partition delay/hole/reset",
+            format!(
+                "{}/{}/{}",
+                ff.partition_delay, ff.partition_blackhole, ff.partition_reset
+            ),
+            format!(
+                "{}/{}/{}",
+                cf.partition_delay, cf.partition_blackhole, cf.partition_reset
+            ),
+        );
+        row(
+            "faults: terminate (sessions)",
+            format!("{} ({})", ff.terminate_episodes, ff.sessions_terminated),
+            format!("{} ({})", cf.terminate_episodes, cf.sessions_terminated),
+        );
+        row(
+            "final counter",
+            f.final_value.to_string(),
+            c.final_value.to_string(),
+        );
+        row(
+            "lost updates",
+            f.lost_updates.to_string(),
+            c.lost_updates.to_string(),
+        );
+        row("violations", f.violations.to_string(), "-".into());
+        for example in &f.examples {
+            let _ = writeln!(out, "  violation: {example}");
+        }
+        let _ = writeln!(out);
+        let _ = writeln!(out, "{}", self.outcome.explain());
+        out
+    }
+}
+
+/// Where a run stands, about once a second; `Display` gives the one-line form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Progress {
+    /// Fenced or control.
+    pub mode: Mode,
+    /// Time since the faults started.
+    pub elapsed: Duration,
+    /// The run's length.
+    pub duration: Duration,
+    /// Lock cycles so far.
+    pub cycles: u64,
+    /// Writes admitted so far.
+    pub writes_admitted: u64,
+    /// Writes refused as stale so far.
+    pub writes_stale: u64,
+    /// Writes without a definite answer so far.
+    pub writes_unknown: u64,
+    /// Faults so far.
+    pub faults: FaultTally,
+    /// Workers stopped right now.
+    pub paused_now: usize,
+}
+
+impl fmt::Display for Progress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "chaos {} {:>4}s/{}s: {} cycles, writes {} admitted / {} stale / {} unknown; \
+             pauses {} (now {}), kills {}, partitions {}, terminates {}",
+            self.mode.name(),
+            self.elapsed.as_secs(),
+            self.duration.as_secs(),
+            self.cycles,
+            self.writes_admitted,
+            self.writes_stale,
+            self.writes_unknown,
+            self.faults.pauses,
+            self.paused_now,
+            self.faults.kill_episodes,
+            self.faults.partitions(),
+            self.faults.terminate_episodes,
+        )
+    }
+}

@@ -1,0 +1,77 @@
+//! A whole chaos run: check the configuration, set up the servers, the fenced run, the
+//! control run, the report.
+
+use std::sync::Arc;
+
+use crate::cluster::Cluster;
+use crate::config::{ChaosConfig, FaultKind, Mode, Target};
+use crate::error::Result;
+use crate::nemesis;
+use crate::phase::{Settings, run_phase};
+use crate::process::WorkerLauncher;
+use crate::report::{ChaosReport, Outcome, Progress};
+
+/// Runs `config`: the fenced run, then the negative control, and reports both.
+///
+/// Workers are started with `launcher`. `progress` is called about once a second with where
+/// the current run stands. A run that was carried out returns its report whatever it found;
+/// [`ChaosReport::outcome`] says whether it passed. Dropping the future stops everything: the
+/// workers and the spawned servers are killed.
+pub async fn run(
+    config: &ChaosConfig,
+    launcher: &WorkerLauncher,
+    progress: &mut (dyn FnMut(&Progress) + Send),
+) -> Result<ChaosReport> {
+    config.validate()?;
+    let faults = config.distinct_faults();
+    let tag = format!("{}-{:08x}", std::process::id(), rand::random::<u32>());
+    let proxied = faults.contains(&FaultKind::Partition);
+    let cluster = match &config.target {
+        Target::SpawnRedis { nodes, persistence } => {
+            Cluster::spawn_redis(*nodes, *persistence, proxied).await?
+        }
+        Target::Backend(spec) => Cluster::external(spec, &tag, proxied).await?,
+    };
+    nemesis::check_applicable(&faults, &cluster)?;
+    // Connecting once up front checks the spec (and migrates a Postgres schema) before any
+    // worker starts.
+    cluster.direct_storage.connect().await?;
+    let settings = Settings {
+        workers: config.workers,
+        ttl: config.ttl,
+        work: config.work(),
+        op_timeout: config.op_timeout,
+        faults,
+        tag,
+    };
+    let cluster = Arc::new(cluster);
+    let fenced = run_phase(
+        &cluster,
+        &settings,
+        launcher,
+        Mode::Fenced,
+        config.duration,
+        progress,
+    )
+    .await?;
+    let control = run_phase(
+        &cluster,
+        &settings,
+        launcher,
+        Mode::Control,
+        config.control_duration(),
+        progress,
+    )
+    .await?;
+    let outcome = Outcome::of(&fenced, &control);
+    Ok(ChaosReport {
+        backend: cluster.described.clone(),
+        workers: settings.workers,
+        ttl: settings.ttl,
+        work: settings.work,
+        faults: settings.faults,
+        fenced,
+        control,
+        outcome,
+    })
+}
