@@ -14,6 +14,7 @@ mod lease;
 mod locker;
 mod registry;
 mod storage;
+mod storage_ext;
 mod watchdog;
 
 pub use backend::{LockBackend, MIN_TTL, validate_ttl};
@@ -27,6 +28,7 @@ pub use key::LockKey;
 pub use lease::{Lease, LockInfo, drift_margin, valid_until};
 pub use locker::{LockOptions, LockRequest, Locker};
 pub use storage::{FencedStorage, Snapshot, validate_value};
+pub use storage_ext::FencedStorageExt;
 
 /// Re-exported so backend crates and users share one version.
 pub use async_trait::async_trait;

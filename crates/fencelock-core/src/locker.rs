@@ -1,5 +1,6 @@
 //! `Locker`: waiting for a lock within a budget and wrapping the grant in a `LockGuard`.
 
+use std::any::Any;
 use std::fmt;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
@@ -21,7 +22,8 @@ use crate::registry::Registry;
 pub struct LockOptions {
     /// Lease ttl. Default 30 s.
     pub ttl: Duration,
-    /// How long to wait for a held lock. Default 10 s; zero tries once.
+    /// How long to wait for a held lock. Default 10 s; zero tries once; [`Duration::MAX`] (or
+    /// any budget the clock cannot add) waits without a bound.
     pub wait: Duration,
     /// Whether the guard renews the lease at about ttl/3. Default on.
     pub watchdog: bool,
@@ -73,10 +75,22 @@ impl fmt::Debug for Locker {
 }
 
 impl Locker {
-    /// A locker over `backend` with default options.
-    pub fn new(backend: Arc<dyn LockBackend>) -> Self {
+    /// A locker over `backend` with default options. Any backend will do: one by value, an
+    /// `Arc` of one, or an `Arc<dyn LockBackend>` (kept as it is, not wrapped again).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use fencelock_core::{LockBackend, Locker};
+    /// use fencelock_memory::MemoryLockBackend;
+    /// let by_value = Locker::new(MemoryLockBackend::new());
+    /// let shared = Locker::new(Arc::new(MemoryLockBackend::new()));
+    /// let dynamic: Arc<dyn LockBackend> = Arc::new(MemoryLockBackend::new());
+    /// let same = Locker::new(dynamic.clone());
+    /// assert!(Arc::ptr_eq(same.backend(), &dynamic));
+    /// ```
+    pub fn new<B: LockBackend>(backend: B) -> Self {
         Locker {
-            backend,
+            backend: shared_backend(backend),
             options: LockOptions::default(),
             registry: Arc::default(),
         }
@@ -177,6 +191,14 @@ impl Locker {
     }
 }
 
+/// `backend` behind an `Arc<dyn LockBackend>`; one that already is one is returned as it is.
+fn shared_backend<B: LockBackend>(backend: B) -> Arc<dyn LockBackend> {
+    if let Some(shared) = (&backend as &dyn Any).downcast_ref::<Arc<dyn LockBackend>>() {
+        return shared.clone();
+    }
+    Arc::new(backend)
+}
+
 /// A lock request built by [`Locker::lock`]; `.await` it for a [`LockGuard`].
 ///
 /// Waiting alternates tries with [`LockBackend::wait_for_release`] bounded by a backoff pause
@@ -199,10 +221,18 @@ impl LockRequest {
         self
     }
 
-    /// How long to wait for a held lock; zero tries once.
+    /// How long to wait for a held lock; zero tries once. [`Duration::MAX`] (or any budget
+    /// the clock cannot add) waits without a bound, like [`wait_forever`](Self::wait_forever).
     pub fn wait(mut self, wait: Duration) -> Self {
         self.options.wait = wait;
         self
+    }
+
+    /// Waits for the lock without a bound: the request ends with the lock, with an error that
+    /// is not retryable, or when its future is dropped (for example by `tokio::time::timeout`
+    /// or a `select!` on a shutdown signal).
+    pub fn wait_forever(self) -> Self {
+        self.wait(Duration::MAX)
     }
 
     /// Whether the guard renews the lease in the background.
@@ -222,12 +252,9 @@ impl LockRequest {
         let options = self.options;
         validate_ttl(options.ttl, &self.backend.capabilities())?;
         let started = Instant::now();
-        let deadline = started.checked_add(options.wait).ok_or_else(|| {
-            Error::config(format!(
-                "wait budget {:?} overflows the clock",
-                options.wait
-            ))
-        })?;
+        // `None`: a budget the clock cannot add, waited out without a bound.
+        let deadline = started.checked_add(options.wait);
+        let before_deadline = |now: Instant| deadline.is_none_or(|deadline| now < deadline);
         let span = tracing::debug_span!(
             "fencelock.acquire",
             backend = self.backend.name(),
@@ -253,20 +280,23 @@ impl LockRequest {
                         ));
                     }
                     Ok(None) => {}
-                    Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                    Err(e) if e.is_retryable() && before_deadline(Instant::now()) => {
                         tracing::debug!(error = %e, "acquire failed, retrying");
                     }
                     Err(e) => return Err(e),
                 }
                 let now = Instant::now();
-                if now >= deadline {
+                if !before_deadline(now) {
                     tracing::debug!(outcome = "timeout", "not acquired");
                     return Err(Error::Timeout {
                         key: key.to_string(),
                         waited: now - started,
                     });
                 }
-                let pause = options.backoff.pause(attempt).min(deadline - now);
+                let mut pause = options.backoff.pause(attempt);
+                if let Some(deadline) = deadline {
+                    pause = pause.min(deadline - now);
+                }
                 attempt = attempt.saturating_add(1);
                 if let Err(e) = self.backend.wait_for_release(&key, pause).await {
                     if !e.is_retryable() {

@@ -219,3 +219,55 @@ async fn dropped_guard_releases_in_the_background() {
     let key = LockKey::new("drop").unwrap();
     assert_eq!(backend.inspect(&key).await.unwrap().holder, None);
 }
+
+/// `wait(Duration::MAX)` and `wait_forever()` wait without a bound, and get the lock when it
+/// is released.
+#[tokio::test(start_paused = true)]
+async fn unbounded_waits_last_until_the_release() {
+    let backend = Arc::new(MemoryLockBackend::new());
+    let locker = Locker::new(backend.clone());
+    for (name, request) in [
+        ("wait(MAX)", locker.lock("unbounded").wait(Duration::MAX)),
+        ("wait_forever()", locker.lock("unbounded").wait_forever()),
+    ] {
+        let key = LockKey::new("unbounded").unwrap();
+        let held = backend
+            .try_acquire(&key, Duration::from_secs(24 * 3600))
+            .await
+            .unwrap()
+            .unwrap();
+        let waiter = tokio::spawn(request.into_future());
+        sleep(Duration::from_secs(3600)).await;
+        assert!(!waiter.is_finished(), "{name} ended before the release");
+        assert!(backend.release(&held).await.unwrap());
+        let guard = waiter.await.unwrap().unwrap();
+        assert!(guard.is_held(), "{name}");
+        guard.release().await.unwrap();
+    }
+}
+
+/// A locker takes a backend by value, in an `Arc`, or as an `Arc<dyn LockBackend>` (which it
+/// keeps as it is) or a `Box<dyn LockBackend>`.
+#[tokio::test(start_paused = true)]
+async fn a_locker_takes_any_backend() {
+    let memory = MemoryLockBackend::new();
+    let dynamic: Arc<dyn LockBackend> = Arc::new(memory.clone());
+    let boxed: Box<dyn LockBackend> = Box::new(memory.clone());
+    let lockers = [
+        Locker::new(memory.clone()),
+        Locker::new(Arc::new(memory.clone())),
+        Locker::new(dynamic.clone()),
+        Locker::new(boxed),
+    ];
+    assert!(Arc::ptr_eq(lockers[2].backend(), &dynamic));
+    let mut last = None;
+    for locker in &lockers {
+        let guard = locker.lock("any-backend").await.unwrap();
+        assert!(
+            last < Some(guard.token()),
+            "the lockers do not share the backend"
+        );
+        last = Some(guard.token());
+        guard.release().await.unwrap();
+    }
+}
