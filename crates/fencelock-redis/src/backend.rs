@@ -16,6 +16,7 @@ use crate::codec::{MAX_TTL, lock_value, parse_lock_value, parse_token, ttl_milli
 use crate::config::RedisConfig;
 use crate::connection::Connection;
 use crate::error::{REDIS as BACKEND, bounded, protocol};
+use crate::fence::RedisFence;
 use crate::outcome::{finish, finish_grant};
 use crate::scripts::SCRIPTS;
 use crate::storage::RedisStorage;
@@ -78,6 +79,14 @@ impl RedisLockBackend {
             fencelock_core::FenceRule::Monotonic,
             crate::config::DEFAULT_MAX_VALUE_LEN,
         )
+    }
+
+    /// A [`RedisFence`] on the same connection, key prefix and call timeout: fenced batches
+    /// on keys of your own, guarded by the fences of this backend's grants.
+    pub fn fence(&self) -> RedisFence<redis::aio::ConnectionManager> {
+        RedisFence::new(self.conn.manager.clone())
+            .prefix(self.conn.keys.prefix())
+            .call_timeout(self.conn.call_timeout)
     }
 
     /// The key prefix.

@@ -50,6 +50,24 @@ pub(crate) fn parse_lock_value(backend: &'static str, value: &str) -> Result<Fen
     })
 }
 
+/// A fence as the scripts store it: a decimal token and 32 hex digits of owner.
+pub(crate) fn parse_fence(
+    backend: &'static str,
+    token: Option<&[u8]>,
+    owner: Option<&[u8]>,
+) -> Result<Fence> {
+    let token = token
+        .and_then(|t| std::str::from_utf8(t).ok())
+        .and_then(|t| t.parse::<u64>().ok())
+        .and_then(FencingToken::new)
+        .ok_or_else(|| protocol(backend, "stored fence has no valid token"))?;
+    let owner = owner
+        .and_then(|o| std::str::from_utf8(o).ok())
+        .and_then(|o| o.parse::<OwnerId>().ok())
+        .ok_or_else(|| protocol(backend, "stored fence has no valid owner"))?;
+    Ok(Fence::new(token, owner))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -43,21 +43,21 @@ impl KeySpace {
     }
 
     fn name(&self, key: &LockKey, suffix: &str) -> String {
-        let key = key.as_str();
-        let mut name = String::with_capacity(self.prefix.len() + key.len() + suffix.len() + 4);
+        let mut name =
+            String::with_capacity(self.prefix.len() + key.as_str().len() + suffix.len() + 4);
         name.push_str(&self.prefix);
-        name.push_str(":{");
-        for c in key.chars() {
-            match c {
-                '%' => name.push_str("%25"),
-                '{' => name.push_str("%7B"),
-                '}' => name.push_str("%7D"),
-                c => name.push(c),
-            }
-        }
-        name.push_str("}:");
+        name.push(':');
+        push_tag(&mut name, key);
+        name.push(':');
         name.push_str(suffix);
         name
+    }
+
+    /// Whether `name` lies in this prefix's key space (`{prefix}:...`), where fencelock keeps
+    /// its own keys.
+    pub(crate) fn owns(&self, name: &str) -> bool {
+        name.strip_prefix(self.prefix.as_str())
+            .is_some_and(|rest| rest.starts_with(':'))
     }
 
     /// `{prefix}:{<key>}:lock`: the lock, a string `<owner>:<token>` with a PX expiry.
@@ -79,25 +79,42 @@ impl KeySpace {
     pub(crate) fn data(&self, resource: &LockKey) -> String {
         self.name(resource, "data")
     }
+
+    /// `{prefix}:{<resource>}:fence`: the fence record guarding a resource's keys of the
+    /// user's own (a hash with fields `token` and `owner`).
+    pub(crate) fn fence(&self, resource: &LockKey) -> String {
+        self.name(resource, "fence")
+    }
 }
 
-/// The hash tag Redis Cluster would hash for `name`: the text between the first `{` and the
-/// next `}`, or the whole name when there is none or it is empty.
-#[cfg(test)]
-fn hash_tag(name: &str) -> &str {
-    if let Some(open) = name.find('{')
-        && let Some(len) = name[open + 1..].find('}')
-        && len > 0
-    {
-        return &name[open + 1..open + 1 + len];
+/// `{enc(key)}`: the hash tag every key name of `key` carries.
+pub(crate) fn tag(key: &LockKey) -> String {
+    let mut tag = String::with_capacity(key.as_str().len() + 2);
+    push_tag(&mut tag, key);
+    tag
+}
+
+fn push_tag(name: &mut String, key: &LockKey) {
+    name.push('{');
+    for c in key.as_str().chars() {
+        match c {
+            '%' => name.push_str("%25"),
+            '{' => name.push_str("%7B"),
+            '}' => name.push_str("%7D"),
+            c => name.push(c),
+        }
     }
-    name
+    name.push('}');
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    fn hash_tag(name: &str) -> &str {
+        std::str::from_utf8(crate::slot::hashed_part(name.as_bytes())).unwrap()
+    }
 
     #[test]
     fn plain_keys_are_readable() {
@@ -115,13 +132,26 @@ mod tests {
         for k in keys {
             let key = LockKey::new(k).unwrap();
             let (lock, token, data) = (space.lock(&key), space.token(&key), space.data(&key));
+            let fence = space.fence(&key);
             assert_eq!(hash_tag(&lock), hash_tag(&token), "{k:?}");
             assert_eq!(hash_tag(&lock), hash_tag(&data), "{k:?}");
+            assert_eq!(hash_tag(&lock), hash_tag(&fence), "{k:?}");
+            assert_eq!(format!("{{{}}}", hash_tag(&lock)), tag(&key), "{k:?}");
             assert_ne!(hash_tag(&lock), lock, "{k:?} has no tag");
-            for name in [lock, token, data] {
+            for name in [lock, token, data, fence] {
                 assert!(seen.insert(name.clone()), "{name} named twice");
             }
         }
+    }
+
+    #[test]
+    fn the_prefix_owns_its_key_space() {
+        let space = KeySpace::new("fencelock").unwrap();
+        assert!(space.owns("fencelock:{x}:fence"));
+        assert!(space.owns("fencelock:"));
+        assert!(!space.owns("fencelocks:x"));
+        assert!(!space.owns("fencelock"));
+        assert!(!space.owns("balance:{x}"));
     }
 
     #[test]

@@ -8,9 +8,11 @@ mod keys;
 mod outcome;
 mod redact;
 mod scripts;
+mod slot;
 
 mod config;
 mod connection;
+mod fence;
 mod waiters;
 
 mod backend;
@@ -22,5 +24,10 @@ pub use codec::MAX_TTL;
 pub use config::{
     DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_VALUE_LEN, RedisConfig,
 };
+pub use fence::{RedisFence, Reply, hash_tag};
 pub use redlock::{DEFAULT_NODE_TIMEOUT, Redlock, RedlockConfig};
 pub use storage::RedisStorage;
+
+/// The `redis` crate this one is built on, so users name its connections and types (for
+/// [`RedisFence`] on their own connection) with the matching version.
+pub use redis;

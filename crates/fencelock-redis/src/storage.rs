@@ -2,15 +2,16 @@
 
 use async_trait::async_trait;
 use fencelock_core::{
-    Error, Fence, FenceRule, FencedStorage, FencingToken, LockKey, OwnerId, Result, Snapshot,
-    validate_value,
+    Error, Fence, FenceRule, FencedStorage, LockKey, Result, Snapshot, validate_value,
 };
 use tracing::Instrument;
 use tracing::field::Empty;
 
+use crate::codec::parse_fence;
 use crate::config::RedisConfig;
 use crate::connection::Connection;
 use crate::error::{REDIS as BACKEND, bounded, protocol};
+use crate::fence::RedisFence;
 use crate::outcome::finish;
 use crate::scripts::SCRIPTS;
 
@@ -91,6 +92,17 @@ impl RedisStorage {
         self.rule
     }
 
+    /// A [`RedisFence`] on the same connection, key prefix, rule, value limit and call
+    /// timeout: fenced batches on keys of your own, next to this storage's values. The two
+    /// keep separate fence records (`...:data` and `...:fence`) for one resource.
+    pub fn fence(&self) -> RedisFence<redis::aio::ConnectionManager> {
+        RedisFence::new(self.conn.manager.clone())
+            .prefix(self.conn.keys.prefix())
+            .rule(self.rule)
+            .max_value_len(self.max_value_len)
+            .call_timeout(self.conn.call_timeout)
+    }
+
     /// One fenced operation through `storage_apply.lua`: a write of `value`, or a read (`None`)
     /// returning the stored value.
     async fn apply(
@@ -133,7 +145,7 @@ impl RedisStorage {
     }
 
     fn stale(resource: &LockKey, presented: Fence, reply: &[Option<Vec<u8>>]) -> Error {
-        match parse_fence(reply.get(1), reply.get(2)) {
+        match parse_stored(reply.get(1), reply.get(2)) {
             Ok(current) => Error::Stale {
                 resource: resource.to_string(),
                 presented,
@@ -144,21 +156,12 @@ impl RedisStorage {
     }
 }
 
-fn text(field: Option<&Option<Vec<u8>>>) -> Option<&str> {
-    field
-        .and_then(Option::as_deref)
-        .and_then(|b| std::str::from_utf8(b).ok())
-}
-
-fn parse_fence(token: Option<&Option<Vec<u8>>>, owner: Option<&Option<Vec<u8>>>) -> Result<Fence> {
-    let token = text(token)
-        .and_then(|t| t.parse::<u64>().ok())
-        .and_then(FencingToken::new)
-        .ok_or_else(|| protocol(BACKEND, "stored fence has no valid token"))?;
-    let owner = text(owner)
-        .and_then(|o| o.parse::<OwnerId>().ok())
-        .ok_or_else(|| protocol(BACKEND, "stored fence has no valid owner"))?;
-    Ok(Fence::new(token, owner))
+fn parse_stored(token: Option<&Option<Vec<u8>>>, owner: Option<&Option<Vec<u8>>>) -> Result<Fence> {
+    parse_fence(
+        BACKEND,
+        token.and_then(Option::as_deref),
+        owner.and_then(Option::as_deref),
+    )
 }
 
 fn status(reply: &[Option<Vec<u8>>]) -> Option<&[u8]> {
@@ -211,7 +214,7 @@ impl FencedStorage for RedisStorage {
         if reply.first().is_none_or(Option::is_none) {
             return Ok(None);
         }
-        let fence = parse_fence(reply.first(), reply.get(1))?;
+        let fence = parse_stored(reply.first(), reply.get(1))?;
         Ok(Some(Snapshot {
             value: reply.get(2).cloned().flatten(),
             fence,
