@@ -6,12 +6,12 @@
 WITH locked AS (
     SELECT pg_try_advisory_lock($1) AS got
 ), counter AS (
-    INSERT INTO fencelock_counters AS c (key, last_token)
+    INSERT INTO {schema}.fencelock_counters AS c (key, last_token)
     SELECT $2, 1 FROM locked WHERE got
     ON CONFLICT (key) DO UPDATE SET last_token = c.last_token + 1
     RETURNING last_token
 ), holder AS (
-    INSERT INTO fencelock_advisory_holders AS h (key, lock_id, owner, token, pid, expires_at)
+    INSERT INTO {schema}.fencelock_advisory_holders AS h (key, lock_id, owner, token, pid, expires_at)
     SELECT $2, $1, $3, counter.last_token, pg_backend_pid(),
            clock_timestamp() + $4::float8 * interval '1 microsecond'
       FROM counter

@@ -5,8 +5,8 @@ SELECT c.last_token,
        GREATEST(0, (EXTRACT(EPOCH FROM (h.expires_at - clock_timestamp())) * 1000000))::bigint
            AS remaining_us
   FROM (SELECT $1::text AS key) k
-  LEFT JOIN fencelock_counters c ON c.key = k.key
-  LEFT JOIN fencelock_advisory_holders h ON h.key = k.key AND EXISTS (
+  LEFT JOIN {schema}.fencelock_counters c ON c.key = k.key
+  LEFT JOIN {schema}.fencelock_advisory_holders h ON h.key = k.key AND EXISTS (
       SELECT 1 FROM pg_locks pl
        WHERE pl.locktype = 'advisory'
          AND pl.granted

@@ -7,7 +7,7 @@
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS off
 ), forgotten AS (
-    DELETE FROM fencelock_advisory_holders
+    DELETE FROM {schema}.fencelock_advisory_holders
      WHERE key = $2 AND owner = $3 AND token = $4 AND pid = pg_backend_pid()
     RETURNING 1
 )

@@ -9,21 +9,21 @@
 WITH free AS (
     SELECT 1
      WHERE NOT EXISTS (
-         SELECT 1 FROM fencelock_leases l
+         SELECT 1 FROM {schema}.fencelock_leases l
           WHERE l.key = $1 AND l.expires_at > clock_timestamp()
      )
 ), counter AS (
-    INSERT INTO fencelock_counters AS c (key, last_token)
+    INSERT INTO {schema}.fencelock_counters AS c (key, last_token)
     SELECT $1, 1 FROM free
     ON CONFLICT (key) DO UPDATE
         SET last_token = c.last_token + 1
         WHERE NOT EXISTS (
-            SELECT 1 FROM fencelock_leases l
+            SELECT 1 FROM {schema}.fencelock_leases l
              WHERE l.key = $1 AND l.expires_at > clock_timestamp()
         )
     RETURNING last_token
 )
-INSERT INTO fencelock_leases AS l (key, owner, token, expires_at)
+INSERT INTO {schema}.fencelock_leases AS l (key, owner, token, expires_at)
 SELECT $1, $2, counter.last_token,
        clock_timestamp() + $3::float8 * interval '1 microsecond'
   FROM counter

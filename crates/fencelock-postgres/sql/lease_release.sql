@@ -7,7 +7,7 @@
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true)
 )
-DELETE FROM fencelock_leases
+DELETE FROM {schema}.fencelock_leases
  WHERE key = $1 AND owner = $2 AND token = $3
    AND EXISTS (SELECT 1 FROM async_commit)
 RETURNING expires_at > clock_timestamp() AS live

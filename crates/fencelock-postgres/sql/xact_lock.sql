@@ -4,7 +4,7 @@
 WITH locked AS (
     SELECT pg_advisory_xact_lock($1)
 )
-INSERT INTO fencelock_counters AS c (key, last_token)
+INSERT INTO {schema}.fencelock_counters AS c (key, last_token)
 SELECT $2, 1 FROM locked
 ON CONFLICT (key) DO UPDATE SET last_token = c.last_token + 1
 RETURNING last_token

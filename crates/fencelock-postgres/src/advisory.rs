@@ -26,12 +26,6 @@ const MAX_TTL: Duration = Duration::from_secs(24 * 24 * 3600);
 /// How long after its last known deadline an abandoned lease's connection is closed.
 const ABANDONED_GRACE: Duration = Duration::from_secs(1);
 
-const ACQUIRE: &str = include_str!("../sql/advisory_acquire.sql");
-const EXTEND: &str = include_str!("../sql/advisory_extend.sql");
-const RELEASE: &str = include_str!("../sql/advisory_release.sql");
-const INSPECT: &str = include_str!("../sql/advisory_inspect.sql");
-const HELD: &str = include_str!("../sql/advisory_held.sql");
-
 /// Locks as Postgres session advisory locks (`pg_try_advisory_lock(bigint)`).
 ///
 /// Each grant takes a connection out of the database's holder pool and keeps it for the life
@@ -198,7 +192,7 @@ impl LockBackend for PgAdvisoryBackend {
             let (got, token, _armed): (Option<bool>, Option<i64>, Option<String>) = timed(
                 BACKEND,
                 self.timeout(),
-                sqlx::query_as(ACQUIRE)
+                sqlx::query_as(&self.db.sql().advisory_acquire)
                     .bind(lock_id)
                     .bind(key.as_str())
                     .bind(&owner_bytes(owner)[..])
@@ -263,7 +257,7 @@ impl LockBackend for PgAdvisoryBackend {
                 timed(
                     BACKEND,
                     self.timeout(),
-                    sqlx::query_scalar(EXTEND)
+                    sqlx::query_scalar(&self.db.sql().advisory_extend)
                         .bind(lease.key.as_str())
                         .bind(&owner_bytes(lease.owner)[..])
                         .bind(token_param(BACKEND, lease.token)?)
@@ -321,7 +315,7 @@ impl LockBackend for PgAdvisoryBackend {
                 timed(
                     BACKEND,
                     self.timeout(),
-                    sqlx::query_as(RELEASE)
+                    sqlx::query_as(&self.db.sql().advisory_release)
                         .bind(advisory_lock_id(&lease.key))
                         .bind(lease.key.as_str())
                         .bind(&owner_bytes(lease.owner)[..])
@@ -360,7 +354,7 @@ impl LockBackend for PgAdvisoryBackend {
                 let held: bool = timed(
                     BACKEND,
                     self.timeout(),
-                    sqlx::query_scalar(HELD)
+                    sqlx::query_scalar(&self.db.sql().advisory_held)
                         .bind(advisory_lock_id(key))
                         .fetch_one(self.db.pool()),
                 )
@@ -383,7 +377,7 @@ impl LockBackend for PgAdvisoryBackend {
         let row = timed(
             BACKEND,
             self.timeout(),
-            sqlx::query_as(INSPECT)
+            sqlx::query_as(&self.db.sql().advisory_inspect)
                 .bind(key.as_str())
                 .fetch_one(self.db.pool()),
         )

@@ -440,7 +440,7 @@ impl PgConfig {
     }
 }
 
-/// `-c name=value` style startup parameters: `options[search_path]=...`.
+/// `-c name=value` style startup parameters: `options[statement_timeout]=5s`.
 fn is_options_entry(name: &str) -> bool {
     name.strip_prefix("options[")
         .and_then(|rest| rest.strip_suffix(']'))

@@ -1,19 +1,19 @@
-//! `PgDatabase`: connecting, the schema, migrations, shared wake-ups.
+//! `PgDatabase`: connecting (or adopting the application's pool), the schema, migrations, shared wake-ups.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_core::{Error, LockBackend, Result};
-use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgConnection, PgPool};
 use tokio::sync::OnceCell;
 use tracing::Instrument;
 
-use crate::config::validate_schema;
 use crate::error::{map_sqlx_error, timed};
+use crate::statements::{Statements, quote_ident};
 use crate::wakeups::Wakeups;
-use crate::{PgAdvisoryBackend, PgBackendKind, PgConfig, PgLeaseBackend, PgStorage};
+use crate::{PgAdvisoryBackend, PgBackendKind, PgConfig, PgFence, PgLeaseBackend, PgStorage};
 
 /// The migrations, embedded at compile time.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!();
@@ -21,43 +21,39 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!();
 const BACKEND: &str = "postgres";
 
 impl PgConfig {
-    /// Checks the configuration, connects, and (unless turned off) migrates the schema.
+    /// Checks the configuration, opens fencelock's own pool (connecting lazily), and, unless
+    /// turned off with [`run_migrations`](Self::run_migrations), creates the schema and
+    /// applies the migrations; otherwise checks that the server answers.
+    ///
+    /// Connections get no startup options from fencelock: every fencelock object is
+    /// schema-qualified, so the connections work through a transaction-mode pooler and keep
+    /// the server's (or the URL's) `search_path` for the caller's own SQL.
     pub async fn connect(self) -> Result<PgDatabase> {
-        validate_schema(&self.schema)?;
         if self.pool_size == 0 || self.holder_pool_size == 0 {
             return Err(Error::config("pool sizes must be at least 1"));
         }
         if self.operation_timeout.is_zero() {
             return Err(Error::config("operation timeout must be greater than zero"));
         }
-        let mut options = self
-            .options
-            .clone()
-            .options([("search_path", self.schema.as_str())]);
+        let mut options = self.options.clone();
         if options.get_application_name().is_none() {
             options = options.application_name("fencelock");
         }
-        let timeout = self.operation_timeout;
         let pool = PgPoolOptions::new()
             .max_connections(self.pool_size)
-            .acquire_timeout(timeout)
+            .acquire_timeout(self.operation_timeout)
             .connect_lazy_with(options.clone());
-        let holders = PgPoolOptions::new()
-            .max_connections(self.holder_pool_size)
-            .acquire_timeout(timeout)
-            .connect_lazy_with(options.clone());
-        let db = PgDatabase {
-            inner: Arc::new(Inner {
-                pool,
-                holders,
-                options,
-                channel: format!("fencelock_{}", self.schema),
-                schema: self.schema,
+        let db = PgDatabase::build(
+            pool,
+            options,
+            &self.schema,
+            Settings {
                 backend: self.backend,
-                timeout,
-                wakeups: OnceCell::new(),
-            }),
-        };
+                timeout: self.operation_timeout,
+                holder_pool_size: self.holder_pool_size,
+                owns_pool: true,
+            },
+        )?;
         let span = tracing::debug_span!("fencelock.pg.connect", schema = %db.inner.schema);
         async {
             if self.migrate {
@@ -65,7 +61,7 @@ impl PgConfig {
             } else {
                 timed(
                     BACKEND,
-                    timeout,
+                    db.inner.timeout,
                     sqlx::query("SELECT 1").execute(&db.inner.pool),
                 )
                 .await
@@ -78,8 +74,20 @@ impl PgConfig {
     }
 }
 
-/// A connection to Postgres with fencelock's schema in place: the factory of the backends and
-/// the storage, which share its pools. Cheap to clone.
+/// What [`PgDatabase::build`] needs besides the pool.
+struct Settings {
+    backend: PgBackendKind,
+    timeout: Duration,
+    holder_pool_size: u32,
+    owns_pool: bool,
+}
+
+/// fencelock on one Postgres database: the schema of its tables, the pool it runs on, and the
+/// factory of the lock backends, the storage and the fence for the application's own tables
+/// ([`PgFence`]). Cheap to clone.
+///
+/// Made by [`PgConfig::connect`] (fencelock's own pool) or by [`PgDatabase::from_pool`] (the
+/// application's pool, migrations run explicitly with [`migrate`](Self::migrate)).
 #[derive(Clone)]
 pub struct PgDatabase {
     inner: Arc<Inner>,
@@ -90,9 +98,11 @@ struct Inner {
     holders: PgPool,
     options: PgConnectOptions,
     schema: String,
+    sql: Statements,
     backend: PgBackendKind,
     channel: String,
     timeout: Duration,
+    owns_pool: bool,
     wakeups: OnceCell<Wakeups>,
 }
 
@@ -108,9 +118,68 @@ impl fmt::Debug for PgDatabase {
 }
 
 impl PgDatabase {
-    /// Connects to `url` with the default configuration (schema `fencelock`).
+    /// Connects to `url` ([`PgConfig::from_url`]) with the default settings.
     pub async fn connect(url: &str) -> Result<Self> {
         PgConfig::from_url(url)?.connect().await
+    }
+
+    /// fencelock on the application's own pool, its tables in `schema` (see
+    /// [`PgConfig::schema`] for valid names). Nothing is sent to the server: run
+    /// [`migrate`](Self::migrate) once (at start-up, or let an operator apply the migrations)
+    /// before using it. The lease backend, the storage, transactions and [`PgFence`] use
+    /// `pool`; the advisory backend's held sessions and the release listener open their own
+    /// connections with `pool`'s connect options. Default lock backend: lease; per-call
+    /// time-out 5 s.
+    ///
+    /// ```no_run
+    /// # async fn demo(pool: sqlx::PgPool) -> fencelock_core::Result<()> {
+    /// use fencelock_postgres::PgDatabase;
+    /// let db = PgDatabase::from_pool(pool, "fencelock")?;
+    /// db.migrate().await?;
+    /// let fence = db.fence();
+    /// # let _ = fence; Ok(()) }
+    /// ```
+    pub fn from_pool(pool: PgPool, schema: &str) -> Result<Self> {
+        let options = (*pool.connect_options()).clone();
+        let timeout = Duration::from_secs(5);
+        Self::build(
+            pool,
+            options,
+            schema,
+            Settings {
+                backend: PgBackendKind::default(),
+                timeout,
+                holder_pool_size: 64,
+                owns_pool: false,
+            },
+        )
+    }
+
+    fn build(
+        pool: PgPool,
+        options: PgConnectOptions,
+        schema: &str,
+        settings: Settings,
+    ) -> Result<Self> {
+        let sql = Statements::new(schema)?;
+        let holders = PgPoolOptions::new()
+            .max_connections(settings.holder_pool_size)
+            .acquire_timeout(settings.timeout)
+            .connect_lazy_with(options.clone());
+        Ok(PgDatabase {
+            inner: Arc::new(Inner {
+                pool,
+                holders,
+                options,
+                channel: format!("fencelock_{schema}"),
+                schema: schema.to_owned(),
+                sql,
+                backend: settings.backend,
+                timeout: settings.timeout,
+                owns_pool: settings.owns_pool,
+                wakeups: OnceCell::new(),
+            }),
+        })
     }
 
     /// The schema that holds fencelock's tables.
@@ -118,7 +187,8 @@ impl PgDatabase {
         &self.inner.schema
     }
 
-    /// The shared pool. Its connections have fencelock's schema as `search_path`.
+    /// The pool fencelock runs its statements on (the application's, with
+    /// [`from_pool`](Self::from_pool)). fencelock sets no session state on its connections.
     pub fn pool(&self) -> &PgPool {
         &self.inner.pool
     }
@@ -161,19 +231,37 @@ impl PgDatabase {
         PgStorage::new(self)
     }
 
-    /// Closes the pools. Held advisory locks are freed as their connections close; calls made
-    /// afterwards fail with [`Error::Unavailable`].
+    /// The fence for the application's own tables ([`PgFence`]), with the default rule.
+    pub fn fence(&self) -> PgFence {
+        PgFence::new(self)
+    }
+
+    /// Closes fencelock's pools: its own pool (not the application's, with
+    /// [`from_pool`](Self::from_pool)) and the advisory holders' sessions, which frees their
+    /// locks. Calls made afterwards fail with [`Error::Unavailable`].
     pub async fn close(&self) {
         self.inner.holders.close().await;
-        self.inner.pool.close().await;
+        if self.inner.owns_pool {
+            self.inner.pool.close().await;
+        }
     }
 
     pub(crate) fn holders(&self) -> &PgPool {
         &self.inner.holders
     }
 
-    /// Creates the schema if missing and applies the embedded migrations to it.
-    async fn migrate(&self) -> Result<()> {
+    pub(crate) fn sql(&self) -> &Statements {
+        &self.inner.sql
+    }
+
+    /// Creates the schema if missing and applies the embedded migrations (`migrations/*.sql`)
+    /// to it, in one transaction, waiting for any other process migrating the same database.
+    /// Safe to run on every start: applied migrations are skipped.
+    ///
+    /// The migrations name fencelock's tables unqualified, so the transaction sets
+    /// `search_path` to the schema for itself only (`set_config(..., true)`); the connection
+    /// goes back to the pool unchanged. A failed migration closes its connection.
+    pub async fn migrate(&self) -> Result<()> {
         let inner = &self.inner;
         let exists: bool = timed(
             BACKEND,
@@ -184,8 +272,7 @@ impl PgDatabase {
         )
         .await?;
         if !exists {
-            // The name was validated to `[a-z_][a-z0-9_]*`, so it needs no quoting.
-            let create = format!("CREATE SCHEMA IF NOT EXISTS {}", inner.schema);
+            let create = format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(&inner.schema));
             match tokio::time::timeout(inner.timeout, sqlx::query(&create).execute(&inner.pool))
                 .await
             {
@@ -196,14 +283,37 @@ impl PgDatabase {
                 Err(_) => return Err(crate::error::timed_out(BACKEND, inner.timeout)),
             }
         }
+        let mut conn = timed(BACKEND, inner.timeout, inner.pool.acquire()).await?;
         // Migrations may wait for another process migrating the same database, so they get
         // a more generous bound than one call.
         let bound = inner.timeout.saturating_mul(6);
-        match tokio::time::timeout(bound, MIGRATOR.run(&inner.pool)).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(map_sqlx_error(BACKEND, sqlx::Error::Migrate(Box::new(e)))),
+        let outcome = match tokio::time::timeout(bound, self.migrate_on(&mut conn)).await {
+            Ok(outcome) => outcome,
             Err(_) => Err(crate::error::timed_out(BACKEND, bound)),
+        };
+        if outcome.is_err() {
+            // The migrator's session-level advisory lock may still be held: do not pool it.
+            let _ = conn.close().await;
         }
+        outcome
+    }
+
+    async fn migrate_on(&self, conn: &mut PgConnection) -> Result<()> {
+        let mut tx = sqlx::Connection::begin(conn)
+            .await
+            .map_err(|e| map_sqlx_error(BACKEND, e))?;
+        // pg_temp last, so a temporary table can never stand in for one of fencelock's.
+        let path = format!("{}, pg_temp", quote_ident(&self.inner.schema));
+        sqlx::query("SELECT set_config('search_path', $1, true)")
+            .bind(path)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| map_sqlx_error(BACKEND, e))?;
+        MIGRATOR
+            .run(&mut *tx)
+            .await
+            .map_err(|e| map_sqlx_error(BACKEND, sqlx::Error::Migrate(Box::new(e))))?;
+        tx.commit().await.map_err(|e| map_sqlx_error(BACKEND, e))
     }
 
     /// The release wake-ups, starting the shared listener on first use.

@@ -4,6 +4,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use fencelock_core::Error;
+use sqlx::postgres::PgDatabaseError;
+
+use crate::fence::{STALE_SQLSTATE, stale_from_detail};
 
 /// Maps a `sqlx` error to fencelock's [`Error`], naming `backend` in the message.
 ///
@@ -11,6 +14,11 @@ use fencelock_core::Error;
 ///   gone or refused (SQLSTATE class `08`, `53300`, `57P01`..`57P05`) are
 ///   [`Error::Unavailable`] (retryable).
 /// - A malformed URL or option is [`Error::InvalidConfig`].
+/// - A fence refused by `fencelock_admit` or a row guard (SQLSTATE
+///   [`STALE_SQLSTATE`](crate::STALE_SQLSTATE)) is [`Error::Stale`] with the presented and the
+///   current fence, and the resource (`account/10`, or a guarded row such as
+///   `public.accounts (id=10)`). Map the errors of the application's own statements on a
+///   guarded table with this function to get it.
 /// - Every other server error is [`Error::Backend`] with its SQLSTATE in the message, and
 ///   anything the protocol does not allow (decode failures, missing columns) is
 ///   [`Error::Backend`] too.
@@ -31,6 +39,14 @@ pub fn map_sqlx_error(backend: &'static str, error: sqlx::Error) -> Error {
         },
         sqlx::Error::Database(ref db) => {
             let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+            if code == STALE_SQLSTATE
+                && let Some(stale) = db
+                    .try_downcast_ref::<PgDatabaseError>()
+                    .and_then(|pg| pg.detail())
+                    .and_then(stale_from_detail)
+            {
+                return stale;
+            }
             let message = format!("SQLSTATE {code}: {}", db.message());
             if connection_gone(&code) {
                 Error::Unavailable {

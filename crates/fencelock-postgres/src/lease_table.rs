@@ -17,12 +17,6 @@ use crate::error::timed;
 const BACKEND: &str = "pg-lease";
 const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 
-const ACQUIRE: &str = include_str!("../sql/lease_acquire.sql");
-const EXTEND: &str = include_str!("../sql/lease_extend.sql");
-const RELEASE: &str = include_str!("../sql/lease_release.sql");
-const INSPECT: &str = include_str!("../sql/lease_inspect.sql");
-pub(crate) const ADVANCE: &str = include_str!("../sql/advance_token.sql");
-
 /// Locks as rows of a lease table, expired by the server's clock (`clock_timestamp()`).
 ///
 /// Acquire, extend and release are one statement each, and no connection is held between
@@ -92,7 +86,7 @@ impl LockBackend for PgLeaseBackend {
             let token: Option<i64> = timed(
                 BACKEND,
                 self.timeout(),
-                sqlx::query_scalar(ACQUIRE)
+                sqlx::query_scalar(&self.db.sql().lease_acquire)
                     .bind(key.as_str())
                     .bind(&owner_bytes(owner)[..])
                     .bind(micros(ttl))
@@ -130,7 +124,7 @@ impl LockBackend for PgLeaseBackend {
             let (extended, superseded): (bool, bool) = timed(
                 BACKEND,
                 self.timeout(),
-                sqlx::query_as(EXTEND)
+                sqlx::query_as(&self.db.sql().lease_extend)
                     .bind(lease.key.as_str())
                     .bind(&owner_bytes(lease.owner)[..])
                     .bind(token_param(BACKEND, lease.token)?)
@@ -163,7 +157,7 @@ impl LockBackend for PgLeaseBackend {
             let live: Option<bool> = timed(
                 BACKEND,
                 self.timeout(),
-                sqlx::query_scalar(RELEASE)
+                sqlx::query_scalar(&self.db.sql().lease_release)
                     .bind(lease.key.as_str())
                     .bind(&owner_bytes(lease.owner)[..])
                     .bind(token_param(BACKEND, lease.token)?)
@@ -197,7 +191,7 @@ impl LockBackend for PgLeaseBackend {
         let row: (Option<i64>, Option<Vec<u8>>, Option<i64>, Option<i64>) = timed(
             BACKEND,
             self.timeout(),
-            sqlx::query_as(INSPECT)
+            sqlx::query_as(&self.db.sql().lease_inspect)
                 .bind(key.as_str())
                 .fetch_one(self.db.pool()),
         )
@@ -246,7 +240,7 @@ pub(crate) async fn advance_token(
     let value: i64 = timed(
         backend,
         db.operation_timeout(),
-        sqlx::query_scalar(ADVANCE)
+        sqlx::query_scalar(&db.sql().advance_token)
             .bind(key.as_str())
             .bind(floor)
             .fetch_one(db.pool()),

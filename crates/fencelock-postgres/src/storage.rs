@@ -19,9 +19,6 @@ pub const DEFAULT_MAX_VALUE_LEN: usize = 16 << 20;
 /// The largest value a `bytea` column holds.
 const BYTEA_MAX: usize = (1 << 30) - 1;
 
-const APPLY: &str = include_str!("../sql/storage_apply.sql");
-const PEEK: &str = include_str!("../sql/storage_peek.sql");
-
 /// A [`FencedStorage`] in the table `fencelock_storage`: one row per resource with its value
 /// and last admitted fence.
 ///
@@ -86,7 +83,7 @@ impl PgStorage {
         let row: Option<(Option<Vec<u8>>, i64, Vec<u8>)> = timed(
             BACKEND,
             self.timeout(),
-            sqlx::query_as(PEEK)
+            sqlx::query_as(&self.db.sql().storage_peek)
                 .bind(resource.as_str())
                 .fetch_optional(executor),
         )
@@ -122,7 +119,7 @@ impl PgStorage {
                 timed(
                     BACKEND,
                     self.timeout(),
-                    sqlx::query_as(APPLY)
+                    sqlx::query_as(&self.db.sql().storage_apply)
                         .bind(resource.as_str())
                         .bind(token)
                         .bind(&owner_bytes(fence.owner)[..])

@@ -15,8 +15,6 @@ use crate::error::{map_sqlx_error, sqlstate, timed};
 use crate::hash::advisory_lock_id;
 use crate::storage::BACKEND;
 
-const XACT_LOCK: &str = include_str!("../sql/xact_lock.sql");
-
 /// A boxed future borrowing for `'a`, as returned by the closure given to
 /// [`PgStorage::transaction`].
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -50,8 +48,10 @@ impl FencedTransaction {
         self.fence.token
     }
 
-    /// The transaction's connection, for the caller's own SQL (its `search_path` is
-    /// fencelock's schema). Map `sqlx` errors with [`map_sqlx_error`](crate::map_sqlx_error).
+    /// The transaction's connection, for the caller's own SQL. Its `search_path` is the
+    /// pool's own (fencelock qualifies its objects and sets nothing), so unqualified names
+    /// such as `accounts` mean the caller's tables. Map `sqlx` errors with
+    /// [`map_sqlx_error`](crate::map_sqlx_error).
     pub fn connection(&mut self) -> &mut PgConnection {
         &mut self.tx
     }
@@ -152,7 +152,7 @@ impl PgStorage {
         let bound = wait.saturating_add(self.timeout());
         let outcome = tokio::time::timeout(
             bound,
-            sqlx::query_scalar::<_, i64>(XACT_LOCK)
+            sqlx::query_scalar::<_, i64>(&self.database().sql().xact_lock)
                 .bind(advisory_lock_id(key))
                 .bind(key.as_str())
                 .fetch_one(&mut *tx),

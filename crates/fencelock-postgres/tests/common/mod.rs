@@ -1,6 +1,8 @@
 //! Shared set-up: every test gets a throwaway schema on the server at `FENCELOCK_PG_URL`.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod own_tables;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,20 +10,63 @@ use fencelock_conformance::Setup;
 use fencelock_postgres::{PgConfig, PgDatabase};
 use fencelock_testkit::postgres::{PgSchema, pg_addr, pg_options};
 use fencelock_testkit::proxy::FaultProxy;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
 
 /// Per-call time-out in tests: short, so outages surface quickly.
 pub const OP_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// A database in a fresh schema, connected directly.
+/// The application's own pool, as an application would configure it: its tables live in
+/// `app_schema`, which its connections have as `search_path` (the application's choice, made
+/// in its own connect options; fencelock sets nothing on a connection).
+pub fn app_pool(app_schema: &str) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(10)
+        .acquire_timeout(OP_TIMEOUT)
+        .connect_lazy_with(
+            pg_options()
+                .application_name("fencelock-test-app")
+                .options([("search_path", app_schema)]),
+        )
+}
+
+/// fencelock on the application's pool, its tables in the same fresh schema as the
+/// application's (unqualified names in the tests' SQL mean that schema), migrated explicitly.
 pub async fn database() -> (PgSchema, PgDatabase) {
     let schema = PgSchema::create().await;
-    let db = PgConfig::from_options(pg_options())
-        .schema(schema.name())
-        .operation_timeout(OP_TIMEOUT)
-        .connect()
-        .await
-        .expect("connecting to the test schema");
+    let db =
+        PgDatabase::from_pool(app_pool(schema.name()), schema.name()).expect("a valid schema name");
+    db.migrate().await.expect("migrating the test schema");
     (schema, db)
+}
+
+/// The application's tables in one fresh schema (its pool's `search_path`) and fencelock's in
+/// another, connected through fencelock's own pool: unqualified names in the application's
+/// SQL can only mean the application's tables.
+pub struct Split {
+    /// The application's schema and pool.
+    pub app: PgSchema,
+    /// The application's pool.
+    pub pool: PgPool,
+    /// fencelock's schema.
+    pub locks: PgSchema,
+    /// fencelock on the application's pool, in `locks`.
+    pub db: PgDatabase,
+}
+
+/// A [`Split`]: fencelock adopts the application's pool, its tables in a schema of their own.
+pub async fn split() -> Split {
+    let app = PgSchema::create().await;
+    let locks = PgSchema::create().await;
+    let pool = app_pool(app.name());
+    let db = PgDatabase::from_pool(pool.clone(), locks.name()).expect("a valid schema name");
+    db.migrate().await.expect("migrating fencelock's schema");
+    Split {
+        app,
+        pool,
+        locks,
+        db,
+    }
 }
 
 /// A database in a fresh schema, reached through a fault proxy.
@@ -72,4 +117,24 @@ pub async fn advisory_setup() -> Setup {
     let (schema, proxy, db) = proxied_database().await;
     let backend = Arc::new(db.advisory_backend());
     setup(schema, proxy, &db, backend)
+}
+
+/// The storage properties on the application's own table fenced by `fencelock_admit`, tokens
+/// from the lease backend.
+pub async fn admit_setup() -> Setup {
+    let s = split().await;
+    let storage = own_tables::AdmitStorage::create(s.pool.clone(), s.db.fence()).await;
+    Setup::for_storage(Arc::new(s.db.lease_backend()), Arc::new(storage))
+        .keep(s.app)
+        .keep(s.locks)
+}
+
+/// The storage properties on the application's own table under the row guard, tokens from
+/// the lease backend.
+pub async fn row_guard_setup() -> Setup {
+    let s = split().await;
+    let storage = own_tables::RowGuardStorage::create(s.pool.clone(), &s.db.fence()).await;
+    Setup::for_storage(Arc::new(s.db.lease_backend()), Arc::new(storage))
+        .keep(s.app)
+        .keep(s.locks)
 }

@@ -1,0 +1,99 @@
+//! The SQL fencelock runs, with its own objects qualified by the configured schema.
+//!
+//! The files under `sql/` write `{schema}.fencelock_...`; [`Statements::new`] replaces
+//! `{schema}` with the quoted schema name once per database. Nothing fencelock runs depends on
+//! the session's `search_path`, so the application's own connections (and a transaction-mode
+//! pooler) can be used as they are, and unqualified names in the caller's SQL keep meaning
+//! the caller's tables.
+
+use crate::config::validate_schema;
+use fencelock_core::Result;
+
+/// Every statement, rendered for one schema.
+#[derive(Debug)]
+pub(crate) struct Statements {
+    pub(crate) advance_token: String,
+    pub(crate) advisory_acquire: String,
+    pub(crate) advisory_extend: String,
+    pub(crate) advisory_held: String,
+    pub(crate) advisory_inspect: String,
+    pub(crate) advisory_release: String,
+    pub(crate) lease_acquire: String,
+    pub(crate) lease_extend: String,
+    pub(crate) lease_inspect: String,
+    pub(crate) lease_release: String,
+    pub(crate) storage_apply: String,
+    pub(crate) storage_peek: String,
+    pub(crate) xact_lock: String,
+    pub(crate) fence_admit: String,
+    pub(crate) fence_current: String,
+    pub(crate) fence_present: String,
+    pub(crate) guard_table: String,
+    pub(crate) unguard_table: String,
+}
+
+impl Statements {
+    /// The statements for `schema`, which must be a valid schema name.
+    pub(crate) fn new(schema: &str) -> Result<Self> {
+        validate_schema(schema)?;
+        let quoted = quote_ident(schema);
+        let render = |sql: &str| sql.replace("{schema}", &quoted);
+        Ok(Statements {
+            advance_token: render(include_str!("../sql/advance_token.sql")),
+            advisory_acquire: render(include_str!("../sql/advisory_acquire.sql")),
+            advisory_extend: render(include_str!("../sql/advisory_extend.sql")),
+            advisory_held: render(include_str!("../sql/advisory_held.sql")),
+            advisory_inspect: render(include_str!("../sql/advisory_inspect.sql")),
+            advisory_release: render(include_str!("../sql/advisory_release.sql")),
+            lease_acquire: render(include_str!("../sql/lease_acquire.sql")),
+            lease_extend: render(include_str!("../sql/lease_extend.sql")),
+            lease_inspect: render(include_str!("../sql/lease_inspect.sql")),
+            lease_release: render(include_str!("../sql/lease_release.sql")),
+            storage_apply: render(include_str!("../sql/storage_apply.sql")),
+            storage_peek: render(include_str!("../sql/storage_peek.sql")),
+            xact_lock: render(include_str!("../sql/xact_lock.sql")),
+            fence_admit: render(include_str!("../sql/fence_admit.sql")),
+            fence_current: render(include_str!("../sql/fence_current.sql")),
+            fence_present: render(include_str!("../sql/fence_present.sql")),
+            guard_table: render(include_str!("../sql/guard_table.sql")),
+            unguard_table: render(include_str!("../sql/unguard_table.sql")),
+        })
+    }
+}
+
+/// A schema name as a quoted SQL identifier. Valid names (`[a-z_][a-z0-9_]*`) hold no quote,
+/// so quoting only protects names that are also keywords (`user`, `select`).
+pub(crate) fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_fencelock_object_is_qualified() {
+        let sql = Statements::new("user").unwrap();
+        for statement in [
+            &sql.advance_token,
+            &sql.lease_acquire,
+            &sql.advisory_acquire,
+            &sql.storage_apply,
+            &sql.xact_lock,
+            &sql.fence_admit,
+            &sql.guard_table,
+        ] {
+            assert!(!statement.contains("{schema}"), "{statement}");
+            for (at, _) in statement.match_indices("fencelock_") {
+                let before = &statement[..at];
+                // In SQL code (not comments) every fencelock object follows `"user".`.
+                let line = before.rsplit('\n').next().unwrap_or_default();
+                if !line.trim_start().starts_with("--") {
+                    assert!(before.ends_with("\"user\"."), "unqualified: {statement}");
+                }
+            }
+        }
+        assert!(Statements::new("Bad-Name").is_err());
+    }
+}
