@@ -1,85 +1,30 @@
-//! What a benchmark run compares: fencelock, the raw baseline on the same server, and peers.
+//! A [`Suite`]: the fenced lock on one backend, the raw baseline on the same server, and
+//! peers, with the keys of one run and what cleans them up.
 
-use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
-use async_trait::async_trait;
-use fencelock_core::{FencedStorage, LockBackend, LockKey};
+use fencelock_core::LockKey;
 
-use crate::baseline::{MemoryBaseline, PgBaseline, RedisBaseline, SqlxAdvisoryLockPeer};
 use crate::error::Result;
-use crate::fencelock::Fencelock;
+use crate::fenced_subject::FencedSubject;
+use crate::subject::{Baseline, Subject};
 
-/// The ttl of every lease a scenario takes: long enough that nothing expires during a run.
-pub(crate) const TTL: Duration = Duration::from_secs(30);
+/// The first part of every key of every run.
+const KEY_ROOT: &str = "fencelock-bench";
 
-/// One operation of a latency scenario, prepared (a writer holds its lease, ...).
-#[async_trait]
-pub trait Op: Send + Sync {
-    /// Runs the operation once. `Some(latency)` when it measures itself (hand-off: release
-    /// start to grant), `None` to be timed from outside.
-    async fn once(&self) -> Result<Option<Duration>>;
-
-    /// Undoes the preparation (releases a held lease, ...).
-    async fn finish(self: Box<Self>) -> Result<()> {
-        Ok(())
-    }
-}
-
-/// Something that takes and releases locks: fencelock, a raw baseline, or a peer.
-#[async_trait]
-pub trait Subject: Send + Sync + fmt::Debug + 'static {
-    /// How the subject shows in a report (`fencelock pg-lease`, `raw SET NX PX + DEL`, ...).
-    fn label(&self) -> String;
-
-    /// Takes the free lock on `key` without waiting and releases it.
-    async fn acquire_release(&self, key: &LockKey) -> Result<()>;
-
-    /// Waits up to `wait` for the lock on `key`, then releases it: one operation of the
-    /// contended scenarios.
-    async fn lock_release(&self, key: &LockKey, wait: Duration) -> Result<()>;
-}
-
-/// The raw baseline for one server: what a user would write without fencelock.
-#[async_trait]
-pub trait Baseline: Subject {
-    /// The label of [`round_trip`](Self::round_trip).
-    fn round_trip_label(&self) -> String;
-
-    /// The label of the plain writes of [`writer`](Self::writer).
-    fn write_label(&self) -> String;
-
-    /// The cheapest request the server answers (`PING`, `SELECT 1`): one round trip.
-    async fn round_trip(&self) -> Result<()>;
-
-    /// Plain, unfenced writes of `resource`.
-    async fn writer(&self, resource: &LockKey) -> Result<Box<dyn Op>>;
-
-    /// Removes what the baseline created on the server.
-    async fn close(&self) -> Result<()> {
-        Ok(())
-    }
-}
-
-/// Which PostgreSQL lock backend a [`Suite::postgres`] measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum PgLockKind {
-    /// `PgLeaseBackend`.
-    #[default]
-    Lease,
-    /// `PgAdvisoryBackend`.
-    Advisory,
-}
-
-/// fencelock on one backend, the raw baseline on the same server, and peers.
+/// The fenced lock on one backend, the raw baseline on the same server, and peers: what
+/// [`run_all`](crate::run_all) and the criterion benches measure.
+///
+/// Constructors for this repository's backends live next to their baselines
+/// ([`Suite::memory`], and with the `redis` and `postgres` features `Suite::redis`,
+/// `Suite::redlock`, `Suite::postgres`); a backend written elsewhere builds its own with
+/// [`Suite::new`] (see the crate docs for a whole example).
 #[derive(Debug, Clone)]
 pub struct Suite {
     /// The backend, as shown in reports (`memory`, `redis`, `pg-lease`, ...).
     pub backend: String,
-    /// fencelock on that backend.
-    pub fencelock: Arc<Fencelock>,
+    /// The fenced lock on that backend.
+    pub fenced: Arc<FencedSubject>,
     /// The raw baseline on the same server.
     pub baseline: Arc<dyn Baseline>,
     /// Other libraries on the same server.
@@ -88,112 +33,52 @@ pub struct Suite {
 }
 
 impl Suite {
-    /// A suite from its parts. `backend` names the backend in reports.
+    /// A suite from its parts. `backend` names the backend in reports. Each suite gets a
+    /// fresh random run id, so its keys are its own (see [`key`](Self::key)).
     pub fn new(
         backend: impl Into<String>,
-        fencelock: Fencelock,
+        fenced: FencedSubject,
         baseline: Arc<dyn Baseline>,
         peers: Vec<Arc<dyn Subject>>,
     ) -> Self {
         Suite {
             backend: backend.into(),
-            fencelock: Arc::new(fencelock),
+            fenced: Arc::new(fenced),
             baseline,
             peers,
-            run_id: format!("{:08x}", rand::random::<u32>()),
+            run_id: format!("{:016x}", rand::random::<u64>()),
         }
     }
 
-    /// The in-process backend, against a `tokio::sync::Mutex<HashMap>` lock table.
-    pub fn memory() -> Self {
-        let backend = Arc::new(fencelock_memory::MemoryLockBackend::new());
-        let storage = Arc::new(fencelock_memory::MemoryStorage::new());
-        Suite::new(
-            "memory",
-            Fencelock::new(backend, storage),
-            Arc::new(MemoryBaseline::new()),
-            Vec::new(),
-        )
-    }
-
-    /// One Redis server at `url`, against raw commands on a connection of its own.
-    pub async fn redis(url: &str) -> Result<Self> {
-        let backend = fencelock_redis::RedisConfig::new(url).connect().await?;
-        let storage = Arc::new(backend.storage());
-        let baseline = RedisBaseline::connect(url).await?;
-        Ok(Suite::new(
-            "redis",
-            Fencelock::new(Arc::new(backend), storage),
-            Arc::new(baseline),
-            Vec::new(),
-        ))
-    }
-
-    /// Redlock over the Redis servers at `nodes`, fenced data on `storage`, against raw
-    /// commands on the first node, with fencelock's one-node Redis backend on that node as a
-    /// peer (the cost of the quorum is Redlock's ratio to it).
-    pub async fn redlock(nodes: &[String], storage: &str) -> Result<Self> {
-        let first = nodes
-            .first()
-            .ok_or_else(|| crate::BenchError::Run("Redlock needs at least one node".into()))?;
-        let backend = fencelock_redis::RedlockConfig::new(nodes.iter().cloned())
-            .connect()
-            .await?;
-        let storage = Arc::new(
-            fencelock_redis::RedisConfig::new(storage)
-                .connect_storage()
-                .await?,
-        );
-        let one_node = fencelock_redis::RedisConfig::new(first.as_str())
-            .connect()
-            .await?;
-        let one_node_storage = Arc::new(one_node.storage());
-        let baseline = RedisBaseline::connect(first).await?;
-        Ok(Suite::new(
-            format!("redlock-{}", nodes.len()),
-            Fencelock::new(Arc::new(backend), storage),
-            Arc::new(baseline),
-            vec![Arc::new(Fencelock::new(
-                Arc::new(one_node),
-                one_node_storage,
-            ))],
-        ))
-    }
-
-    /// The PostgreSQL database at `url` (fencelock's tables in `schema`, default `fencelock`),
-    /// against raw sqlx statements on a pool of its own, and sqlx's `PgAdvisoryLock`.
-    pub async fn postgres(url: &str, schema: Option<&str>, kind: PgLockKind) -> Result<Self> {
-        let mut config = fencelock_postgres::PgConfig::from_url(url)?;
-        let schema = schema.unwrap_or(fencelock_postgres::DEFAULT_SCHEMA);
-        config = config.schema(schema);
-        let db = config.connect().await?;
-        let backend: Arc<dyn LockBackend> = match kind {
-            PgLockKind::Lease => Arc::new(db.lease_backend()),
-            PgLockKind::Advisory => Arc::new(db.advisory_backend()),
-        };
-        let storage: Arc<dyn FencedStorage> = Arc::new(db.storage());
-        let name = backend.name();
-        let baseline = PgBaseline::connect(url, schema).await?;
-        let peer = SqlxAdvisoryLockPeer::new(baseline.pool().clone());
-        Ok(Suite::new(
-            name,
-            Fencelock::new(backend, storage),
-            Arc::new(baseline),
-            vec![Arc::new(peer)],
-        ))
+    /// `fencelock-bench/<run id>/`: the start of every key of this suite's runs. The run id
+    /// is 64 random bits, so no other run, and no application, shares it.
+    pub fn key_prefix(&self) -> String {
+        format!("{KEY_ROOT}/{}/", self.run_id)
     }
 
     /// A key no other run and no other subject of this run uses: the runs of each subject
-    /// start from a free lock, and raw baselines never contend with fencelock.
+    /// start from a free lock, and raw baselines never contend with the fenced lock.
+    /// `subject` is the subject's place in the run (0 the baseline, 1 the fenced lock, then
+    /// the peers).
     pub fn key(&self, subject: usize, name: &str) -> Result<LockKey> {
         Ok(LockKey::new(format!(
-            "fencelock-bench/{}/{subject}/{name}",
-            self.run_id
+            "{}{subject}/{name}",
+            self.key_prefix()
         ))?)
     }
 
-    /// Removes what the baseline created on the server. fencelock's token counters for the
-    /// run's keys stay: they are never deleted, by design.
+    /// Everything that contends in the suite, with whether it is the baseline: the baseline
+    /// first, then the fenced lock, then the peers.
+    pub(crate) fn contenders(&self) -> Vec<(Arc<dyn Subject>, bool)> {
+        let baseline: Arc<dyn Subject> = self.baseline.clone();
+        let fenced: Arc<dyn Subject> = self.fenced.clone();
+        let mut all = vec![(baseline, true), (fenced, false)];
+        all.extend(self.peers.iter().map(|peer| (peer.clone(), false)));
+        all
+    }
+
+    /// Removes what the baseline created on the server ([`Baseline::close`]). The fenced
+    /// lock's token counters for the run's keys stay: they are never deleted, by design.
     pub async fn close(&self) -> Result<()> {
         self.baseline.close().await
     }

@@ -1,4 +1,5 @@
-//! fencelock as a benchmark subject.
+//! The fenced lock under test: a fencelock backend and its fenced storage, as a benchmark
+//! subject.
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -8,28 +9,32 @@ use async_trait::async_trait;
 use fencelock_core::{FencedStorage, Lease, LockBackend, LockKey, Locker};
 
 use crate::error::{BenchError, Result};
-use crate::suite::{Op, Subject, TTL};
+use crate::subject::{Op, Subject, TTL};
 
-/// fencelock through one backend and its storage.
+/// The fenced lock under test: a [`LockBackend`] and its [`FencedStorage`], driven the way an
+/// application drives them (leases, `Locker`, fenced writes).
+///
+/// Any backend can be measured: build it from the backend's `Arc<dyn LockBackend>` and
+/// `Arc<dyn FencedStorage>`, then put it in a [`Suite`](crate::Suite).
 #[derive(Clone)]
-pub struct Fencelock {
+pub struct FencedSubject {
     backend: Arc<dyn LockBackend>,
     storage: Arc<dyn FencedStorage>,
     locker: Locker,
 }
 
-impl fmt::Debug for Fencelock {
+impl fmt::Debug for FencedSubject {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Fencelock")
+        f.debug_struct("FencedSubject")
             .field("backend", &self.backend.name())
             .finish_non_exhaustive()
     }
 }
 
-impl Fencelock {
-    /// fencelock on `backend`, writing to `storage`.
+impl FencedSubject {
+    /// The lock of `backend`, writing to `storage`.
     pub fn new(backend: Arc<dyn LockBackend>, storage: Arc<dyn FencedStorage>) -> Self {
-        Fencelock {
+        FencedSubject {
             locker: Locker::new(backend.clone()),
             backend,
             storage,
@@ -85,7 +90,7 @@ impl Fencelock {
 }
 
 #[async_trait]
-impl Subject for Fencelock {
+impl Subject for FencedSubject {
     fn label(&self) -> String {
         format!("fencelock {}", self.backend.name())
     }
