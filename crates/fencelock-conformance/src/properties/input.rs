@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use fencelock_core::{Error, LockKey, Locker, OwnerId};
 
-use super::support::{LONG_TTL, grant, key, peek};
+use super::support::{LONG_TTL, PATIENCE, grant, key, peek};
 use crate::Setup;
 
 declare_properties!(__fencelock_conformance_input, {
@@ -125,15 +125,18 @@ declare_properties!(__fencelock_conformance_input, {
         assert!(b.release(&lease).await.unwrap());
     }
 
-    /// A wait budget that overflows the clock is `InvalidConfig` and takes no lock.
-    pub async fn wait_budget_overflow_is_refused(s: &Setup) {
+    /// A wait without a bound (`Duration::MAX`) is not an error: on a free key it grants at
+    /// once, and the grant is an ordinary one that releases.
+    pub async fn unbounded_wait_grants_a_free_lock(s: &Setup) {
         let locker = Locker::new(s.backend.clone());
-        let key = key("overflow");
-        match locker.lock(key.as_str()).wait(Duration::MAX).await {
-            Err(Error::InvalidConfig { .. }) => {}
-            other => panic!("expected InvalidConfig, got {other:?}"),
-        }
+        let key = key("unbounded");
+        let guard = tokio::time::timeout(PATIENCE, locker.lock(key.as_str()).wait(Duration::MAX))
+            .await
+            .expect("an unbounded wait on a free key did not grant")
+            .unwrap();
+        assert!(guard.is_held());
+        assert!(guard.release().await.unwrap());
         let info = s.backend.inspect(&key).await.unwrap();
-        assert_eq!((info.holder, info.last_token), (None, None));
+        assert_eq!(info.holder, None, "the released lock is still held");
     }
 });

@@ -1,0 +1,78 @@
+//! `BackendSpec` end to end: a spec parsed by the facade connects the backend and the storage
+//! its URL names, on real servers.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_spec_keeps_data_on_its_storage_server() {
+    use fencelock::spec::BackendSpec;
+    use fencelock_testkit::redis::RedisServer;
+
+    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::spawn()).collect();
+    let data = RedisServer::spawn();
+    let hosts: Vec<String> = nodes.iter().map(|n| n.addr().to_string()).collect();
+    let storage: String = url::form_urlencoded::byte_serialize(data.url().as_bytes()).collect();
+    let spec = format!("redlock://{}?storage={storage}", hosts.join(","));
+    let connected = BackendSpec::parse(&spec).unwrap().connect().await.unwrap();
+    assert_eq!(connected.backend.name(), "redlock");
+    let key = fencelock::LockKey::new("spec/redlock").unwrap();
+    let lease = connected
+        .backend
+        .try_acquire(&key, std::time::Duration::from_secs(10))
+        .await
+        .unwrap()
+        .unwrap();
+    connected
+        .storage
+        .write(&key, lease.fence(), b"v")
+        .await
+        .unwrap();
+    assert!(connected.backend.release(&lease).await.unwrap());
+    // The value went to the storage server, not to a lock node.
+    let mut conn = redis::Client::open(data.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let stored: Option<String> = redis::cmd("HGET")
+        .arg("fencelock:{spec/redlock}:data")
+        .arg("value")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(stored.as_deref(), Some("v"));
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_spec_connects_the_backend_it_names() {
+    use fencelock::spec::BackendSpec;
+
+    let base = std::env::var("FENCELOCK_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let schema = format!("fl_spec_{:08x}", rand_suffix());
+    for (kind, name) in [("lease", "pg-lease"), ("advisory", "pg-advisory")] {
+        let spec = format!("{base}?backend={kind}&schema={schema}");
+        let connected = BackendSpec::parse(&spec)
+            .unwrap()
+            .connect()
+            .await
+            .unwrap_or_else(|e| {
+                panic!("connect to PostgreSQL at {base} (set FENCELOCK_PG_URL): {e}")
+            });
+        assert_eq!(connected.backend.name(), name);
+    }
+    let pool = sqlx::PgPool::connect(&base).await.unwrap();
+    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(&pool)
+        .await
+        .unwrap();
+}
+
+#[cfg(feature = "postgres")]
+fn rand_suffix() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() ^ std::process::id())
+        .unwrap_or_default()
+}
