@@ -15,7 +15,7 @@ use tracing::field::Empty;
 use crate::codec::{MAX_TTL, lock_value, parse_lock_value, parse_token, ttl_millis};
 use crate::config::RedisConfig;
 use crate::connection::Connection;
-use crate::error::{REDIS as BACKEND, bounded, protocol};
+use crate::error::{REDIS as BACKEND, protocol};
 use crate::fence::RedisFence;
 use crate::outcome::{finish, finish_grant};
 use crate::scripts::SCRIPTS;
@@ -32,8 +32,9 @@ use crate::waiters::Waiters;
 /// connection. Clones share the connection and the subscriber.
 ///
 /// Tokens survive a server restart only if the server persists every write
-/// (`appendonly yes`, `appendfsync always`); [`Capabilities::tokens`] reports what the server
-/// said at connect time. After a counter was lost, [`advance_token`](LockBackend::advance_token)
+/// (`appendonly yes`, `appendfsync always`), and survive at all only if it never evicts keys
+/// (`maxmemory-policy noeviction`, which `connect` insists on unless told otherwise);
+/// [`Capabilities::tokens`] reports what the server said at connect time. After a counter was lost, [`advance_token`](LockBackend::advance_token)
 /// restores liveness; data safety never depended on it (see the crate docs).
 ///
 /// ```no_run
@@ -54,15 +55,13 @@ use crate::waiters::Waiters;
 pub struct RedisLockBackend {
     conn: Connection,
     waiters: Arc<Waiters>,
-    server_persists: Option<bool>,
 }
 
 impl RedisLockBackend {
-    pub(crate) fn new(conn: Connection, server_persists: Option<bool>) -> Self {
+    pub(crate) fn new(conn: Connection) -> Self {
         RedisLockBackend {
             waiters: Arc::new(Waiters::new(conn.clone())),
             conn,
-            server_persists,
         }
     }
 
@@ -74,7 +73,7 @@ impl RedisLockBackend {
     /// A [`RedisStorage`] on the same connection and prefix, with the default rule and value
     /// limit.
     pub fn storage(&self) -> RedisStorage {
-        RedisStorage::new(
+        RedisStorage::on(
             self.conn.clone(),
             fencelock_core::FenceRule::Monotonic,
             crate::config::DEFAULT_MAX_VALUE_LEN,
@@ -96,12 +95,13 @@ impl RedisLockBackend {
 }
 
 impl RedisConfig {
-    /// Connects a [`RedisLockBackend`]. Reads the server's persistence settings for
-    /// [`Capabilities`] on the way.
+    /// Connects a [`RedisLockBackend`]. Reads the server's persistence and eviction settings
+    /// for [`Capabilities`] on the way, and refuses a server that may evict keys unless
+    /// [`allow_eviction`](Self::allow_eviction) is set. An unreachable server, refused
+    /// credentials and a service that is not Redis are reported naming the server.
     pub async fn connect(&self) -> Result<RedisLockBackend> {
-        let connection = Connection::open(self, BACKEND).await?;
-        let server_persists = connection.server_persists().await;
-        Ok(RedisLockBackend::new(connection, server_persists))
+        let connection = Connection::open(self, BACKEND, "server").await?;
+        Ok(RedisLockBackend::new(connection))
     }
 }
 
@@ -112,15 +112,14 @@ impl LockBackend for RedisLockBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
+        let server_persists = self.conn.settings.persists();
         Capabilities::new(
-            TokenGuarantee::DurableIfServerPersists {
-                server_persists: self.server_persists,
-            },
+            TokenGuarantee::DurableIfServerPersists { server_persists },
             TimeAuthority::Server,
             WakeUp::Notify,
             MAX_TTL,
         )
-        .with_locks_survive_restart(self.server_persists == Some(true))
+        .with_locks_survive_restart(server_persists == Some(true))
     }
 
     async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
@@ -136,13 +135,10 @@ impl LockBackend for RedisLockBackend {
                 .arg(ttl_millis(ttl));
             let mut conn = self.conn.manager.clone();
             let sent_at = Instant::now();
-            let reply: Option<String> = bounded(
-                BACKEND,
-                self.conn.call_timeout,
-                "acquire",
-                invocation.invoke_async(&mut conn),
-            )
-            .await?;
+            let reply: Option<String> = self
+                .conn
+                .call("acquire", invocation.invoke_async(&mut conn))
+                .await?;
             let Some(token) = reply else {
                 return Ok(None);
             };
@@ -171,13 +167,10 @@ impl LockBackend for RedisLockBackend {
                 .arg(ttl_millis(ttl));
             let mut conn = self.conn.manager.clone();
             let sent_at = Instant::now();
-            let reply: i64 = bounded(
-                BACKEND,
-                self.conn.call_timeout,
-                "extend",
-                invocation.invoke_async(&mut conn),
-            )
-            .await?;
+            let reply: i64 = self
+                .conn
+                .call("extend", invocation.invoke_async(&mut conn))
+                .await?;
             match reply {
                 1 => Ok(Lease {
                     ttl,
@@ -203,13 +196,10 @@ impl LockBackend for RedisLockBackend {
                 .arg(lock_value(lease.owner, lease.token))
                 .arg(self.conn.keys.channel(&lease.key));
             let mut conn = self.conn.manager.clone();
-            let reply: i64 = bounded(
-                BACKEND,
-                self.conn.call_timeout,
-                "release",
-                invocation.invoke_async(&mut conn),
-            )
-            .await?;
+            let reply: i64 = self
+                .conn
+                .call("release", invocation.invoke_async(&mut conn))
+                .await?;
             match reply {
                 1 => Ok(true),
                 0 => Ok(false),
@@ -237,13 +227,10 @@ impl LockBackend for RedisLockBackend {
                 .key(self.conn.keys.lock(key))
                 .key(self.conn.keys.token(key));
             let mut conn = self.conn.manager.clone();
-            let (value, pttl, last): (Option<String>, i64, Option<String>) = bounded(
-                BACKEND,
-                self.conn.call_timeout,
-                "inspect",
-                invocation.invoke_async(&mut conn),
-            )
-            .await?;
+            let (value, pttl, last): (Option<String>, i64, Option<String>) = self
+                .conn
+                .call("inspect", invocation.invoke_async(&mut conn))
+                .await?;
             let holder = value
                 .as_deref()
                 .map(|v| parse_lock_value(BACKEND, v))
@@ -282,13 +269,10 @@ impl LockBackend for RedisLockBackend {
                 .key(self.conn.keys.token(key))
                 .arg(floor.get().to_string());
             let mut conn = self.conn.manager.clone();
-            let reply: String = bounded(
-                BACKEND,
-                self.conn.call_timeout,
-                "advance_token",
-                invocation.invoke_async(&mut conn),
-            )
-            .await?;
+            let reply: String = self
+                .conn
+                .call("advance_token", invocation.invoke_async(&mut conn))
+                .await?;
             parse_token(BACKEND, &reply)
         }
         .instrument(span.clone())

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use fencelock_core::{Error, FenceRule, HostPort, Result};
 use redis::Client;
-use url::Url;
 
 use crate::keys::{DEFAULT_PREFIX, KeySpace};
-use crate::redact::{redact, safe_to_echo};
+use crate::redact::redact;
+use crate::redis_url::{Endpoint, UrlOptions, parse_endpoint};
 
 /// The default bound on one call to the server.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -17,8 +17,6 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The default largest value [`RedisStorage`](crate::RedisStorage) accepts: 16 MiB.
 pub const DEFAULT_MAX_VALUE_LEN: usize = 16 << 20;
-/// The port a URL without one means.
-pub(crate) const DEFAULT_PORT: u16 = 6379;
 
 /// How to reach one Redis server and how to name keys there. Build it, then
 /// [`connect`](Self::connect) a [`RedisLockBackend`](crate::RedisLockBackend) or
@@ -56,6 +54,7 @@ pub struct RedisConfig {
     connect_timeout: Duration,
     max_value_len: usize,
     fence_rule: FenceRule,
+    allow_eviction: bool,
 }
 
 /// Where the server is: a checked URL, or text given to [`RedisConfig::new`] that is not one
@@ -64,192 +63,6 @@ pub struct RedisConfig {
 enum Target {
     Parsed(Endpoint),
     Unusable(String),
-}
-
-/// A checked `redis://` URL, in its parts. User name and password are kept percent-encoded,
-/// as the URL writes them, so rendering them back gives the same URL.
-#[derive(Clone, PartialEq, Eq)]
-pub(crate) struct Endpoint {
-    tls: bool,
-    username: String,
-    password: Option<String>,
-    /// As the URL writes it: an IPv6 address in brackets.
-    host: String,
-    port: u16,
-    db: Option<u32>,
-}
-
-impl Endpoint {
-    /// The URL, with the password as given or as `***`.
-    fn render(&self, redacted: bool) -> String {
-        let scheme = if self.tls { "rediss" } else { "redis" };
-        format!(
-            "{scheme}://{}{}:{}{}",
-            self.userinfo(redacted),
-            self.host,
-            self.port,
-            self.db.map(|db| format!("/{db}")).unwrap_or_default()
-        )
-    }
-
-    /// `user[:password]@`, or nothing when the URL has no credentials.
-    pub(crate) fn userinfo(&self, redacted: bool) -> String {
-        match (&self.password, redacted) {
-            (Some(_), true) => format!("{}:***@", self.username),
-            (Some(password), false) => format!("{}:{password}@", self.username),
-            (None, _) if self.username.is_empty() => String::new(),
-            (None, _) => format!("{}@", self.username),
-        }
-    }
-
-    /// The server's address, host without brackets.
-    pub(crate) fn host_port(&self) -> HostPort {
-        HostPort::new(self.host.trim_matches(['[', ']']), self.port)
-    }
-
-    /// `host:port` as the URL writes it (an IPv6 address in brackets).
-    pub(crate) fn authority(&self) -> String {
-        format!("{}:{}", self.host, self.port)
-    }
-
-    /// `/db`, or nothing.
-    pub(crate) fn path(&self) -> String {
-        self.db.map(|db| format!("/{db}")).unwrap_or_default()
-    }
-}
-
-/// What is wrong with a URL, worded to follow "redis URL <url>: ".
-pub(crate) struct Problem {
-    pub(crate) what: String,
-    pub(crate) source: Option<url::ParseError>,
-}
-
-impl Problem {
-    fn new(what: impl Into<String>) -> Self {
-        Problem {
-            what: what.into(),
-            source: None,
-        }
-    }
-
-    /// The error for `kind` URL `input`, shown redacted.
-    pub(crate) fn into_error(self, kind: &str, input: &str) -> Error {
-        Error::InvalidConfig {
-            message: format!("{kind} URL {:?}: {}", redact(input), self.what),
-            source: self.source.map(|e| Box::new(e) as _),
-        }
-    }
-}
-
-/// Parses and checks a `redis://` or `rediss://` URL completely.
-pub(crate) fn parse_endpoint(input: &str) -> std::result::Result<Endpoint, Problem> {
-    let url = Url::parse(input).map_err(|e| unparsable(input, e))?;
-    let tls = match url.scheme() {
-        "redis" => false,
-        "rediss" if cfg!(feature = "tls") => true,
-        "rediss" => {
-            return Err(Problem::new(
-                "rediss:// (TLS) needs the `tls` feature of fencelock-redis",
-            ));
-        }
-        other => {
-            return Err(Problem::new(format!(
-                "scheme `{other}` is not redis:// or rediss://"
-            )));
-        }
-    };
-    let host = url.host_str().unwrap_or_default();
-    if host.is_empty() {
-        return Err(Problem::new("names no host"));
-    }
-    let port = url.port().unwrap_or(DEFAULT_PORT);
-    if port == 0 {
-        return Err(Problem::new("port 0 is out of range (1 to 65535)"));
-    }
-    let db = match url.path() {
-        "" | "/" => None,
-        path => {
-            let digits = &path[1..];
-            let db = (digits.bytes().all(|b| b.is_ascii_digit()))
-                .then(|| digits.parse::<u32>().ok())
-                .flatten();
-            match db {
-                Some(db) => Some(db),
-                None if safe_to_echo(input) => {
-                    return Err(Problem::new(format!(
-                        "the path `{path}` is not a database number (like /0)"
-                    )));
-                }
-                None => {
-                    return Err(Problem::new(
-                        "the path is not a database number (like /0); a password holding \
-                         `/`, `?` or `#` must be percent-encoded",
-                    ));
-                }
-            }
-        }
-    };
-    if let Some(name) = url.query_pairs().map(|(name, _)| name).next() {
-        return Err(if safe_to_echo(input) {
-            Problem::new(format!(
-                "unknown option `{name}` (redis URLs take no options)"
-            ))
-        } else {
-            Problem::new(
-                "redis URLs take no options; a password holding `/`, `?` or `#` must be \
-                 percent-encoded",
-            )
-        });
-    }
-    if url.query().is_some_and(|q| !q.is_empty()) || url.fragment().is_some() {
-        return Err(Problem::new("takes no options or fragment"));
-    }
-    Ok(Endpoint {
-        tls,
-        username: url.username().to_owned(),
-        password: url.password().map(str::to_owned),
-        host: host.to_owned(),
-        port,
-        db,
-    })
-}
-
-/// Says what the `url` crate refused, in the user's terms: an empty host and a port out of
-/// range are named as such.
-fn unparsable(input: &str, e: url::ParseError) -> Problem {
-    let what = match e {
-        url::ParseError::EmptyHost => "names no host".to_owned(),
-        url::ParseError::InvalidPort => port_problem(input),
-        url::ParseError::RelativeUrlWithoutBase => {
-            "is not a URL (expected redis://host[:port][/db])".to_owned()
-        }
-        other => format!("is not a URL: {other}"),
-    };
-    Problem {
-        what,
-        source: Some(e),
-    }
-}
-
-/// What is wrong with the port of `input`, which the `url` crate refused.
-fn port_problem(input: &str) -> String {
-    if !safe_to_echo(input) {
-        return "the port is not a number from 1 to 65535; a password holding `/`, `?` or `#` \
-                must be percent-encoded"
-            .to_owned();
-    }
-    let rest = input.split_once("://").map_or(input, |(_, rest)| rest);
-    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let port = match host_port.rsplit_once(']') {
-        Some((_, after)) => after.strip_prefix(':').unwrap_or(after),
-        None => host_port.rsplit_once(':').map_or("", |(_, port)| port),
-    };
-    if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) {
-        format!("port {port} is out of range (1 to 65535)")
-    } else {
-        format!("port `{port}` is not a number from 1 to 65535")
-    }
 }
 
 impl fmt::Debug for RedisConfig {
@@ -261,6 +74,7 @@ impl fmt::Debug for RedisConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("max_value_len", &self.max_value_len)
             .field("fence_rule", &self.fence_rule)
+            .field("allow_eviction", &self.allow_eviction)
             .finish()
     }
 }
@@ -281,11 +95,10 @@ impl RedisConfig {
     /// `connect`; use [`from_url`](Self::from_url) to check it now.
     pub fn new(url: impl Into<String>) -> Self {
         let url = url.into();
-        let target = match parse_endpoint(&url) {
-            Ok(endpoint) => Target::Parsed(endpoint),
-            Err(_) => Target::Unusable(url),
-        };
-        Self::with_target(target)
+        match parse_endpoint(&url) {
+            Ok((endpoint, options)) => Self::from_endpoint(endpoint, options),
+            Err(_) => Self::with_target(Target::Unusable(url)),
+        }
     }
 
     /// Parses and checks `url` (`redis://[user][:password@]host[:port][/db]`, or `rediss://`
@@ -296,12 +109,12 @@ impl RedisConfig {
     /// (none are taken), a scheme other than these two, `rediss://` without the `tls`
     /// feature. The message shows the URL with its password as `***`.
     pub fn from_url(url: &str) -> Result<Self> {
-        let endpoint = parse_endpoint(url).map_err(|p| p.into_error("redis", url))?;
-        Ok(Self::with_target(Target::Parsed(endpoint)))
+        let (endpoint, options) = parse_endpoint(url).map_err(|p| p.into_error("redis", url))?;
+        Ok(Self::from_endpoint(endpoint, options))
     }
 
-    pub(crate) fn from_endpoint(endpoint: Endpoint) -> Self {
-        Self::with_target(Target::Parsed(endpoint))
+    pub(crate) fn from_endpoint(endpoint: Endpoint, options: UrlOptions) -> Self {
+        Self::with_target(Target::Parsed(endpoint)).allow_eviction(options.allow_eviction)
     }
 
     fn with_target(target: Target) -> Self {
@@ -312,6 +125,7 @@ impl RedisConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             max_value_len: DEFAULT_MAX_VALUE_LEN,
             fence_rule: FenceRule::Monotonic,
+            allow_eviction: false,
         }
     }
 
@@ -321,7 +135,7 @@ impl RedisConfig {
     /// a usable URL, that text.
     pub fn to_url(&self) -> String {
         match &self.target {
-            Target::Parsed(endpoint) => endpoint.render(false),
+            Target::Parsed(endpoint) => endpoint.render(false) + self.query(),
             Target::Unusable(text) => text.clone(),
         }
     }
@@ -329,8 +143,17 @@ impl RedisConfig {
     /// The URL with its password replaced by `***`, for logs and messages.
     pub fn redacted_url(&self) -> String {
         match &self.target {
-            Target::Parsed(endpoint) => endpoint.render(true),
+            Target::Parsed(endpoint) => endpoint.render(true) + self.query(),
             Target::Unusable(text) => redact(text),
+        }
+    }
+
+    /// The URL's options: `?allow_eviction=true`, or nothing.
+    fn query(&self) -> &'static str {
+        if self.allow_eviction {
+            "?allow_eviction=true"
+        } else {
+            ""
         }
     }
 
@@ -363,11 +186,10 @@ impl RedisConfig {
             }
         };
         let shown = address.to_string();
-        let checked = parse_endpoint(&format!("redis://{shown}")).map_err(|p| {
+        let (checked, _) = parse_endpoint(&format!("redis://{shown}")).map_err(|p| {
             Error::config(format!("redis address `{shown}` is not usable: {}", p.what))
         })?;
-        endpoint.host = checked.host;
-        endpoint.port = checked.port;
+        endpoint.move_to(checked);
         Ok(self)
     }
 
@@ -404,6 +226,34 @@ impl RedisConfig {
     pub fn fence_rule(mut self, rule: FenceRule) -> Self {
         self.fence_rule = rule;
         self
+    }
+
+    /// Serves even when the server may evict keys (default `false`; in the URL,
+    /// `?allow_eviction=true`).
+    ///
+    /// A server whose `maxmemory-policy` is anything but `noeviction` may delete keys under
+    /// memory pressure: token counters (tokens then restart at 1), fence records (a stale
+    /// holder's write is then admitted) and held locks. `connect` and `connect_storage`
+    /// therefore refuse such a server with [`Error::InvalidConfig`] naming it and the setting
+    /// to change (`maxmemory-policy noeviction`), unless this is set. With it set, the
+    /// backend's [`Capabilities`](fencelock_core::Capabilities) report the tokens as not
+    /// durable (`server_persists: Some(false)`). A server that refuses `CONFIG GET` cannot be
+    /// checked and is served.
+    pub fn allow_eviction(mut self, allow: bool) -> Self {
+        self.allow_eviction = allow;
+        self
+    }
+
+    pub(crate) fn evictions_allowed(&self) -> bool {
+        self.allow_eviction
+    }
+
+    /// `host:port` of the server (no credentials), for messages.
+    pub(crate) fn server_label(&self) -> String {
+        match &self.target {
+            Target::Parsed(endpoint) => endpoint.host_port().to_string(),
+            Target::Unusable(text) => redact(text),
+        }
     }
 
     pub(crate) fn endpoint(&self) -> Option<&Endpoint> {
@@ -481,6 +331,11 @@ mod tests {
             ("REDIS://Host.Example", "redis://Host.Example:6379"),
             ("redis://u:p%40ss%2Fw@h", "redis://u:p%40ss%2Fw@h:6379"),
             ("redis://u:p@ss@h", "redis://u:p%40ss@h:6379"),
+            (
+                "redis://:s3cr3t@h/2?allow_eviction=true",
+                "redis://:s3cr3t@h:6379/2?allow_eviction=true",
+            ),
+            ("redis://h?allow_eviction=false", "redis://h:6379"),
         ] {
             let config = RedisConfig::from_url(input).unwrap();
             assert_eq!(config.to_url(), url, "{input}");
@@ -496,6 +351,13 @@ mod tests {
         }
         let config = RedisConfig::from_url("redis://app:s3cr3t@h:1/2").unwrap();
         assert_eq!(config.redacted_url(), "redis://app:***@h:1/2");
+        let allowed = config.clone().allow_eviction(true);
+        assert_ne!(allowed, config);
+        assert_eq!(
+            allowed.redacted_url(),
+            "redis://app:***@h:1/2?allow_eviction=true"
+        );
+        assert_eq!(RedisConfig::from_url(&allowed.to_url()).unwrap(), allowed);
     }
 
     #[test]
@@ -558,7 +420,15 @@ mod tests {
                 "redis://u:s3cr3t@host?protocol=resp3",
                 "unknown option `protocol`",
             ),
-            ("redis://host#frag", "takes no options or fragment"),
+            ("redis://host#frag", "takes no fragment"),
+            (
+                "redis://host?allow_eviction=yes",
+                "`allow_eviction` is `yes`",
+            ),
+            (
+                "redis://host?allow_eviction=true&allow_eviction=true",
+                "repeats the option `allow_eviction`",
+            ),
             ("http://host", "scheme `http` is not redis"),
             ("", "is not a URL"),
             ("127.0.0.1:6379", "is not a URL"),

@@ -1,16 +1,19 @@
-//! `Connection`: one server's connection, shared by a backend or a storage and its clones.
+//! `Connection`: one server's connection, shared by a backend or a storage and its clones,
+//! and what connecting finds out about the server (persistence, eviction) or says when it
+//! fails (which server, and why, in one line).
 
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
 use std::time::Duration;
 
-use fencelock_core::Result;
-use redis::Client;
+use fencelock_core::{Error, Result};
 use redis::aio::ConnectionManager;
+use redis::{Client, ErrorKind, RedisConnectionInfo, RedisError};
 use tracing::Instrument;
 
 use crate::config::RedisConfig;
-use crate::error::bounded;
+use crate::error::{bounded, map_error};
 use crate::keys::KeySpace;
 
 /// One server's connection, shared by a backend or a storage and its clones.
@@ -18,31 +21,67 @@ use crate::keys::KeySpace;
 pub(crate) struct Connection {
     /// The name of the backend using it, for errors and spans.
     pub(crate) backend: &'static str,
+    /// The server's role and address (`server 127.0.0.1:6379`), for errors.
+    pub(crate) server: String,
     pub(crate) client: Client,
     pub(crate) manager: ConnectionManager,
     pub(crate) keys: KeySpace,
     pub(crate) call_timeout: Duration,
     pub(crate) connect_timeout: Duration,
-    /// The URL with its password as `***`.
-    pub(crate) url: String,
+    /// What the server said about itself at connect time.
+    pub(crate) settings: ServerSettings,
 }
 
 impl fmt::Debug for Connection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Connection")
             .field("backend", &self.backend)
-            .field("url", &self.url)
+            .field("server", &self.server)
             .field("prefix", &self.keys.prefix())
             .field("call_timeout", &self.call_timeout)
+            .field("settings", &self.settings)
             .finish_non_exhaustive()
     }
 }
 
+/// The server's settings that bear on fencing, read with `CONFIG GET` at connect time;
+/// `None` where the server refused to say.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ServerSettings {
+    /// `appendonly yes` with `appendfsync always`: every write persisted before the answer.
+    appendfsync_always: Option<bool>,
+    /// `maxmemory-policy`.
+    eviction_policy: Option<String>,
+}
+
+impl ServerSettings {
+    /// Whether the server may delete keys under memory pressure.
+    pub(crate) fn evicts(&self) -> Option<bool> {
+        self.eviction_policy.as_deref().map(|p| p != "noeviction")
+    }
+
+    /// Whether the token counters survive: every write persisted, and no key ever evicted.
+    /// `None` when the server refused to say.
+    pub(crate) fn persists(&self) -> Option<bool> {
+        match (self.appendfsync_always, self.evicts()) {
+            (Some(false), _) | (_, Some(true)) => Some(false),
+            (Some(true), Some(false)) => Some(true),
+            _ => None,
+        }
+    }
+}
+
 impl Connection {
-    /// Connects to the server `config` names, for `backend`, and checks that it answers.
-    pub(crate) async fn open(config: &RedisConfig, backend: &'static str) -> Result<Connection> {
+    /// Connects to the server `config` names, for `backend`, checks that it answers and that
+    /// it is fit for fencing (no eviction, unless the config allows it). `role` says what the
+    /// server is to the caller (`server`, `redlock node`, `redlock storage node`) in errors.
+    pub(crate) async fn open(
+        config: &RedisConfig,
+        backend: &'static str,
+        role: &str,
+    ) -> Result<Connection> {
         let (client, keys) = config.validate()?;
-        let url = config.redacted_url();
+        let server = format!("{role} {}", config.server_label());
         let call_timeout = config.call_limit();
         let connect_timeout = config.connect_limit();
         let manager_config = redis::aio::ConnectionManagerConfig::new()
@@ -50,54 +89,66 @@ impl Connection {
             .set_response_timeout(Some(call_timeout))
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(200));
-        let span = tracing::debug_span!("connect", backend, url = %url);
-        let manager = bounded(
-            backend,
+        let span = tracing::debug_span!("connect", backend, server = %server);
+        let failed = |e| connect_failure(backend, &server, &client, call_timeout, e);
+        let manager = match tokio::time::timeout(
             connect_timeout + call_timeout,
-            "connect",
             ConnectionManager::new_with_config(client.clone(), manager_config),
         )
         .instrument(span)
-        .await?;
-        // The manager connects without sending a command; a PING surfaces refused or
-        // missing credentials now rather than at the first lock.
+        .await
+        {
+            Ok(Ok(manager)) => manager,
+            Ok(Err(e)) => return Err(failed(e).await),
+            Err(_) => return Err(no_answer(backend, &server, connect_timeout + call_timeout)),
+        };
+        // The manager may connect without sending a command; a PING surfaces refused or
+        // missing credentials, and a service that does not speak Redis, now rather than at
+        // the first lock.
         let mut conn = manager.clone();
-        let () = bounded(
-            backend,
+        match tokio::time::timeout(
             call_timeout,
-            "PING",
-            redis::cmd("PING").query_async(&mut conn),
+            redis::cmd("PING").query_async::<()>(&mut conn),
         )
-        .await?;
+        .await
+        {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(failed(e).await),
+            Err(_) => return Err(no_answer(backend, &server, call_timeout)),
+        }
+        let settings = read_settings(&manager, backend, call_timeout).await;
+        if let Some(policy) = &settings.eviction_policy
+            && settings.evicts() == Some(true)
+            && !config.evictions_allowed()
+        {
+            return Err(Error::config(format!(
+                "{server} may evict keys (maxmemory-policy {policy}): under memory pressure it \
+                 can delete token counters, fence records and held locks, which lets a stale \
+                 holder in; set `maxmemory-policy noeviction` on the server, or accept the \
+                 risk with allow_eviction(true) (`?allow_eviction=true` in the URL)"
+            )));
+        }
         Ok(Connection {
             backend,
+            server,
             client,
             manager,
             keys,
             call_timeout,
             connect_timeout,
-            url,
+            settings,
         })
     }
 
-    /// Whether the server persists every write before answering (`appendonly yes` with
-    /// `appendfsync always`). `None` when the server refuses `CONFIG GET`.
-    pub(crate) async fn server_persists(&self) -> Option<bool> {
-        let mut conn = self.manager.clone();
-        let settings: HashMap<String, String> = bounded(
-            self.backend,
-            self.call_timeout,
-            "CONFIG GET",
-            redis::cmd("CONFIG")
-                .arg("GET")
-                .arg("append*")
-                .query_async(&mut conn),
-        )
-        .await
-        .ok()?;
-        let appendonly = settings.get("appendonly")?;
-        let appendfsync = settings.get("appendfsync")?;
-        Some(appendonly == "yes" && appendfsync == "always")
+    /// One call to the server, bounded by the call timeout; errors name the server.
+    pub(crate) async fn call<T>(
+        &self,
+        what: &str,
+        call: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T> {
+        bounded(self.backend, self.call_timeout, what, call)
+            .await
+            .map_err(|e| in_context(e, &self.server))
     }
 
     /// A fresh connection for pub/sub.
@@ -109,5 +160,173 @@ impl Connection {
             self.client.get_async_pubsub(),
         )
         .await
+        .map_err(|e| in_context(e, &self.server))
+    }
+}
+
+/// `e` with `context` (the server) in front of its message.
+pub(crate) fn in_context(e: Error, context: &str) -> Error {
+    match e {
+        Error::InvalidConfig { message, source } => Error::InvalidConfig {
+            message: format!("{context}: {message}"),
+            source,
+        },
+        Error::Unavailable {
+            backend,
+            message,
+            source,
+        } => Error::Unavailable {
+            backend,
+            message: format!("{context}: {message}"),
+            source,
+        },
+        Error::Backend {
+            backend,
+            message,
+            source,
+        } => Error::Backend {
+            backend,
+            message: format!("{context}: {message}"),
+            source,
+        },
+        other => other,
+    }
+}
+
+fn no_answer(backend: &'static str, server: &str, limit: Duration) -> Error {
+    Error::Unavailable {
+        backend,
+        message: format!("{server}: no answer within {limit:?}"),
+        source: None,
+    }
+}
+
+/// Why connecting to `server` failed, in one line a user can act on.
+async fn connect_failure(
+    backend: &'static str,
+    server: &str,
+    client: &Client,
+    limit: Duration,
+    e: RedisError,
+) -> Error {
+    match e.kind() {
+        ErrorKind::Parse | ErrorKind::UnexpectedReturnType => Error::InvalidConfig {
+            message: format!(
+                "{server}: not a Redis server (it answered something other than the Redis \
+                 protocol)"
+            ),
+            source: Some(Box::new(e)),
+        },
+        ErrorKind::AuthenticationFailed => {
+            let said = auth_reply(client, limit).await;
+            Error::InvalidConfig {
+                message: match said {
+                    Some(said) => format!("{server} refused the credentials: {said}"),
+                    None => format!("{server} refused the credentials"),
+                },
+                source: Some(Box::new(e)),
+            }
+        }
+        _ => in_context(map_error(backend, e), server),
+    }
+}
+
+/// What the server answers to the URL's `AUTH`, sent on a connection of its own: the driver
+/// only says that authentication failed, while the server says why (a wrong password, or a
+/// password sent to a server that has none). The password is blanked out of the answer.
+async fn auth_reply(client: &Client, limit: Duration) -> Option<String> {
+    let info = client.get_connection_info();
+    let settings = info.redis_settings();
+    let password = settings.password()?.to_owned();
+    let username = settings.username().map(str::to_owned);
+    let plain = info
+        .clone()
+        .set_redis_settings(RedisConnectionInfo::default());
+    let ask = async {
+        let mut conn = Client::open(plain)
+            .ok()?
+            .get_multiplexed_async_connection()
+            .await
+            .ok()?;
+        let mut auth = redis::cmd("AUTH");
+        if let Some(username) = &username {
+            auth.arg(username);
+        }
+        auth.arg(&password);
+        auth.query_async::<()>(&mut conn).await.err()
+    };
+    let e = tokio::time::timeout(limit, ask).await.ok()??;
+    let said = match (e.code(), e.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        _ => e.to_string(),
+    };
+    let said = said.lines().collect::<Vec<_>>().join(" ");
+    Some(if password.is_empty() {
+        said
+    } else {
+        said.replace(&password, "***")
+    })
+}
+
+/// `CONFIG GET` of the settings that bear on fencing, in one round trip; whatever the server
+/// refuses (managed services often rename or forbid `CONFIG`) stays unknown.
+async fn read_settings(
+    manager: &ConnectionManager,
+    backend: &'static str,
+    limit: Duration,
+) -> ServerSettings {
+    let mut conn = manager.clone();
+    let mut pipe = redis::pipe();
+    pipe.cmd("CONFIG")
+        .arg("GET")
+        .arg("append*")
+        .cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy");
+    let read: Result<(HashMap<String, String>, HashMap<String, String>)> =
+        bounded(backend, limit, "CONFIG GET", pipe.query_async(&mut conn)).await;
+    let Ok((append, memory)) = read else {
+        return ServerSettings::default();
+    };
+    ServerSettings {
+        appendfsync_always: match (append.get("appendonly"), append.get("appendfsync")) {
+            (Some(only), Some(fsync)) => Some(only == "yes" && fsync == "always"),
+            _ => None,
+        },
+        eviction_policy: memory.get("maxmemory-policy").cloned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_persist_only_when_written_through_and_never_evicted() {
+        let settings = |fsync: Option<bool>, policy: Option<&str>| ServerSettings {
+            appendfsync_always: fsync,
+            eviction_policy: policy.map(str::to_owned),
+        };
+        assert_eq!(
+            settings(Some(true), Some("noeviction")).persists(),
+            Some(true)
+        );
+        assert_eq!(
+            settings(Some(true), Some("allkeys-lru")).persists(),
+            Some(false)
+        );
+        assert_eq!(
+            settings(Some(true), Some("volatile-ttl")).persists(),
+            Some(false)
+        );
+        assert_eq!(
+            settings(Some(false), Some("noeviction")).persists(),
+            Some(false)
+        );
+        assert_eq!(settings(Some(false), None).persists(), Some(false));
+        assert_eq!(settings(None, Some("allkeys-lru")).persists(), Some(false));
+        assert_eq!(settings(Some(true), None).persists(), None);
+        assert_eq!(settings(None, None).persists(), None);
+        assert_eq!(settings(None, Some("noeviction")).evicts(), Some(false));
     }
 }

@@ -7,6 +7,7 @@ mod error;
 mod keys;
 mod outcome;
 mod redact;
+mod redis_url;
 mod scripts;
 mod slot;
 

@@ -1,17 +1,19 @@
 //! `RedisStorage`: the fenced data side on Redis.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use fencelock_core::{
     Error, Fence, FenceRule, FencedStorage, LockKey, Result, Snapshot, validate_value,
 };
+use tokio::sync::OnceCell;
 use tracing::Instrument;
 use tracing::field::Empty;
 
 use crate::codec::parse_fence;
 use crate::config::RedisConfig;
 use crate::connection::Connection;
-use crate::error::{REDIS as BACKEND, bounded, protocol};
-use crate::fence::RedisFence;
+use crate::error::{REDIS as BACKEND, protocol};
 use crate::outcome::finish;
 use crate::scripts::SCRIPTS;
 
@@ -44,17 +46,44 @@ use crate::scripts::SCRIPTS;
 /// ```
 #[derive(Debug, Clone)]
 pub struct RedisStorage {
-    conn: Connection,
+    source: Arc<Source>,
     rule: FenceRule,
     max_value_len: usize,
 }
 
+/// Where a storage's connection comes from: opened already, or (`lazy`) at the first
+/// operation, for the storage node of a Redlock, which may be down while the lock nodes are
+/// up; a failed attempt is tried again by the next operation.
+#[derive(Debug)]
+struct Source {
+    cell: OnceCell<Connection>,
+    lazy: Option<(RedisConfig, &'static str)>,
+}
+
+impl Source {
+    async fn connection(&self) -> Result<&Connection> {
+        self.cell
+            .get_or_try_init(|| async {
+                match &self.lazy {
+                    Some((config, role)) => Connection::open(config, BACKEND, role).await,
+                    // A source without a config is built with its connection in the cell.
+                    None => Err(protocol(BACKEND, "storage without a connection")),
+                }
+            })
+            .await
+    }
+}
+
 impl RedisConfig {
-    /// Connects a [`RedisStorage`] with this config's fence rule and value limit.
+    /// Connects a [`RedisStorage`] with this config's fence rule and value limit, refusing a
+    /// server that may evict keys unless [`allow_eviction`](Self::allow_eviction) is set.
     pub async fn connect_storage(&self) -> Result<RedisStorage> {
-        let connection = Connection::open(self, BACKEND).await?;
+        let connection = Connection::open(self, BACKEND, "server").await?;
         Ok(RedisStorage::new(
-            connection,
+            Source {
+                cell: OnceCell::new_with(Some(connection)),
+                lazy: None,
+            },
             self.rule(),
             self.value_limit(),
         ))
@@ -62,12 +91,36 @@ impl RedisConfig {
 }
 
 impl RedisStorage {
-    pub(crate) fn new(conn: Connection, rule: FenceRule, max_value_len: usize) -> Self {
+    fn new(source: Source, rule: FenceRule, max_value_len: usize) -> Self {
         RedisStorage {
-            conn,
+            source: Arc::new(source),
             rule,
             max_value_len,
         }
+    }
+
+    /// A storage on an open connection.
+    pub(crate) fn on(conn: Connection, rule: FenceRule, max_value_len: usize) -> Self {
+        let source = Source {
+            cell: OnceCell::new_with(Some(conn)),
+            lazy: None,
+        };
+        RedisStorage::new(source, rule, max_value_len)
+    }
+
+    /// A storage on the server `config` names, connected at its first operation (`role`
+    /// names the server in errors). The config is checked now.
+    pub(crate) fn lazy(config: RedisConfig, role: &'static str) -> Result<Self> {
+        config.validate()?;
+        let (rule, max_value_len) = (config.rule(), config.value_limit());
+        Ok(RedisStorage::new(
+            Source {
+                cell: OnceCell::new(),
+                lazy: Some((config, role)),
+            },
+            rule,
+            max_value_len,
+        ))
     }
 
     /// Connects to `url` with the default [`RedisConfig`].
@@ -92,17 +145,6 @@ impl RedisStorage {
         self.rule
     }
 
-    /// A [`RedisFence`] on the same connection, key prefix, rule, value limit and call
-    /// timeout: fenced batches on keys of your own, next to this storage's values. The two
-    /// keep separate fence records (`...:data` and `...:fence`) for one resource.
-    pub fn fence(&self) -> RedisFence<redis::aio::ConnectionManager> {
-        RedisFence::new(self.conn.manager.clone())
-            .prefix(self.conn.keys.prefix())
-            .rule(self.rule)
-            .max_value_len(self.max_value_len)
-            .call_timeout(self.conn.call_timeout)
-    }
-
     /// One fenced operation through `storage_apply.lua`: a write of `value`, or a read (`None`)
     /// returning the stored value.
     async fn apply(
@@ -111,9 +153,10 @@ impl RedisStorage {
         fence: Fence,
         value: Option<&[u8]>,
     ) -> Result<Option<Vec<u8>>> {
+        let server = self.source.connection().await?;
         let mut invocation = SCRIPTS.storage_apply.prepare_invoke();
         invocation
-            .key(self.conn.keys.data(resource))
+            .key(server.keys.data(resource))
             .arg(fence.token.get().to_string())
             .arg(fence.owner.to_string())
             .arg(self.rule.as_str());
@@ -126,14 +169,10 @@ impl RedisStorage {
         } else {
             "fenced read"
         };
-        let mut conn = self.conn.manager.clone();
-        let mut reply: Vec<Option<Vec<u8>>> = bounded(
-            BACKEND,
-            self.conn.call_timeout,
-            operation,
-            invocation.invoke_async(&mut conn),
-        )
-        .await?;
+        let mut conn = server.manager.clone();
+        let mut reply: Vec<Option<Vec<u8>>> = server
+            .call(operation, invocation.invoke_async(&mut conn))
+            .await?;
         match status(&reply) {
             Some(b"ok") if reply.len() == 2 => Ok(reply.pop().flatten()),
             Some(b"stale") => Err(Self::stale(resource, fence, &reply)),
@@ -198,19 +237,19 @@ impl FencedStorage for RedisStorage {
     }
 
     async fn peek(&self, resource: &LockKey) -> Result<Option<Snapshot>> {
-        let mut conn = self.conn.manager.clone();
-        let reply: Vec<Option<Vec<u8>>> = bounded(
-            BACKEND,
-            self.conn.call_timeout,
-            "peek",
-            redis::cmd("HMGET")
-                .arg(self.conn.keys.data(resource))
-                .arg("token")
-                .arg("owner")
-                .arg("value")
-                .query_async(&mut conn),
-        )
-        .await?;
+        let server = self.source.connection().await?;
+        let mut conn = server.manager.clone();
+        let reply: Vec<Option<Vec<u8>>> = server
+            .call(
+                "peek",
+                redis::cmd("HMGET")
+                    .arg(server.keys.data(resource))
+                    .arg("token")
+                    .arg("owner")
+                    .arg("value")
+                    .query_async(&mut conn),
+            )
+            .await?;
         if reply.first().is_none_or(Option::is_none) {
             return Ok(None);
         }

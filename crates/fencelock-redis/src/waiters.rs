@@ -13,7 +13,6 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::connection::Connection;
-use crate::error::bounded;
 
 /// The subscriber connection and the waiters per channel.
 ///
@@ -135,15 +134,15 @@ impl Waiters {
             tracing::debug!(error = %e, "release channel subscription failed");
         }
         let mut conn = self.conn.manager.clone();
-        let pttl: i64 = bounded(
-            self.conn.backend,
-            self.conn.call_timeout,
-            "PTTL",
-            redis::cmd("PTTL")
-                .arg(self.conn.keys.lock(key))
-                .query_async(&mut conn),
-        )
-        .await?;
+        let pttl: i64 = self
+            .conn
+            .call(
+                "PTTL",
+                redis::cmd("PTTL")
+                    .arg(self.conn.keys.lock(key))
+                    .query_async(&mut conn),
+            )
+            .await?;
         let until = match pttl {
             // -2: no lock; 0: expiring right now.
             ms if ms == -2 || ms == 0 => return Ok(()),
@@ -200,13 +199,10 @@ impl Waiters {
         let Some(active) = subscriber.as_mut() else {
             return Ok(());
         };
-        let result = bounded(
-            self.conn.backend,
-            self.conn.call_timeout,
-            "SUBSCRIBE",
-            active.sink.subscribe(channel),
-        )
-        .await;
+        let result = self
+            .conn
+            .call("SUBSCRIBE", active.sink.subscribe(channel))
+            .await;
         if result.is_err() {
             // A connection that failed a command is not trusted again.
             *subscriber = None;
@@ -225,13 +221,10 @@ impl Waiters {
             return;
         }
         if let Some(active) = subscriber.as_mut() {
-            let result = bounded(
-                self.conn.backend,
-                self.conn.call_timeout,
-                "UNSUBSCRIBE",
-                active.sink.unsubscribe(channel),
-            )
-            .await;
+            let result = self
+                .conn
+                .call("UNSUBSCRIBE", active.sink.unsubscribe(channel))
+                .await;
             if result.is_err() {
                 *subscriber = None;
             }

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_conformance::Setup;
-use fencelock_core::{Error, FencingToken, Lease, LockBackend, LockKey, OwnerId, TokenGuarantee};
+use fencelock_core::{
+    Error, FencedStorage, FencingToken, Lease, LockBackend, LockKey, OwnerId, TokenGuarantee,
+};
 use fencelock_redis::{RedisConfig, Redlock, RedlockConfig};
 use fencelock_testkit::proxy::FaultProxy;
 use fencelock_testkit::redis::{RedisOptions, RedisServer};
@@ -432,4 +434,58 @@ async fn errors_say_redlock_and_name_the_node() {
         }
         other => panic!("expected InvalidConfig, got {other:?}"),
     }
+}
+
+/// The first node (or any minority) down at connect: the lock works, the storage (by default
+/// on the first node) is connected only by storage operations, and its errors name it; once
+/// the node is back, storage works without reconnecting anything by hand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_node_down_at_connect_leaves_the_lock_working() {
+    let nodes = spawn_nodes(3, &RedisOptions::default());
+    kill(&nodes[0]).await;
+    let hosts: Vec<String> = nodes.iter().map(|n| n.addr().to_string()).collect();
+    let config = RedlockConfig::from_url(&format!("redlock://{}", hosts.join(",")))
+        .unwrap()
+        .node_timeout(NODE_TIMEOUT)
+        .connect_timeout(Duration::from_secs(1));
+    let redlock = config.connect().await.unwrap();
+    let storage = config.connect_storage().await.unwrap();
+    let key = key("first-down");
+    let lease = acquire(&redlock, &key).await;
+    match storage.write(&key, lease.fence(), b"v").await {
+        Err(e @ Error::Unavailable { .. }) => {
+            let shown = e.to_string();
+            assert!(
+                shown.contains(&format!("redlock storage node {}", hosts[0])),
+                "{shown}"
+            );
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    assert!(redlock.release(&lease).await.unwrap());
+
+    restart(&nodes[0]).await;
+    let lease = acquire(&redlock, &key).await;
+    storage.write(&key, lease.fence(), b"v").await.unwrap();
+    assert_eq!(
+        storage.read(&key, lease.fence()).await.unwrap().as_deref(),
+        Some(&b"v"[..])
+    );
+    assert!(redlock.release(&lease).await.unwrap());
+
+    // A storage of its own, up while the first lock node is down.
+    let data = RedisServer::spawn();
+    kill(&nodes[0]).await;
+    let config = RedlockConfig::from_url(&format!(
+        "redlock://{}?storage=redis%3A%2F%2F{}",
+        hosts.join(","),
+        data.addr()
+    ))
+    .unwrap()
+    .node_timeout(NODE_TIMEOUT);
+    let redlock = config.connect().await.unwrap();
+    let storage = config.connect_storage().await.unwrap();
+    let lease = acquire(&redlock, &key).await;
+    storage.write(&key, lease.fence(), b"w").await.unwrap();
+    assert!(redlock.release(&lease).await.unwrap());
 }

@@ -9,9 +9,10 @@ use std::time::Duration;
 use fencelock_core::{Error, HostPort, Result};
 
 use super::node::Node;
-use crate::config::{DEFAULT_CONNECT_TIMEOUT, RedisConfig, parse_endpoint};
+use crate::config::{DEFAULT_CONNECT_TIMEOUT, RedisConfig};
 use crate::keys::DEFAULT_PREFIX;
 use crate::redact::{redact, safe_to_echo};
+use crate::redis_url::{parse_endpoint, parse_flag};
 
 /// The default bound on one node's answer to one call.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(500);
@@ -53,6 +54,7 @@ pub struct RedlockConfig {
     prefix: String,
     node_timeout: Duration,
     connect_timeout: Duration,
+    allow_eviction: bool,
 }
 
 impl fmt::Debug for RedlockConfig {
@@ -67,6 +69,7 @@ impl fmt::Debug for RedlockConfig {
             .field("prefix", &self.prefix)
             .field("node_timeout", &self.node_timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("allow_eviction", &self.allow_eviction)
             .finish()
     }
 }
@@ -103,6 +106,7 @@ impl RedlockConfig {
             prefix: DEFAULT_PREFIX.to_owned(),
             node_timeout: DEFAULT_NODE_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            allow_eviction: false,
         }
     }
 
@@ -160,7 +164,7 @@ impl RedlockConfig {
                 Some(userinfo) => format!("redis://{userinfo}@{host}{path}"),
                 None => format!("redis://{host}{path}"),
             };
-            let endpoint = parse_endpoint(&url).map_err(|problem| {
+            let (endpoint, options) = parse_endpoint(&url).map_err(|problem| {
                 let what = if echo {
                     problem.what
                 } else {
@@ -173,7 +177,7 @@ impl RedlockConfig {
                     source: problem.source.map(|e| Box::new(e) as _),
                 }
             })?;
-            nodes.push(RedisConfig::from_endpoint(endpoint));
+            nodes.push(RedisConfig::from_endpoint(endpoint, options));
         }
         if let Err(label) = distinct(&nodes) {
             return Err(fail(format!(
@@ -181,10 +185,11 @@ impl RedlockConfig {
             )));
         }
         let mut storage = None;
+        let mut allow_eviction = None;
         for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
             match &*name {
                 "storage" if storage.is_none() => {
-                    let endpoint =
+                    let (endpoint, options) =
                         parse_endpoint(&value).map_err(|problem| Error::InvalidConfig {
                             message: format!(
                                 "redlock URL {shown:?}: storage {:?} {}",
@@ -193,18 +198,29 @@ impl RedlockConfig {
                             ),
                             source: problem.source.map(|e| Box::new(e) as _),
                         })?;
-                    storage = Some(RedisConfig::from_endpoint(endpoint));
+                    storage = Some(RedisConfig::from_endpoint(endpoint, options));
                 }
                 "storage" => return Err(fail("repeats `storage`".to_owned())),
-                other if echo => {
-                    return Err(fail(format!("unknown option `{other}` (only `storage`)")));
+                "allow_eviction" if allow_eviction.is_none() => {
+                    allow_eviction =
+                        Some(parse_flag(&name, &value).map_err(|problem| fail(problem.what))?);
                 }
-                _ => return Err(fail("takes only the option `storage`".to_owned())),
+                "allow_eviction" => return Err(fail("repeats `allow_eviction`".to_owned())),
+                other if echo => {
+                    return Err(fail(format!(
+                        "unknown option `{other}` (only `storage` and `allow_eviction`)"
+                    )));
+                }
+                _ => {
+                    return Err(fail(
+                        "takes only the options `storage` and `allow_eviction`".to_owned(),
+                    ));
+                }
             }
         }
         // The first node is the default: say nothing about it, so the URL round-trips.
         let storage = storage.filter(|s| Some(s) != nodes.first());
-        Ok(Self::with_nodes(nodes, storage))
+        Ok(Self::with_nodes(nodes, storage).allow_eviction(allow_eviction.unwrap_or(false)))
     }
 
     /// The `redlock://` URL, credentials included: `from_url(&c.to_url())` equals `c` for
@@ -248,6 +264,10 @@ impl RedlockConfig {
             };
             url.push_str("?storage=");
             url.extend(url::form_urlencoded::byte_serialize(text.as_bytes()));
+        }
+        if self.allow_eviction {
+            url.push_str(if self.storage.is_some() { "&" } else { "?" });
+            url.push_str("allow_eviction=true");
         }
         url
     }
@@ -298,17 +318,25 @@ impl RedlockConfig {
         self
     }
 
-    /// Connects a [`RedisStorage`](crate::RedisStorage) on the [`storage`](Self::storage)
-    /// server, with this config's key prefix.
+    /// A [`RedisStorage`](crate::RedisStorage) on the [`storage`](Self::storage) server,
+    /// with this config's key prefix.
+    ///
+    /// It returns at once (after checking the config): the storage server is connected at
+    /// the first storage operation, so the lock keeps working while that server is down, and
+    /// a connection that fails is tried again by the next operation. Its errors name it
+    /// (`redlock storage node host:port`). A storage server that may evict keys fails every
+    /// storage operation with [`Error::InvalidConfig`] unless eviction is allowed (here, or in
+    /// the storage's own config).
     pub async fn connect_storage(&self) -> Result<crate::RedisStorage> {
         let Some(storage) = self.storage() else {
             return Err(Error::config("redlock needs at least one node"));
         };
-        storage
+        let allow_eviction = storage.evictions_allowed() || self.allow_eviction;
+        let config = storage
             .clone()
             .prefix(self.prefix.as_str())
-            .connect_storage()
-            .await
+            .allow_eviction(allow_eviction);
+        crate::RedisStorage::lazy(config, "redlock storage node")
     }
 
     /// The first part of every key name on every node (default `fencelock`); the same rules
@@ -331,6 +359,16 @@ impl RedlockConfig {
     /// [`connect`](Self::connect) (default 5 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// Serves even when nodes (and the storage server) may evict keys (default `false`; in
+    /// the URL, `?allow_eviction=true`); see [`RedisConfig::allow_eviction`]. Without it, a
+    /// node whose `maxmemory-policy` is not `noeviction` makes `connect` fail with
+    /// [`Error::InvalidConfig`] naming the node, even when the other nodes make a quorum, and
+    /// such a storage server fails every storage operation the same way.
+    pub fn allow_eviction(mut self, allow: bool) -> Self {
+        self.allow_eviction = allow;
         self
     }
 
@@ -358,8 +396,10 @@ impl RedlockConfig {
         }
         let mut nodes = Vec::with_capacity(self.nodes.len());
         for node in &self.nodes {
+            let allow_eviction = node.evictions_allowed() || self.allow_eviction;
             let config = node
                 .clone()
+                .allow_eviction(allow_eviction)
                 .prefix(self.prefix.as_str())
                 .call_timeout(self.node_timeout)
                 .connect_timeout(self.connect_timeout);
@@ -473,6 +513,10 @@ mod tests {
             "redlock://user:p%2Fss@h1,h2?storage=redis%3A%2F%2F%3Apw%40d%3A9%2F4",
             "redlock://h1,h2?storage=redis://h3",
             "redlock://[::1]:7000,[::1]:7001",
+            "redlock://h1,h2?allow_eviction=true",
+            "redlock://h1,h2?storage=redis%3A%2F%2Fd%3A1&allow_eviction=true",
+            "redlock://h1?storage=redis%3A%2F%2Fd%3A1%3Fallow_eviction%3Dtrue",
+            "redlock://h1?allow_eviction=false",
         ] {
             let config = RedlockConfig::from_url(input).unwrap();
             assert_eq!(
@@ -550,6 +594,18 @@ mod tests {
                 "repeats `storage`",
             ),
             ("redlock://h1,h2#frag", "takes no fragment"),
+            (
+                "redlock://h1?allow_eviction=maybe",
+                "`allow_eviction` is `maybe`",
+            ),
+            (
+                "redlock://h1?allow_eviction=true&allow_eviction=true",
+                "repeats `allow_eviction`",
+            ),
+            (
+                "redlock://h1?storage=redis%3A%2F%2Fd%3Fallow_eviction%3D1",
+                "`allow_eviction` is `1`",
+            ),
             (
                 "redlock://u:s3cr3t@h1,v:s3cr3t@h2",
                 "one set of credentials",

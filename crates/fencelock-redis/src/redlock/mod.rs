@@ -97,9 +97,11 @@ impl RedlockConfig {
     /// tried again by later calls.
     ///
     /// Every URL and option is checked first ([`Error::InvalidConfig`], nothing touched).
-    /// Refused credentials on a node are [`Error::InvalidConfig`] too, naming the node; fewer
-    /// than a quorum of reachable nodes is [`Error::QuorumFailed`] naming what each node
-    /// answered.
+    /// A node that refuses the credentials, is not a Redis server, or may evict keys (unless
+    /// [`allow_eviction`](RedlockConfig::allow_eviction)) is [`Error::InvalidConfig`] naming
+    /// the node, even when the others make a quorum; fewer than a quorum of reachable nodes
+    /// is [`Error::QuorumFailed`] naming what each node answered. Nodes that are down (the
+    /// first one included) do not stop the connect while a quorum is up.
     pub async fn connect(&self) -> Result<Redlock> {
         let cluster = Cluster::new(self.build_nodes()?, self.node_time(), self.key_prefix());
         // Every node's attempt is awaited (each bounded), so the capabilities read at connect
@@ -110,6 +112,12 @@ impl RedlockConfig {
             |_| async { Ok(()) },
         );
         round.all().await;
+        // A node that refuses the credentials or may evict keys is misconfigured: trying
+        // again cannot help, and serving without it would hide the problem until a quorum
+        // depends on it.
+        if let Some(e) = round.config_error(&cluster.nodes) {
+            return Err(e);
+        }
         let connected = round.count_ok(|_| true);
         if connected < cluster.needed {
             return Err(cluster.quorum_failed(&mut round, connected, |()| "connected".to_owned()));

@@ -28,12 +28,11 @@ impl std::fmt::Debug for Node {
     }
 }
 
-/// A connected node: its connection, its release subscriber, its persistence.
+/// A connected node: its connection and its release subscriber.
 #[derive(Clone)]
 pub(crate) struct Link {
     pub(crate) conn: Connection,
     pub(crate) waiters: Arc<Waiters>,
-    pub(crate) persists: Option<bool>,
 }
 
 impl Node {
@@ -50,20 +49,21 @@ impl Node {
         let link = self
             .link
             .get_or_try_init(|| async {
-                let conn = Connection::open(&self.config, REDLOCK).await?;
-                let persists = conn.server_persists().await;
+                let conn = Connection::open(&self.config, REDLOCK, "redlock node").await?;
                 Ok::<_, Error>(Link {
                     waiters: Arc::new(Waiters::new(conn.clone())),
                     conn,
-                    persists,
                 })
             })
             .await?;
         Ok(link.clone())
     }
 
-    /// The persistence the node reported, if it is connected.
+    /// Whether the node's counters survive (persisted, never evicted), if it is connected
+    /// and said.
     pub(crate) fn persists(&self) -> Option<bool> {
-        self.link.get().and_then(|link| link.persists)
+        self.link
+            .get()
+            .and_then(|link| link.conn.settings.persists())
     }
 }

@@ -140,10 +140,12 @@ impl<T: Send + 'static> Round<T> {
             .zip(nodes)
             .find_map(|(slot, node)| match slot.take() {
                 Some(Answer::Failed(Error::InvalidConfig { message, source })) => {
-                    Some(Error::InvalidConfig {
-                        message: format!("node {}: {message}", node.label),
-                        source,
-                    })
+                    let message = if message.contains(&node.label) {
+                        message
+                    } else {
+                        format!("node {}: {message}", node.label)
+                    };
+                    Some(Error::InvalidConfig { message, source })
                 }
                 other => {
                     *slot = other;

@@ -1,0 +1,232 @@
+//! `redis://` URLs: parsed and checked completely, kept in their parts, rendered back with or
+//! without the password, and every problem worded for the user (never quoting a password).
+
+use fencelock_core::{Error, HostPort};
+use url::Url;
+
+use crate::redact::{redact, safe_to_echo};
+
+/// The port a URL without one means.
+pub(crate) const DEFAULT_PORT: u16 = 6379;
+
+/// A checked `redis://` URL, in its parts. User name and password are kept percent-encoded,
+/// as the URL writes them, so rendering them back gives the same URL.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Endpoint {
+    tls: bool,
+    username: String,
+    password: Option<String>,
+    /// As the URL writes it: an IPv6 address in brackets.
+    host: String,
+    port: u16,
+    db: Option<u32>,
+}
+
+impl Endpoint {
+    /// The URL, with the password as given or as `***`.
+    pub(crate) fn render(&self, redacted: bool) -> String {
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        format!(
+            "{scheme}://{}{}:{}{}",
+            self.userinfo(redacted),
+            self.host,
+            self.port,
+            self.db.map(|db| format!("/{db}")).unwrap_or_default()
+        )
+    }
+
+    /// `user[:password]@`, or nothing when the URL has no credentials.
+    pub(crate) fn userinfo(&self, redacted: bool) -> String {
+        match (&self.password, redacted) {
+            (Some(_), true) => format!("{}:***@", self.username),
+            (Some(password), false) => format!("{}:{password}@", self.username),
+            (None, _) if self.username.is_empty() => String::new(),
+            (None, _) => format!("{}@", self.username),
+        }
+    }
+
+    /// The server's address, host without brackets.
+    pub(crate) fn host_port(&self) -> HostPort {
+        HostPort::new(self.host.trim_matches(['[', ']']), self.port)
+    }
+
+    /// `host:port` as the URL writes it (an IPv6 address in brackets).
+    pub(crate) fn authority(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+
+    /// Points this endpoint at `other`'s host and port; everything else stays.
+    pub(crate) fn move_to(&mut self, other: Endpoint) {
+        self.host = other.host;
+        self.port = other.port;
+    }
+
+    /// `/db`, or nothing.
+    pub(crate) fn path(&self) -> String {
+        self.db.map(|db| format!("/{db}")).unwrap_or_default()
+    }
+}
+
+/// What is wrong with a URL, worded to follow "redis URL <url>: ".
+pub(crate) struct Problem {
+    pub(crate) what: String,
+    pub(crate) source: Option<url::ParseError>,
+}
+
+impl Problem {
+    pub(crate) fn new(what: impl Into<String>) -> Self {
+        Problem {
+            what: what.into(),
+            source: None,
+        }
+    }
+
+    /// The error for `kind` URL `input`, shown redacted.
+    pub(crate) fn into_error(self, kind: &str, input: &str) -> Error {
+        Error::InvalidConfig {
+            message: format!("{kind} URL {:?}: {}", redact(input), self.what),
+            source: self.source.map(|e| Box::new(e) as _),
+        }
+    }
+}
+
+/// Parses and checks a `redis://` or `rediss://` URL completely: where the server is, and
+/// the URL's options.
+pub(crate) fn parse_endpoint(input: &str) -> std::result::Result<(Endpoint, UrlOptions), Problem> {
+    let url = Url::parse(input).map_err(|e| unparsable(input, e))?;
+    let tls = match url.scheme() {
+        "redis" => false,
+        "rediss" if cfg!(feature = "tls") => true,
+        "rediss" => {
+            return Err(Problem::new(
+                "rediss:// (TLS) needs the `tls` feature of fencelock-redis",
+            ));
+        }
+        other => {
+            return Err(Problem::new(format!(
+                "scheme `{other}` is not redis:// or rediss://"
+            )));
+        }
+    };
+    let host = url.host_str().unwrap_or_default();
+    if host.is_empty() {
+        return Err(Problem::new("names no host"));
+    }
+    let port = url.port().unwrap_or(DEFAULT_PORT);
+    if port == 0 {
+        return Err(Problem::new("port 0 is out of range (1 to 65535)"));
+    }
+    let db = match url.path() {
+        "" | "/" => None,
+        path => {
+            let digits = &path[1..];
+            let db = (digits.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| digits.parse::<u32>().ok())
+                .flatten();
+            match db {
+                Some(db) => Some(db),
+                None if safe_to_echo(input) => {
+                    return Err(Problem::new(format!(
+                        "the path `{path}` is not a database number (like /0)"
+                    )));
+                }
+                None => {
+                    return Err(Problem::new(
+                        "the path is not a database number (like /0); a password holding \
+                         `/`, `?` or `#` must be percent-encoded",
+                    ));
+                }
+            }
+        }
+    };
+    if url.fragment().is_some() {
+        return Err(Problem::new("takes no fragment"));
+    }
+    let mut options = UrlOptions::default();
+    let mut seen = Vec::new();
+    for (name, value) in url.query_pairs() {
+        if !safe_to_echo(input) {
+            return Err(Problem::new(
+                "takes only the option `allow_eviction`; a password holding `/`, `?` or `#` \
+                 must be percent-encoded",
+            ));
+        }
+        if seen.contains(&name) {
+            return Err(Problem::new(format!("repeats the option `{name}`")));
+        }
+        match &*name {
+            "allow_eviction" => options.allow_eviction = parse_flag(&name, &value)?,
+            other => {
+                return Err(Problem::new(format!(
+                    "unknown option `{other}` (redis URLs take only `allow_eviction`)"
+                )));
+            }
+        }
+        seen.push(name);
+    }
+    let endpoint = Endpoint {
+        tls,
+        username: url.username().to_owned(),
+        password: url.password().map(str::to_owned),
+        host: host.to_owned(),
+        port,
+        db,
+    };
+    Ok((endpoint, options))
+}
+
+/// The options a `redis://` URL may carry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct UrlOptions {
+    /// `allow_eviction=true`: serve even when the server may evict keys.
+    pub(crate) allow_eviction: bool,
+}
+
+/// A boolean option: `true` or `false`.
+pub(crate) fn parse_flag(name: &str, value: &str) -> std::result::Result<bool, Problem> {
+    match value {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        other => Err(Problem::new(format!(
+            "option `{name}` is `{other}`, not `true` or `false`"
+        ))),
+    }
+}
+
+/// Says what the `url` crate refused, in the user's terms: an empty host and a port out of
+/// range are named as such.
+fn unparsable(input: &str, e: url::ParseError) -> Problem {
+    let what = match e {
+        url::ParseError::EmptyHost => "names no host".to_owned(),
+        url::ParseError::InvalidPort => port_problem(input),
+        url::ParseError::RelativeUrlWithoutBase => {
+            "is not a URL (expected redis://host[:port][/db])".to_owned()
+        }
+        other => format!("is not a URL: {other}"),
+    };
+    Problem {
+        what,
+        source: Some(e),
+    }
+}
+
+/// What is wrong with the port of `input`, which the `url` crate refused.
+fn port_problem(input: &str) -> String {
+    if !safe_to_echo(input) {
+        return "the port is not a number from 1 to 65535; a password holding `/`, `?` or `#` \
+                must be percent-encoded"
+            .to_owned();
+    }
+    let rest = input.split_once("://").map_or(input, |(_, rest)| rest);
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let port = match host_port.rsplit_once(']') {
+        Some((_, after)) => after.strip_prefix(':').unwrap_or(after),
+        None => host_port.rsplit_once(':').map_or("", |(_, port)| port),
+    };
+    if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) {
+        format!("port {port} is out of range (1 to 65535)")
+    } else {
+        format!("port `{port}` is not a number from 1 to 65535")
+    }
+}
