@@ -1,5 +1,6 @@
-//! The classic ledger: debit an account and write its audit row under one transaction lock.
-//! Either both happen or neither does, and a holder whose fence was superseded changes nothing.
+//! The classic ledger on the application's own tables: debit `accounts` and write `audit_log`
+//! in one transaction under a lock, with the fence on the row itself (the row guard), so a
+//! holder whose lock was superseded changes nothing, its audit row included.
 //!
 //! ```text
 //! cargo run --example ledger --features postgres [-- postgres://postgres@127.0.0.1:5432/test]
@@ -7,34 +8,69 @@
 
 use std::time::Duration;
 
-use fencelock::postgres::{PgConfig, map_sqlx_error};
-use fencelock::{Error, LockKey, Result};
+use fencelock::postgres::sqlx::{self, PgPool};
+use fencelock::postgres::{FenceParams, PgDatabase, map_sqlx_error};
+use fencelock::{Error, Fence, Locker, OwnerId, Result};
 
-/// What a debit can fail with: the ledger's own refusal, or fencelock's (a stale fence, a lock
-/// not obtained in time, the database).
+/// What a debit can fail with: the ledger's own refusal, or fencelock's (a stale fence, the
+/// database).
 #[derive(Debug)]
 enum DebitError {
-    InsufficientFunds { balance: i64, amount: i64 },
-    CorruptBalance,
-    Lock(Error),
+    InsufficientFunds { amount: i64 },
+    Fenced(Error),
 }
 
 impl From<Error> for DebitError {
     fn from(e: Error) -> Self {
-        DebitError::Lock(e)
+        DebitError::Fenced(e)
+    }
+}
+
+impl From<sqlx::Error> for DebitError {
+    fn from(e: sqlx::Error) -> Self {
+        // A refusal by the row guard (SQLSTATE FL001) becomes Error::Stale here.
+        DebitError::Fenced(map_sqlx_error("ledger", e))
     }
 }
 
 impl std::fmt::Display for DebitError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            DebitError::InsufficientFunds { balance, amount } => {
-                write!(f, "insufficient funds: balance {balance}, debit {amount}")
+            DebitError::InsufficientFunds { amount } => {
+                write!(f, "insufficient funds for {amount}")
             }
-            DebitError::CorruptBalance => f.write_str("the stored balance is not 8 bytes"),
-            DebitError::Lock(e) => e.fmt(f),
+            DebitError::Fenced(e) => e.fmt(f),
         }
     }
+}
+
+/// Debits `account` by `amount` and records it, as the holder of `fence`. One transaction:
+/// the relative `UPDATE` carries the fence, so it needs no read before it, and a refused
+/// `UPDATE` rolls the audit row back with it.
+async fn debit(pool: &PgPool, account: i64, amount: i64, fence: Fence) -> Result<i64, DebitError> {
+    let p = FenceParams::try_from(fence)?;
+    let mut tx = pool.begin().await?;
+    sqlx::query("INSERT INTO audit_log (account_id, amount, token) VALUES ($1, $2, $3)")
+        .bind(account)
+        .bind(-amount)
+        .bind(p.token)
+        .execute(&mut *tx)
+        .await?;
+    let balance: Option<i64> = sqlx::query_scalar(
+        "UPDATE accounts SET balance = balance - $2, fence_token = $3, fence_owner = $4
+          WHERE id = $1 AND balance >= $2
+         RETURNING balance",
+    )
+    .bind(account)
+    .bind(amount)
+    .bind(p.token)
+    .bind(p.owner)
+    .fetch_optional(&mut *tx)
+    .await?;
+    // No row: not enough money. Dropping `tx` rolls the audit row back.
+    let balance = balance.ok_or(DebitError::InsufficientFunds { amount })?;
+    tx.commit().await?;
+    Ok(balance)
 }
 
 #[tokio::main]
@@ -43,74 +79,84 @@ async fn main() -> Result<()> {
         .nth(1)
         .or_else(|| std::env::var("FENCELOCK_PG_URL").ok())
         .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".into());
-    let db = PgConfig::from_url(&url)?
-        .schema("fencelock_ledger_example")
-        .connect()
-        .await?;
     let sql = |e| map_sqlx_error("ledger", e);
-    sqlx::query(
-        "CREATE TABLE IF NOT EXISTS ledger_audit (
-             id bigserial PRIMARY KEY, account text NOT NULL, amount bigint NOT NULL,
-             balance bigint NOT NULL, token bigint NOT NULL, at timestamptz DEFAULT now())",
-    )
-    .execute(db.pool())
-    .await
-    .map_err(sql)?;
 
-    let storage = db.storage();
-    // A new account each run, so the example can be run again and again.
-    let account = LockKey::new(format!("account/{}", fencelock::OwnerId::random()))?;
-    for amount in [30_i64, 50, 40] {
-        let key = account.clone();
-        let outcome = storage
-            .transaction(&account, Duration::from_secs(5), move |tx| {
-                Box::pin(async move {
-                    // A fenced read: any holder with an older token is now refused.
-                    let balance = match tx.read(&key).await? {
-                        Some(bytes) => i64::from_le_bytes(
-                            bytes.try_into().map_err(|_| DebitError::CorruptBalance)?,
-                        ),
-                        None => 100, // a new account opens with 100
-                    };
-                    if balance < amount {
-                        return Err(DebitError::InsufficientFunds { balance, amount });
-                    }
-                    let balance = balance - amount;
-                    tx.write(&key, &balance.to_le_bytes()).await?;
-                    let token = i64::try_from(tx.token().get())
-                        .map_err(|_| Error::config("token out of range"))?;
-                    sqlx::query(
-                        "INSERT INTO ledger_audit (account, amount, balance, token)
-                         VALUES ($1, $2, $3, $4)",
-                    )
-                    .bind(key.as_str())
-                    .bind(-amount)
-                    .bind(balance)
-                    .bind(token)
-                    .execute(tx.connection())
-                    .await
-                    .map_err(|e| map_sqlx_error("ledger", e))?;
-                    Ok::<_, DebitError>((balance, token))
-                })
-            })
-            .await;
-        match outcome {
-            Ok((balance, token)) => {
-                show(&format!(
-                    "debit {amount}: balance {balance} (token {token})"
-                ));
-            }
-            // Rolled back: neither the balance nor the audit row changed.
-            Err(e) => show(&format!("debit {amount} refused, nothing changed: {e}")),
-        }
+    // The application's own pool and tables.
+    let pool = PgPool::connect(&url).await.map_err(sql)?;
+    for statement in [
+        "CREATE TABLE IF NOT EXISTS accounts (
+             id bigint PRIMARY KEY, balance bigint NOT NULL CHECK (balance >= 0),
+             fence_token bigint, fence_owner bytea)",
+        "CREATE TABLE IF NOT EXISTS audit_log (
+             id bigserial PRIMARY KEY, account_id bigint NOT NULL, amount bigint NOT NULL,
+             token bigint NOT NULL, at timestamptz NOT NULL DEFAULT now())",
+    ] {
+        sqlx::query(statement).execute(&pool).await.map_err(sql)?;
     }
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM ledger_audit WHERE account = $1")
-        .bind(account.as_str())
-        .fetch_one(db.pool())
+
+    // fencelock on the same pool: its tables in the schema `fencelock`, migrated explicitly,
+    // and the row guard on `accounts` (installing it again is harmless).
+    let db = PgDatabase::from_pool(pool.clone(), "fencelock")?;
+    db.migrate().await?;
+    db.fence().guard_table(&pool, "accounts").await?;
+    let locker = Locker::new(db.lease_backend());
+
+    // A new account each run, so the example can be run again and again.
+    let account = i64::try_from(OwnerId::random().as_u128() >> 66).unwrap_or(1);
+    sqlx::query("INSERT INTO accounts (id, balance) VALUES ($1, 100)")
+        .bind(account)
+        .execute(&pool)
         .await
         .map_err(sql)?;
-    show(&format!("audit rows: {rows}"));
-    db.close().await;
+    let key = format!("account/{account}");
+
+    for amount in [30, 50, 40] {
+        let guard = locker.lock(&key).ttl(Duration::from_secs(10)).await?;
+        match debit(&pool, account, amount, guard.fence()).await {
+            Ok(balance) => show(&format!(
+                "debit {amount}: balance {balance} (token {})",
+                guard.token()
+            )),
+            Err(e) => show(&format!("debit {amount} refused, nothing changed: {e}")),
+        }
+        guard.release().await?;
+    }
+
+    // A holder that pauses past its lease: a newer holder debits meanwhile, and the paused
+    // holder's debit is refused, its audit row rolled back with it.
+    let paused = locker
+        .lock(&key)
+        .ttl(Duration::from_millis(200))
+        .watchdog(false)
+        .await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let newer = locker.lock(&key).ttl(Duration::from_secs(10)).await?;
+    if let Ok(balance) = debit(&pool, account, 5, newer.fence()).await {
+        show(&format!(
+            "debit 5 by token {}: balance {balance}",
+            newer.token()
+        ));
+    }
+    match debit(&pool, account, 5, paused.fence()).await {
+        Ok(_) => show("the paused holder's debit went through: this must not happen"),
+        Err(e) => show(&format!(
+            "debit 5 by paused token {} refused: {e}",
+            paused.token()
+        )),
+    }
+    newer.release().await?;
+
+    let (balance, rows): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT balance FROM accounts WHERE id = $1),
+                (SELECT count(*) FROM audit_log WHERE account_id = $1)",
+    )
+    .bind(account)
+    .fetch_one(&pool)
+    .await
+    .map_err(sql)?;
+    show(&format!(
+        "account {account}: balance {balance}, audit rows {rows}"
+    ));
     Ok(())
 }
 

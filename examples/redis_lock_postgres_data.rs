@@ -1,0 +1,126 @@
+//! The lock comes from Redis, the data lives in Postgres: paying an invoice at most once, with
+//! `fencelock_admit` fencing the application's own `invoices` and `payments` tables. Any
+//! backend's fencing tokens fence a Postgres transaction; the fence record lives next to the
+//! data, so it commits or rolls back with it.
+//!
+//! ```text
+//! cargo run --example redis_lock_postgres_data --features redis,postgres \
+//!     [-- redis://127.0.0.1:6379 postgres://postgres@127.0.0.1:5432/test]
+//! ```
+
+use std::time::Duration;
+
+use fencelock::postgres::sqlx::{self, PgPool};
+use fencelock::postgres::{PgDatabase, PgFence, map_sqlx_error};
+use fencelock::redis::RedisConfig;
+use fencelock::{Error, Fence, LockKey, Locker, OwnerId, Result};
+
+fn sql(e: sqlx::Error) -> Error {
+    map_sqlx_error("invoices", e)
+}
+
+/// Pays `invoice` as the holder of `fence`, unless it is paid already. One transaction: the
+/// admit first (a fenced read: any holder with an older token is refused from here on), then
+/// the read, the decision in the application, and the writes.
+async fn pay(pool: &PgPool, fence: &PgFence, invoice: i64, by: Fence) -> Result<bool> {
+    let resource = LockKey::new(format!("invoice/{invoice}"))?;
+    let mut tx = pool.begin().await.map_err(sql)?;
+    fence.admit(&mut *tx, &resource, by).await?;
+    let status: String = sqlx::query_scalar("SELECT status FROM invoices WHERE id = $1")
+        .bind(invoice)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(sql)?;
+    if status == "paid" {
+        // Committing keeps the fenced read: older holders stay refused.
+        tx.commit().await.map_err(sql)?;
+        return Ok(false);
+    }
+    sqlx::query("UPDATE invoices SET status = 'paid' WHERE id = $1")
+        .bind(invoice)
+        .execute(&mut *tx)
+        .await
+        .map_err(sql)?;
+    sqlx::query("INSERT INTO payments (invoice_id, token) VALUES ($1, $2)")
+        .bind(invoice)
+        .bind(i64::try_from(by.token)?)
+        .execute(&mut *tx)
+        .await
+        .map_err(sql)?;
+    tx.commit().await.map_err(sql)?;
+    Ok(true)
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let mut args = std::env::args().skip(1);
+    let redis_url = args
+        .next()
+        .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
+    let pg_url = args
+        .next()
+        .or_else(|| std::env::var("FENCELOCK_PG_URL").ok())
+        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".into());
+
+    let locker = Locker::new(
+        RedisConfig::new(redis_url)
+            .prefix("example")
+            .connect()
+            .await?,
+    );
+
+    let pool = PgPool::connect(&pg_url).await.map_err(sql)?;
+    for statement in [
+        "CREATE TABLE IF NOT EXISTS invoices (id bigint PRIMARY KEY, status text NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS payments (
+             id bigserial PRIMARY KEY, invoice_id bigint NOT NULL, token bigint NOT NULL)",
+    ] {
+        sqlx::query(statement).execute(&pool).await.map_err(sql)?;
+    }
+    let db = PgDatabase::from_pool(pool.clone(), "fencelock")?;
+    db.migrate().await?;
+    let fence = db.fence();
+
+    let invoice = i64::try_from(OwnerId::random().as_u128() >> 66).unwrap_or(1);
+    sqlx::query("INSERT INTO invoices (id, status) VALUES ($1, 'open')")
+        .bind(invoice)
+        .execute(&pool)
+        .await
+        .map_err(sql)?;
+    let key = format!("invoice/{invoice}");
+
+    // Worker A takes the Redis lock, then stalls past its lease before paying.
+    let a = locker
+        .lock(&key)
+        .ttl(Duration::from_millis(200))
+        .watchdog(false)
+        .await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Worker B takes over and pays.
+    let b = locker.lock(&key).ttl(Duration::from_secs(10)).await?;
+    let paid = pay(&pool, &fence, invoice, b.fence()).await?;
+    show(&format!("worker B (token {}): paid = {paid}", b.token()));
+    // Worker A wakes up and tries to pay too: refused, nothing written.
+    match pay(&pool, &fence, invoice, a.fence()).await {
+        Err(Error::Stale { current, .. }) => show(&format!(
+            "worker A (token {}) refused: invoice/{invoice} is fenced at token {}",
+            a.token(),
+            current.token
+        )),
+        other => show(&format!("worker A: unexpected {other:?}")),
+    }
+    b.release().await?;
+
+    let payments: i64 = sqlx::query_scalar("SELECT count(*) FROM payments WHERE invoice_id = $1")
+        .bind(invoice)
+        .fetch_one(&pool)
+        .await
+        .map_err(sql)?;
+    show(&format!("invoice {invoice}: {payments} payment(s)"));
+    Ok(())
+}
+
+#[allow(clippy::print_stdout)]
+fn show(line: &str) {
+    println!("{line}");
+}
