@@ -1,0 +1,174 @@
+//! fencelock's `GET_LOCK` backend and storage table against raw `GET_LOCK` + `RELEASE_LOCK`
+//! on the same server, through `fencelock_bench::define_bench!`.
+//!
+//! `cargo bench -p fencelock-mysql --bench mysql` (server: `FENCELOCK_MYSQL_URL`, default
+//! `mysql://root@127.0.0.1:3306/test`). Groups are named `mysql/<scenario>`.
+#![allow(missing_docs)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencelock_bench::{Baseline, BenchError, FencedSubject, Op, RawTryLock, Suite};
+use fencelock_core::{LockKey, OwnerId, async_trait};
+use fencelock_mysql::sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+use fencelock_mysql::sqlx::{self, Executor};
+use fencelock_mysql::{MySqlConfig, lock_name};
+
+const DEFAULT_URL: &str = "mysql://root@127.0.0.1:3306/test";
+
+fn raw(what: &str, source: sqlx::Error) -> BenchError {
+    BenchError::Raw {
+        what: what.to_owned(),
+        source: Box::new(source),
+    }
+}
+
+/// What a user writes without fencelock: `GET_LOCK(name, 0)` and `RELEASE_LOCK(name)` on one
+/// pooled connection, `SELECT 1`, and `UPDATE` of a plain table, on a pool configured like
+/// fencelock's.
+#[derive(Debug)]
+struct RawGetLock {
+    pool: MySqlPool,
+    table: String,
+}
+
+impl RawGetLock {
+    async fn connect(config: &MySqlConfig, table: String) -> Result<Self, BenchError> {
+        let pool = MySqlPoolOptions::new()
+            .max_connections(100)
+            .test_before_acquire(false)
+            .connect_with(config.connect_options()?)
+            .await
+            .map_err(|e| raw("connect", e))?;
+        pool.execute(
+            format!(
+                "CREATE TABLE {table} (resource VARBINARY(512) PRIMARY KEY, value LONGBLOB) \
+                 ENGINE = InnoDB"
+            )
+            .as_str(),
+        )
+        .await
+        .map_err(|e| raw("create the plain table", e))?;
+        Ok(RawGetLock { pool, table })
+    }
+}
+
+#[async_trait]
+impl RawTryLock for RawGetLock {
+    const LABEL: &'static str = "raw GET_LOCK + RELEASE_LOCK";
+
+    async fn try_lock_unlock(&self, key: &LockKey) -> Result<bool, BenchError> {
+        let name = lock_name(key);
+        let mut conn = self.pool.acquire().await.map_err(|e| raw("pool", e))?;
+        let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 0)")
+            .bind(&name)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(|e| raw("GET_LOCK", e))?;
+        if got != Some(1) {
+            return Ok(false);
+        }
+        let _: Option<i64> = sqlx::query_scalar("SELECT RELEASE_LOCK(?)")
+            .bind(&name)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(|e| raw("RELEASE_LOCK", e))?;
+        Ok(true)
+    }
+}
+
+#[async_trait]
+impl Baseline for RawGetLock {
+    fn round_trip_label(&self) -> String {
+        "raw SELECT 1".into()
+    }
+
+    fn write_label(&self) -> String {
+        "raw UPDATE".into()
+    }
+
+    async fn round_trip(&self) -> Result<(), BenchError> {
+        let _: i32 = sqlx::query_scalar("SELECT 1")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| raw("SELECT 1", e))?;
+        Ok(())
+    }
+
+    async fn writer(&self, resource: &LockKey) -> Result<Box<dyn Op>, BenchError> {
+        sqlx::query(&format!(
+            "INSERT IGNORE INTO {} VALUES (?, NULL)",
+            self.table
+        ))
+        .bind(resource.as_str().as_bytes())
+        .execute(&self.pool)
+        .await
+        .map_err(|e| raw("insert the plain row", e))?;
+        Ok(Box::new(PlainWriter {
+            pool: self.pool.clone(),
+            update: format!("UPDATE {} SET value = ? WHERE resource = ?", self.table),
+            resource: resource.as_str().as_bytes().to_vec(),
+            value: vec![7; 64],
+        }))
+    }
+
+    async fn close(&self) -> Result<(), BenchError> {
+        self.pool
+            .execute(format!("DROP TABLE IF EXISTS {}", self.table).as_str())
+            .await
+            .map_err(|e| raw("drop the plain table", e))?;
+        self.pool.close().await;
+        Ok(())
+    }
+}
+
+struct PlainWriter {
+    pool: MySqlPool,
+    update: String,
+    resource: Vec<u8>,
+    value: Vec<u8>,
+}
+
+#[async_trait]
+impl Op for PlainWriter {
+    async fn once(&self) -> Result<Option<Duration>, BenchError> {
+        sqlx::query(&self.update)
+            .bind(&self.value[..])
+            .bind(&self.resource[..])
+            .execute(&self.pool)
+            .await
+            .map_err(|e| raw("UPDATE", e))?;
+        Ok(None)
+    }
+}
+
+/// Drops the run's tables and procedures once the bench is over (its token counters too:
+/// the prefix is the run's own).
+struct Uninstall(fencelock_mysql::MySqlDatabase);
+
+impl Drop for Uninstall {
+    fn drop(&mut self) {
+        let db = self.0.clone();
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            runtime.block_on(db.uninstall()).ok()
+        })
+        .join();
+    }
+}
+
+async fn setup() -> Result<(Suite, Uninstall), BenchError> {
+    let url = std::env::var("FENCELOCK_MYSQL_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
+    let run = format!("{:08x}", OwnerId::random().as_u128() as u32);
+    let config = MySqlConfig::from_url(&url)?.prefix(format!("bench_{run}_"));
+    let db = config.connect().await?;
+    let fenced = FencedSubject::new(db.backend(), Arc::new(db.storage()));
+    let baseline = RawGetLock::connect(&config, format!("bench_{run}_plain")).await?;
+    let suite = Suite::new("mysql", fenced, Arc::new(baseline), vec![]);
+    Ok((suite, Uninstall(db)))
+}
+
+fencelock_bench::define_bench!(mysql => setup());

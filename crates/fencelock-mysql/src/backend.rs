@@ -1,0 +1,369 @@
+//! `MySqlLockBackend`: `GET_LOCK` session locks on connections held for the life of a lease,
+//! expired on the server's clock, with tokens from a never-deleted counter row.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencelock_core::{
+    Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LostReason, OwnerId,
+    Result, TimeAuthority, WakeUp, async_trait, valid_until, validate_ttl,
+};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::codec::{fence_from, idle_seconds, micros, owner_bytes, token_from, token_param};
+use crate::database::MySqlDatabase;
+use crate::error::{BACKEND, protocol, timed};
+use crate::lock_name::lock_name;
+use crate::session::{Holder, Session, Sessions};
+use crate::wakeups::{Wakeups, seconds};
+
+/// The longest ttl: `wait_timeout`, which the server uses to end a silent holder's session,
+/// takes at most 31,536,000 seconds.
+const MAX_TTL: Duration = Duration::from_secs(31_536_000);
+
+/// How long an acquire waits, on the server, for a session it ended with KILL to let go.
+const KILL_WAIT: Duration = Duration::from_millis(500);
+
+/// Locks as MySQL/MariaDB user-level locks (`GET_LOCK`), with fencing tokens.
+///
+/// Each grant takes a connection out of the database's session pool and keeps it for the life
+/// of the lease: the lock belongs to that session, and the server lets go of it when the
+/// session ends for any reason (release, crash, `KILL`, network loss). One `CALL` per
+/// operation does the rest on the server:
+///
+/// - **acquire**: `GET_LOCK(name, 0)`, then, on a grant, the key's counter row is bumped and
+///   the session is recorded as holder until `UTC_TIMESTAMP(6) + ttl` (committed before the
+///   grant is returned).
+/// - **expiry on the server's clock**: a holder that goes silent (paused, partitioned) keeps
+///   its session, so the lock has to be taken from it. The next acquire that finds the lock
+///   held by a fencelock session whose lease has run out on the server's clock ends that
+///   session with `KILL` (under the key's row lock, so the holder cannot release and start
+///   another lease in between) and takes the lock. With no contender, the server itself ends
+///   the session after `wait_timeout`, set to the ttl rounded up to whole seconds, so plain
+///   SQL clients waiting in `GET_LOCK` get the lock too. Ending other sessions needs the same
+///   MySQL account for every fencelock client of a key, or the `CONNECTION ADMIN` privilege.
+/// - **extend** moves the expiry on the holding session (a lease that already ran out is never
+///   revived); **release** clears it and calls `RELEASE_LOCK`.
+/// - **waiting**: one session per key and process blocks in `GET_LOCK` on the server, so a
+///   release wakes waiters at once.
+///
+/// Keys map to lock names with [`lock_name`](crate::lock_name): short keys are used as they
+/// are, so a lock taken here excludes `SELECT GET_LOCK('the-key', 10)` in any client; long keys
+/// are hashed. Tokens survive server restarts (InnoDB); held locks do not. A lease can be
+/// extended and released only through the backend (or a clone of it) that granted it, where
+/// its connection lives.
+#[derive(Debug, Clone)]
+pub struct MySqlLockBackend {
+    db: MySqlDatabase,
+    sessions: Arc<Sessions>,
+    wakeups: Arc<Wakeups>,
+}
+
+impl MySqlLockBackend {
+    /// A `GET_LOCK` backend on `db`.
+    pub fn new(db: &MySqlDatabase) -> Self {
+        MySqlLockBackend {
+            db: db.clone(),
+            sessions: Arc::default(),
+            wakeups: Arc::default(),
+        }
+    }
+
+    /// The database this backend uses.
+    pub fn database(&self) -> &MySqlDatabase {
+        &self.db
+    }
+
+    /// How many leases this backend (and its clones) currently holds a session for.
+    pub fn held_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// The connection ids (`CONNECTION_ID()`, as `SHOW PROCESSLIST` and `IS_USED_LOCK` show
+    /// them) of the sessions holding this backend's leases.
+    pub fn session_ids(&self) -> Vec<u64> {
+        self.sessions.ids()
+    }
+
+    fn timeout(&self) -> Duration {
+        self.db.operation_timeout()
+    }
+}
+
+#[async_trait]
+impl LockBackend for MySqlLockBackend {
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(
+            self.db.tokens(),
+            TimeAuthority::Server,
+            WakeUp::Notify,
+            MAX_TTL,
+        )
+        .with_locks_survive_restart(false)
+    }
+
+    async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
+        validate_ttl(ttl, &self.capabilities())?;
+        self.sessions.sweep_abandoned();
+        let name = lock_name(key);
+        let span = tracing::debug_span!("fencelock.mysql.acquire", backend = BACKEND, key = %key);
+        async {
+            let owner = OwnerId::random();
+            let conn = timed(self.timeout(), self.db.sessions().acquire()).await?;
+            // On an error or a cancellation `holder` is dropped, closing the connection and
+            // with it any lock the call may have taken.
+            let mut holder = Holder::new(conn);
+            let sent_at = Instant::now();
+            let rows: Vec<(i64, Option<i64>, i64)> = timed(
+                self.timeout() + KILL_WAIT,
+                sqlx::query_as(&self.db.sql().acquire)
+                    .bind(key.as_str().as_bytes())
+                    .bind(&name)
+                    .bind(&owner_bytes(owner)[..])
+                    .bind(micros(ttl))
+                    .bind(idle_seconds(ttl))
+                    .bind(seconds(KILL_WAIT))
+                    .fetch_all(holder.conn()?),
+            )
+            .await?;
+            let replied_at = Instant::now();
+            match rows.first() {
+                Some(&(1, Some(token), session)) => {
+                    let token = token_from(token)?;
+                    let lease = Lease {
+                        key: key.clone(),
+                        owner,
+                        token,
+                        ttl,
+                        valid_until: valid_until(sent_at, ttl),
+                    };
+                    let id = u64::try_from(session).unwrap_or_default();
+                    self.sessions
+                        .insert(&lease, Session::new(holder, id, replied_at + ttl));
+                    tracing::debug!(token = token.get(), session = id, "granted");
+                    Ok(Some(lease))
+                }
+                Some(&(0, _, _)) => {
+                    holder.give_back();
+                    tracing::debug!("held by another session");
+                    Ok(None)
+                }
+                _ => Err(protocol(format!("acquire answered {rows:?}"))),
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        validate_ttl(ttl, &self.capabilities())?;
+        let span = tracing::debug_span!(
+            "fencelock.mysql.extend",
+            backend = BACKEND,
+            key = %lease.key,
+            token = lease.token.get()
+        );
+        async {
+            let Some(session) = self.sessions.get(lease) else {
+                return Err(Error::lease_lost(&lease.key, LostReason::NotHeld));
+            };
+            let mut slot = session.holder.lock().await;
+            let Some(holder) = slot.as_mut() else {
+                return Err(Error::lease_lost(&lease.key, LostReason::NotHeld));
+            };
+            let sent_at = Instant::now();
+            let outcome: Result<Vec<(i64,)>> = async {
+                timed(
+                    self.timeout(),
+                    sqlx::query_as(&self.db.sql().extend)
+                        .bind(lease.key.as_str().as_bytes())
+                        .bind(lock_name(&lease.key))
+                        .bind(&owner_bytes(lease.owner)[..])
+                        .bind(token_param(lease.token)?)
+                        .bind(micros(ttl))
+                        .bind(idle_seconds(ttl))
+                        .fetch_all(holder.conn()?),
+                )
+                .await
+            }
+            .await;
+            let lost = |reason| {
+                // Closing the session lets go of the lock, so the lease is over either way.
+                self.sessions.remove(lease);
+                Error::lease_lost(&lease.key, reason)
+            };
+            match outcome.as_deref() {
+                Ok([(1,)]) => {
+                    session.set_deadline(Instant::now() + ttl);
+                    Ok(Lease {
+                        ttl,
+                        valid_until: valid_until(sent_at, ttl),
+                        ..lease.clone()
+                    })
+                }
+                Ok(_) => {
+                    slot.take();
+                    Err(lost(LostReason::NotHeld))
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "holding session failed");
+                    slot.take();
+                    Err(lost(LostReason::SessionEnded))
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let span = tracing::debug_span!(
+            "fencelock.mysql.release",
+            backend = BACKEND,
+            key = %lease.key,
+            token = lease.token.get()
+        );
+        async {
+            let Some(session) = self.sessions.remove(lease) else {
+                return Ok(false);
+            };
+            let Some(mut holder) = session.holder.lock().await.take() else {
+                return Ok(false);
+            };
+            let name = lock_name(&lease.key);
+            let outcome: Result<Vec<(i64, i64)>> = async {
+                timed(
+                    self.timeout(),
+                    sqlx::query_as(&self.db.sql().release)
+                        .bind(lease.key.as_str().as_bytes())
+                        .bind(&name)
+                        .bind(&owner_bytes(lease.owner)[..])
+                        .bind(token_param(lease.token)?)
+                        .fetch_all(holder.conn()?),
+                )
+                .await
+            }
+            .await;
+            let released = match outcome {
+                Ok(rows) => match rows.as_slice() {
+                    [(1, 1)] => {
+                        holder.give_back();
+                        true
+                    }
+                    // Expired on the server, or no longer this session's: closing the
+                    // connection (dropping `holder`) makes sure it holds nothing.
+                    [_] => false,
+                    _ => return Err(protocol(format!("release answered {rows:?}"))),
+                },
+                // The session ended on its own (time-out, KILL): the lock went with it.
+                Err(Error::Unavailable {
+                    source: Some(_), ..
+                }) => false,
+                // Dropping `holder` closes the session, which lets go of the lock.
+                Err(error) => return Err(error),
+            };
+            self.wakeups.released(&name);
+            tracing::debug!(released, "released");
+            Ok(released)
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {
+        if max.is_zero() {
+            return Ok(());
+        }
+        let name = lock_name(key);
+        let watch = self.wakeups.watch(&name);
+        let woken = watch.notify.notified();
+        tokio::pin!(woken);
+        // Registered before the server wait starts, so its end cannot be missed.
+        woken.as_mut().enable();
+        if watch.claim() {
+            // The wait runs in a task of its own: a waiter that gives up (a dropped lock
+            // request) leaves it to finish, so the connection never goes back mid-statement.
+            let (db, key, watch) = (self.db.clone(), key.clone(), watch.clone());
+            tokio::spawn(async move {
+                let waited = server_wait(&db, &key, &name, max).await;
+                if let Err(error) = waited {
+                    tracing::debug!(%error, key = %key, "waiting for a release failed");
+                }
+                watch.finished();
+            });
+        }
+        // The server wait returns by `max`; the margin covers its round trip.
+        let _ = tokio::time::timeout(max + self.timeout(), woken).await;
+        Ok(())
+    }
+
+    async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
+        type Row = (i64, Option<i64>, Option<Vec<u8>>, Option<i64>, i64);
+        let row: Option<Row> = timed(
+            self.timeout(),
+            sqlx::query_as(&self.db.sql().inspect)
+                .bind(lock_name(key))
+                .bind(key.as_str().as_bytes())
+                .fetch_optional(self.db.pool()),
+        )
+        .await?;
+        let Some((token, holder_token, holder_owner, remaining_us, live)) = row else {
+            return Ok(LockInfo {
+                key: key.clone(),
+                holder: None,
+                remaining: None,
+                last_token: None,
+            });
+        };
+        let remaining = remaining_us
+            .filter(|us| *us > 0 && live == 1)
+            .map(|us| Duration::from_micros(us.unsigned_abs()));
+        let holder = match (holder_token, holder_owner, remaining) {
+            (Some(token), Some(owner), Some(_)) => Some(fence_from(token, &owner)?),
+            _ => None,
+        };
+        Ok(LockInfo {
+            key: key.clone(),
+            holder,
+            remaining: holder.and(remaining),
+            last_token: Some(token_from(token)?),
+        })
+    }
+
+    async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
+        let floor = token_param(floor)?;
+        let rows: Vec<(i64,)> = timed(
+            self.timeout(),
+            sqlx::query_as(&self.db.sql().advance_token)
+                .bind(key.as_str().as_bytes())
+                .bind(floor)
+                .fetch_all(self.db.pool()),
+        )
+        .await?;
+        match rows.as_slice() {
+            [(token,)] => token_from(*token),
+            _ => Err(protocol(format!("advance_token answered {rows:?}"))),
+        }
+    }
+}
+
+/// Blocks in `GET_LOCK` on a session of its own until the lock on `key` may be free, at most
+/// `max` (see `sql/wait.sql`).
+async fn server_wait(db: &MySqlDatabase, key: &LockKey, name: &str, max: Duration) -> Result<()> {
+    let mut conn = timed(db.operation_timeout(), db.sessions().acquire()).await?;
+    timed(
+        max + db.operation_timeout(),
+        sqlx::query(&db.sql().wait)
+            .bind(key.as_str().as_bytes())
+            .bind(name)
+            .bind(seconds(max))
+            .execute(&mut *conn),
+    )
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,632 @@
+//! `MySqlConfig`: the `mysql://` grammar, its validation, and the typed settings of a connection.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use fencelock_core::{Error, HostPort, Result};
+use sqlx::ConnectOptions;
+use sqlx::mysql::MySqlConnectOptions;
+use url::{Host, Url};
+
+use crate::database::MySqlDatabase;
+
+/// The table prefix used when none is configured.
+pub const DEFAULT_PREFIX: &str = "fencelock_";
+
+/// The longest prefix accepted, so that every table and procedure name stays within MySQL's
+/// 64-character identifier limit.
+pub const MAX_PREFIX_LEN: usize = 32;
+
+/// The port used when a URL names none.
+pub const DEFAULT_PORT: u16 = 3306;
+
+/// The largest value [`MySqlStorage`](crate::MySqlStorage) accepts unless configured otherwise
+/// (lowered at connect time to what the server's `max_allowed_packet` carries).
+pub const DEFAULT_MAX_VALUE_LEN: usize = 4 << 20;
+
+/// The lock backend a [`MySqlConfig`] chooses with `?backend=`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum MySqlBackendKind {
+    /// `get_lock` (default): [`MySqlLockBackend`](crate::MySqlLockBackend), session locks taken
+    /// with `GET_LOCK`, interoperable with plain SQL clients.
+    #[default]
+    GetLock,
+}
+
+impl MySqlBackendKind {
+    /// Every kind, in the order the docs list them.
+    pub const ALL: &'static [MySqlBackendKind] = &[MySqlBackendKind::GetLock];
+
+    /// The name used in `?backend=`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MySqlBackendKind::GetLock => "get_lock",
+        }
+    }
+}
+
+impl fmt::Display for MySqlBackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for MySqlBackendKind {
+    type Err = Error;
+
+    /// `get_lock`; anything else is [`Error::InvalidConfig`].
+    fn from_str(s: &str) -> Result<Self> {
+        MySqlBackendKind::ALL
+            .iter()
+            .copied()
+            .find(|kind| kind.as_str() == s)
+            .ok_or_else(|| {
+                Error::config(format!(
+                    "unknown MySQL backend {s:?}: the only one is `get_lock`"
+                ))
+            })
+    }
+}
+
+/// How to reach MySQL or MariaDB, which lock backend to use, and the prefix of fencelock's
+/// tables.
+///
+/// The URL grammar (`from_url` / `to_url`):
+///
+/// ```text
+/// mysql://user[:password]@host[:port]/database[?backend=get_lock][&prefix=name]
+/// ```
+///
+/// `mariadb://` is accepted as a synonym and kept as written. User, host and database are
+/// required; the port defaults to 3306.
+///
+/// - `backend` chooses the lock backend ([`MySqlBackendKind`], default and only value
+///   `get_lock`);
+/// - `prefix` starts the name of every table and procedure fencelock installs (default
+///   `fencelock_`; see [`prefix`](Self::prefix) for the allowed names), so several
+///   installations can share one database.
+///
+/// Every other option is refused, so a typo is an error instead of a silently ignored setting.
+/// TLS is not supported by this crate yet: the connection is plain TCP.
+///
+/// `Display` and `Debug` show the URL with the password replaced by `***`;
+/// [`to_url`](Self::to_url) gives it back whole, and `from_url(&config.to_url())` equals
+/// `config`.
+///
+/// ```
+/// use fencelock_mysql::MySqlConfig;
+/// let config = MySqlConfig::from_url("mysql://app:secret@db.internal:3307/orders?prefix=locks_")?;
+/// assert_eq!(config.prefix_name(), "locks_");
+/// assert_eq!(config.to_string(), "mysql://app:***@db.internal:3307/orders?prefix=locks_");
+/// assert_eq!(MySqlConfig::from_url(&config.to_url())?, config);
+/// # Ok::<(), fencelock_core::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct MySqlConfig {
+    /// Scheme, credentials, host, port and database; no query.
+    base: Url,
+    pub(crate) backend: MySqlBackendKind,
+    pub(crate) prefix: String,
+    pub(crate) pool_size: u32,
+    pub(crate) session_pool_size: u32,
+    pub(crate) operation_timeout: Duration,
+    pub(crate) max_value_len: Option<usize>,
+    pub(crate) install: bool,
+}
+
+impl PartialEq for MySqlConfig {
+    fn eq(&self, other: &Self) -> bool {
+        self.base == other.base
+            && self.backend == other.backend
+            && self.prefix == other.prefix
+            && self.pool_size == other.pool_size
+            && self.session_pool_size == other.session_pool_size
+            && self.operation_timeout == other.operation_timeout
+            && self.max_value_len == other.max_value_len
+            && self.install == other.install
+    }
+}
+
+impl Eq for MySqlConfig {}
+
+impl fmt::Debug for MySqlConfig {
+    // Hand-written so that a password never reaches a log.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MySqlConfig")
+            .field("url", &self.redacted_url())
+            .field("pool_size", &self.pool_size)
+            .field("session_pool_size", &self.session_pool_size)
+            .field("operation_timeout", &self.operation_timeout)
+            .field("max_value_len", &self.max_value_len)
+            .field("install", &self.install)
+            .finish()
+    }
+}
+
+impl fmt::Display for MySqlConfig {
+    /// The URL with the password replaced by `***`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted_url())
+    }
+}
+
+impl FromStr for MySqlConfig {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Self::from_url(s)
+    }
+}
+
+impl MySqlConfig {
+    /// The URL schemes this config owns.
+    pub const SCHEMES: &'static [&'static str] = &["mysql", "mariadb"];
+
+    /// A configuration from a `mysql://` or `mariadb://` URL (grammar above), checked eagerly
+    /// and completely. Anything wrong is [`Error::InvalidConfig`] naming what is wrong; the
+    /// message never contains the password.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+        if !scheme.is_some_and(|s| Self::SCHEMES.iter().any(|k| s.eq_ignore_ascii_case(k))) {
+            return Err(Error::config(format!(
+                "{} is not a MySQL URL: expected mysql://user@host[:port]/database",
+                redact_raw(url)
+            )));
+        }
+        let parsed = Url::parse(url).map_err(|e| parse_error(url, e))?;
+        let shown = shown(&parsed);
+        if parsed.host_str().is_none_or(str::is_empty) {
+            return Err(Error::config(format!("MySQL URL {shown} names no host")));
+        }
+        if parsed.port() == Some(0) {
+            return Err(Error::config(format!(
+                "MySQL URL {shown}: port 0 is out of range (1 to 65535)"
+            )));
+        }
+        if parsed.username().is_empty() {
+            return Err(Error::config(format!(
+                "MySQL URL {shown} names no user: write mysql://user@host/database"
+            )));
+        }
+        if parsed.fragment().is_some() {
+            return Err(Error::config(format!(
+                "MySQL URL {shown} takes no fragment (`#...`)"
+            )));
+        }
+        let database = parsed.path().trim_start_matches('/');
+        if database.is_empty() {
+            return Err(Error::config(format!(
+                "MySQL URL {shown} names no database: write mysql://user@host/database"
+            )));
+        }
+        if database.contains('/') {
+            return Err(Error::config(format!(
+                "MySQL URL {shown}: the path must be one database name"
+            )));
+        }
+        let mut backend = None;
+        let mut prefix = None;
+        for (name, value) in parsed.query_pairs() {
+            match &*name {
+                "backend" if backend.is_none() => backend = Some(value.parse()?),
+                "prefix" if prefix.is_none() => {
+                    validate_prefix(&value)?;
+                    prefix = Some(value.into_owned());
+                }
+                "backend" | "prefix" => {
+                    return Err(Error::config(format!(
+                        "MySQL URL {shown} repeats option `{name}`"
+                    )));
+                }
+                other => {
+                    return Err(Error::config(format!(
+                        "MySQL URL {shown}: unknown option `{other}` (the options are \
+                         `backend` and `prefix`)"
+                    )));
+                }
+            }
+        }
+        let mut base = parsed;
+        base.set_query(None);
+        // Checks what the driver checks (credentials and database decode as UTF-8) now.
+        connect_options(&base)?;
+        Ok(MySqlConfig {
+            base,
+            backend: backend.unwrap_or_default(),
+            prefix: prefix.unwrap_or_else(|| DEFAULT_PREFIX.to_owned()),
+            pool_size: 10,
+            session_pool_size: 100,
+            operation_timeout: Duration::from_secs(5),
+            max_value_len: None,
+            install: true,
+        })
+    }
+
+    /// The full URL, **credentials included**, such that `from_url` gives this config back.
+    /// Builder settings that have no URL form (pool sizes, time-outs, `max_value_len`) are not
+    /// in it.
+    pub fn to_url(&self) -> String {
+        self.url(false)
+    }
+
+    /// [`to_url`](Self::to_url) with the password replaced by `***`: what `Display` and
+    /// `Debug` show.
+    pub fn redacted_url(&self) -> String {
+        self.url(true)
+    }
+
+    fn url(&self, redacted: bool) -> String {
+        let mut url = self.base.clone();
+        if redacted && url.password().is_some() {
+            // Setting a password only fails on URLs without a host, which `base` never is.
+            let _ = url.set_password(Some("***"));
+        }
+        let mut pairs: Vec<(&str, &str)> = Vec::new();
+        if self.backend != MySqlBackendKind::default() {
+            pairs.push(("backend", self.backend.as_str()));
+        }
+        if self.prefix != DEFAULT_PREFIX {
+            pairs.push(("prefix", &self.prefix));
+        }
+        if !pairs.is_empty() {
+            url.query_pairs_mut().extend_pairs(pairs);
+        }
+        url.into()
+    }
+
+    /// The servers this config reaches, in URL order (one for MySQL), default port filled in.
+    pub fn hosts(&self) -> Vec<HostPort> {
+        vec![HostPort::new(host_of(&self.base), self.port())]
+    }
+
+    fn port(&self) -> u16 {
+        self.base.port().unwrap_or(DEFAULT_PORT)
+    }
+
+    /// The same config pointed at other servers: `hosts` must hold exactly one (MySQL URLs
+    /// name one server), else [`Error::InvalidConfig`].
+    pub fn with_hosts(mut self, hosts: &[HostPort]) -> Result<Self> {
+        let [target] = hosts else {
+            return Err(Error::config(format!(
+                "a MySQL config reaches one server; {} given",
+                hosts.len()
+            )));
+        };
+        if target.port == 0 {
+            return Err(Error::config("port 0 is out of range (1 to 65535)"));
+        }
+        let host = if target.host.contains(':') {
+            format!("[{}]", target.host)
+        } else {
+            target.host.clone()
+        };
+        let mut base = self.base.clone();
+        base.set_host(Some(&host))
+            .map_err(|e| Error::InvalidConfig {
+                message: format!("{:?} is not a host name or address", target.host),
+                source: Some(Box::new(e)),
+            })?;
+        base.set_port(Some(target.port))
+            .map_err(|()| Error::config(format!("cannot set port {}", target.port)))?;
+        connect_options(&base)?;
+        self.base = base;
+        Ok(self)
+    }
+
+    /// Uses `kind` as the lock backend (the URL's `?backend=`).
+    pub fn with_backend_kind(mut self, kind: MySqlBackendKind) -> Self {
+        self.backend = kind;
+        self
+    }
+
+    /// The lock backend this config chooses (`?backend=`, default
+    /// [`MySqlBackendKind::GetLock`]).
+    pub fn backend_kind(&self) -> MySqlBackendKind {
+        self.backend
+    }
+
+    /// The prefix of every table and procedure fencelock installs (default `fencelock_`):
+    /// lowercase ASCII letters, digits and `_`, not starting with a digit, 1 to
+    /// [`MAX_PREFIX_LEN`] bytes (checked by [`connect`](Self::connect); `from_url` checks
+    /// `?prefix=` at once).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The configured prefix.
+    pub fn prefix_name(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The database the URL names.
+    pub fn database_name(&self) -> String {
+        let raw = self.base.path().trim_start_matches('/');
+        connect_options(&self.base)
+            .ok()
+            .and_then(|o| o.get_database().map(str::to_owned))
+            .unwrap_or_else(|| raw.to_owned())
+    }
+
+    /// Connections in the shared pool used by `inspect`, the storage and `advance_token`
+    /// (default 10).
+    pub fn pool_size(mut self, size: u32) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// Connections available to sessions that hold a lock or wait for one (default 100): each
+    /// lock held by [`MySqlLockBackend`](crate::MySqlLockBackend) occupies one for the life of
+    /// its lease, and each key waited for in this process one more while a waiter blocks.
+    pub fn session_pool_size(mut self, size: u32) -> Self {
+        self.session_pool_size = size;
+        self
+    }
+
+    /// How long one operation may take before it fails with
+    /// [`Error::Unavailable`] (default 5 s).
+    pub fn operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = timeout;
+        self
+    }
+
+    /// The largest value [`MySqlStorage`](crate::MySqlStorage) accepts, in bytes (default
+    /// [`DEFAULT_MAX_VALUE_LEN`], lowered to fit the server's `max_allowed_packet`). At least
+    /// 1 MiB; [`connect`](Self::connect) refuses a value the server's `max_allowed_packet`
+    /// cannot carry.
+    pub fn max_value_len(mut self, len: usize) -> Self {
+        self.max_value_len = Some(len);
+        self
+    }
+
+    /// Whether [`connect`](Self::connect) creates the tables and procedures it needs when they
+    /// are missing (default `true`). Turn it off when an operator installs them.
+    pub fn install(mut self, install: bool) -> Self {
+        self.install = install;
+        self
+    }
+
+    /// The driver's connect options for this config.
+    pub fn connect_options(&self) -> Result<MySqlConnectOptions> {
+        connect_options(&self.base)
+    }
+
+    /// Connects, installs the tables and procedures (unless turned off), and returns the
+    /// database handle the backend, the storage and the fence come from.
+    pub async fn connect(&self) -> Result<MySqlDatabase> {
+        validate_prefix(&self.prefix)?;
+        if self.pool_size == 0 || self.session_pool_size == 0 {
+            return Err(Error::config("MySQL pool sizes must be at least 1"));
+        }
+        if self.operation_timeout.is_zero() {
+            return Err(Error::config("MySQL operation timeout must be above zero"));
+        }
+        MySqlDatabase::connect(self).await
+    }
+}
+
+/// The driver's options for `base` (host, port, user, password, database; no query).
+fn connect_options(base: &Url) -> Result<MySqlConnectOptions> {
+    let options = MySqlConnectOptions::from_url(base).map_err(|e| Error::InvalidConfig {
+        message: format!("MySQL URL {}: {e}", shown(base)),
+        source: None,
+    })?;
+    // The driver keeps an IPv6 address's brackets; the socket address needs it bare.
+    Ok(options.host(&host_of(base)).port(base.port().unwrap_or(DEFAULT_PORT)))
+}
+
+fn host_of(url: &Url) -> String {
+    match url.host() {
+        Some(Host::Ipv6(addr)) => addr.to_string(),
+        Some(Host::Ipv4(addr)) => addr.to_string(),
+        Some(Host::Domain(name)) => name.to_owned(),
+        None => String::new(),
+    }
+}
+
+/// Checks a table prefix: lowercase ASCII letters, digits and `_`, not starting with a digit,
+/// 1 to [`MAX_PREFIX_LEN`] bytes. It is pasted into SQL as part of identifiers, so nothing else
+/// may pass.
+pub fn validate_prefix(prefix: &str) -> Result<()> {
+    let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_';
+    let reason = if prefix.is_empty() {
+        Some("is empty")
+    } else if prefix.len() > MAX_PREFIX_LEN {
+        Some("is longer than 32 bytes")
+    } else if prefix.starts_with(|c: char| c.is_ascii_digit()) {
+        Some("starts with a digit")
+    } else if !prefix.chars().all(allowed) {
+        Some("may hold only lowercase ASCII letters, digits and `_`")
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(Error::config(format!(
+            "MySQL table prefix {prefix:?} {reason}"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// `url` for messages: the password replaced by `***`.
+fn shown(url: &Url) -> String {
+    let mut url = url.clone();
+    if url.password().is_some() {
+        let _ = url.set_password(Some("***"));
+    }
+    url.into()
+}
+
+/// A URL the `url` crate refused, as an error that names the problem without the password.
+fn parse_error(url: &str, error: url::ParseError) -> Error {
+    let shown = redact_raw(url);
+    let message = match error {
+        url::ParseError::InvalidPort => match raw_port(url) {
+            Some(port) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => {
+                format!("MySQL URL {shown}: port {port} is out of range (1 to 65535)")
+            }
+            Some(port) => format!("MySQL URL {shown}: port {port:?} is not a number"),
+            None => format!("MySQL URL {shown}: invalid port"),
+        },
+        url::ParseError::EmptyHost => format!("MySQL URL {shown} names no host"),
+        other => format!("{shown} is not a valid MySQL URL: {other}"),
+    };
+    Error::InvalidConfig {
+        message,
+        source: Some(Box::new(error)),
+    }
+}
+
+/// The authority of a raw URL (between `://` and the path, query or fragment).
+fn raw_authority(url: &str) -> Option<(usize, &str)> {
+    let start = url.find("://")? + 3;
+    let rest = &url[start..];
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    Some((start, &rest[..end]))
+}
+
+/// The port text of a raw URL's authority, if it has one.
+fn raw_port(url: &str) -> Option<&str> {
+    let (_, authority) = raw_authority(url)?;
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    let after_host = match host_port.rfind(']') {
+        Some(end) => &host_port[end + 1..],
+        None => host_port,
+    };
+    after_host.rsplit_once(':').map(|(_, port)| port)
+}
+
+/// A URL that may not parse, with whatever stands where a password would be replaced by
+/// `***`.
+fn redact_raw(url: &str) -> String {
+    let Some((start, authority)) = raw_authority(url) else {
+        return url.to_owned();
+    };
+    let Some((userinfo, host)) = authority.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    let Some((user, _password)) = userinfo.split_once(':') else {
+        return url.to_owned();
+    };
+    format!(
+        "{}{user}:***@{host}{}",
+        &url[..start],
+        &url[start + authority.len()..]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn refusal(url: &str) -> String {
+        match MySqlConfig::from_url(url) {
+            Err(Error::InvalidConfig { message, .. }) => message,
+            other => panic!("{url}: expected InvalidConfig, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn reads_every_part_and_round_trips() {
+        for url in [
+            "mysql://root@127.0.0.1/test",
+            "mysql://root@127.0.0.1:3306/test",
+            "mysql://app:s%40cret@db.example:3307/orders?prefix=locks_",
+            "mariadb://app:pw@[::1]:3306/orders",
+            "mysql://app@localhost/test?backend=get_lock&prefix=x_",
+        ] {
+            let config = MySqlConfig::from_url(url).unwrap();
+            assert_eq!(
+                MySqlConfig::from_url(&config.to_url()).unwrap(),
+                config,
+                "{url}"
+            );
+        }
+        let config = MySqlConfig::from_url("mysql://app:s%40cret@db.example/orders").unwrap();
+        assert_eq!(config.hosts(), vec![HostPort::new("db.example", 3306)]);
+        assert_eq!(config.database_name(), "orders");
+        assert_eq!(config.prefix_name(), DEFAULT_PREFIX);
+        assert_eq!(config.backend_kind(), MySqlBackendKind::GetLock);
+        let v6 = MySqlConfig::from_url("mysql://a@[::1]:3310/d").unwrap();
+        assert_eq!(v6.hosts(), vec![HostPort::new("::1", 3310)]);
+        assert_eq!(v6.connect_options().unwrap().get_host(), "::1");
+    }
+
+    #[test]
+    fn the_password_never_shows() {
+        let config = MySqlConfig::from_url("mysql://app:hunter2@db/orders").unwrap();
+        assert_eq!(config.to_url(), "mysql://app:hunter2@db/orders");
+        for shown in [
+            config.to_string(),
+            format!("{config:?}"),
+            config.redacted_url(),
+        ] {
+            assert!(!shown.contains("hunter2"), "{shown}");
+            assert!(shown.contains("app:***@db"), "{shown}");
+        }
+        for bad in [
+            "mysql://app:hunter2@db:99999/orders",
+            "mysql://app:hunter2@db/orders?nope=1",
+            "mysql://app:hunter2@db/",
+            "mysql://app:hunter2@db:port/orders",
+            "postgres://app:hunter2@db/orders",
+        ] {
+            let message = refusal(bad);
+            assert!(!message.contains("hunter2"), "{message}");
+        }
+    }
+
+    #[test]
+    fn names_what_is_wrong() {
+        let cases = [
+            ("mysql://root@db:99999/test", "port 99999 is out of range"),
+            ("mysql://root@db:0/test", "port 0 is out of range"),
+            ("mysql://root@db:x1/test", "port \"x1\" is not a number"),
+            ("mysql://root@/test", "names no host"),
+            ("mysql://db/test", "names no user"),
+            ("mysql://root@db", "names no database"),
+            ("mysql://root@db/", "names no database"),
+            ("mysql://root@db/a/b", "one database name"),
+            ("mysql://root@db/test?foo=1", "unknown option `foo`"),
+            ("mysql://root@db/test?prefix=a_&prefix=b_", "repeats option `prefix`"),
+            ("mysql://root@db/test?backend=lease", "unknown MySQL backend \"lease\""),
+            ("mysql://root@db/test?prefix=Bad", "lowercase ASCII"),
+            ("mysql://root@db/test?prefix=1a", "starts with a digit"),
+            ("mysql://root@db/test?prefix=", "is empty"),
+            ("mysql://root@db/test#frag", "no fragment"),
+            ("redis://root@db/test", "not a MySQL URL"),
+        ];
+        for (url, expected) in cases {
+            let message = refusal(url);
+            assert!(message.contains(expected), "{url}: {message}");
+        }
+        let long = format!("mysql://root@db/test?prefix={}", "p".repeat(33));
+        assert!(refusal(&long).contains("longer than 32 bytes"));
+    }
+
+    #[test]
+    fn with_hosts_points_elsewhere() {
+        let config = MySqlConfig::from_url("mysql://root:pw@db:3306/test?prefix=t_").unwrap();
+        let moved = config
+            .clone()
+            .with_hosts(&[HostPort::new("10.0.0.7", 4000)])
+            .unwrap();
+        assert_eq!(moved.hosts(), vec![HostPort::new("10.0.0.7", 4000)]);
+        assert_eq!(moved.to_url(), "mysql://root:pw@10.0.0.7:4000/test?prefix=t_");
+        let v6 = config
+            .clone()
+            .with_hosts(&[HostPort::new("::1", 4000)])
+            .unwrap();
+        assert_eq!(v6.hosts(), vec![HostPort::new("::1", 4000)]);
+        assert!(config.clone().with_hosts(&[]).is_err());
+        assert!(
+            config
+                .clone()
+                .with_hosts(&[HostPort::new("a", 1), HostPort::new("b", 2)])
+                .is_err()
+        );
+        assert!(config.with_hosts(&[HostPort::new("a", 0)]).is_err());
+    }
+}

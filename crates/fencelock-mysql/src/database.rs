@@ -1,0 +1,244 @@
+//! `MySqlDatabase`: the pools, the installed objects of one prefix, and what the server told
+//! us at connect time.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencelock_core::{Error, LockBackend, Result, TokenGuarantee};
+use sqlx::ConnectOptions;
+use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+
+use crate::config::{DEFAULT_MAX_VALUE_LEN, MySqlBackendKind, MySqlConfig};
+use crate::error::{BACKEND, map_sqlx_error, timed};
+use crate::schema::Statements;
+use crate::{MySqlFence, MySqlLockBackend, MySqlStorage};
+
+/// Room left in `max_allowed_packet` for everything of a write that is not the value.
+const PACKET_OVERHEAD: usize = 64 << 10;
+
+/// The smallest `max_value_len` accepted: the conformance suite writes 1 MiB values.
+const MIN_VALUE_LEN: usize = 1 << 20;
+
+/// How long an idle pooled connection is kept.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A connected MySQL or MariaDB database with fencelock's tables and procedures installed:
+/// where the lock backend, the storage and the fence come from. Cheap to clone.
+///
+/// It keeps two pools: a shared one for short statements (`inspect`, the storage,
+/// `advance_token`) and one of *sessions*, connections that hold a `GET_LOCK` for the life of
+/// a lease or block in one while a waiter waits.
+#[derive(Clone)]
+pub struct MySqlDatabase {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: MySqlPool,
+    sessions: MySqlPool,
+    sql: Statements,
+    kind: MySqlBackendKind,
+    operation_timeout: Duration,
+    max_value_len: usize,
+    tokens: TokenGuarantee,
+    server_version: String,
+}
+
+impl fmt::Debug for MySqlDatabase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MySqlDatabase")
+            .field("prefix", &self.inner.sql.prefix)
+            .field("server_version", &self.inner.server_version)
+            .field("max_value_len", &self.inner.max_value_len)
+            .field("tokens", &self.inner.tokens)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MySqlDatabase {
+    pub(crate) async fn connect(config: &MySqlConfig) -> Result<Self> {
+        let sql = Statements::new(&config.prefix)?;
+        let options = config.connect_options()?.disable_statement_logging();
+        let timeout = config.operation_timeout;
+        let pool = MySqlPoolOptions::new()
+            .max_connections(config.pool_size)
+            .acquire_timeout(timeout)
+            .idle_timeout(IDLE_TIMEOUT)
+            // Connections are tested when they come back (sqlx pings on release), so a
+            // second test on the way out would only add a round trip to every operation.
+            .test_before_acquire(false)
+            .connect_with(options.clone())
+            .await
+            .map_err(|e| map_sqlx_error(BACKEND, e))?;
+        let sessions = MySqlPoolOptions::new()
+            .max_connections(config.session_pool_size)
+            .acquire_timeout(timeout)
+            .idle_timeout(IDLE_TIMEOUT)
+            .test_before_acquire(false)
+            .connect_lazy_with(options);
+        let (version, packet, flush): (String, i64, i64) = timed(
+            timeout,
+            sqlx::query_as(
+                "SELECT VERSION(), CAST(@@max_allowed_packet AS SIGNED), \
+                 CAST(@@innodb_flush_log_at_trx_commit AS SIGNED)",
+            )
+            .fetch_one(&pool),
+        )
+        .await?;
+        let max_value_len = value_limit(config.max_value_len, packet)?;
+        // 1 flushes the redo log at every commit; MariaDB's 3 does too, with group commit.
+        // 0 and 2 can lose the last second of commits in a crash, counters included.
+        let tokens = if matches!(flush, 1 | 3) {
+            TokenGuarantee::Durable
+        } else {
+            TokenGuarantee::DurableIfServerPersists {
+                server_persists: Some(false),
+            }
+        };
+        if config.install {
+            sql.install(&pool).await?;
+        }
+        Ok(MySqlDatabase {
+            inner: Arc::new(Inner {
+                pool,
+                sessions,
+                sql,
+                kind: config.backend,
+                operation_timeout: timeout,
+                max_value_len,
+                tokens,
+                server_version: version,
+            }),
+        })
+    }
+
+    /// The shared pool: use it for your own statements, and for
+    /// [`MySqlFence::admit`](crate::MySqlFence::admit) inside your transactions.
+    pub fn pool(&self) -> &MySqlPool {
+        &self.inner.pool
+    }
+
+    pub(crate) fn sessions(&self) -> &MySqlPool {
+        &self.inner.sessions
+    }
+
+    pub(crate) fn sql(&self) -> &Statements {
+        &self.inner.sql
+    }
+
+    pub(crate) fn operation_timeout(&self) -> Duration {
+        self.inner.operation_timeout
+    }
+
+    pub(crate) fn tokens(&self) -> TokenGuarantee {
+        self.inner.tokens
+    }
+
+    /// The prefix of fencelock's tables and procedures.
+    pub fn prefix(&self) -> &str {
+        &self.inner.sql.prefix
+    }
+
+    /// The server's `VERSION()`, as read at connect time.
+    pub fn server_version(&self) -> &str {
+        &self.inner.server_version
+    }
+
+    /// The largest value the storage accepts: the configured or default maximum, lowered to
+    /// what the server's `max_allowed_packet` carries.
+    pub fn max_value_len(&self) -> usize {
+        self.inner.max_value_len
+    }
+
+    /// The names of the tables and procedures this database uses (tables first), for an
+    /// operator who installs them by hand or grants privileges on them.
+    pub fn object_names(&self) -> Vec<String> {
+        self.inner.sql.object_names()
+    }
+
+    /// The `GET_LOCK` backend on this database. Clones of it share held sessions and
+    /// waiters; two calls give two independent backends.
+    pub fn lock_backend(&self) -> MySqlLockBackend {
+        MySqlLockBackend::new(self)
+    }
+
+    /// The lock backend the config chose (`?backend=`), as a trait object.
+    pub fn backend(&self) -> Arc<dyn LockBackend> {
+        match self.inner.kind {
+            MySqlBackendKind::GetLock => Arc::new(self.lock_backend()),
+        }
+    }
+
+    /// The fenced storage table of this database.
+    pub fn storage(&self) -> MySqlStorage {
+        MySqlStorage::new(self)
+    }
+
+    /// The fence check to run inside your own transactions.
+    pub fn fence(&self) -> MySqlFence {
+        MySqlFence::from_statements(self.inner.sql.clone())
+    }
+
+    /// Closes both pools: connections in use are closed as they come back, so a lock held by
+    /// this process is let go when its lease is released. Later operations fail with
+    /// [`Error::Unavailable`].
+    pub async fn close(&self) {
+        self.inner.sessions.close().await;
+        self.inner.pool.close().await;
+    }
+
+    /// Drops every table and procedure of this prefix. **The token counters go with them**:
+    /// a later installation starts every key's tokens at 1 again, below tokens the old
+    /// storage admitted. For tests and for removing fencelock from a database for good.
+    pub async fn uninstall(&self) -> Result<()> {
+        self.inner.sql.uninstall(&self.inner.pool).await
+    }
+}
+
+/// The storage's value limit from the configured one (if any) and the server's
+/// `max_allowed_packet`.
+fn value_limit(configured: Option<usize>, max_allowed_packet: i64) -> Result<usize> {
+    let carried = usize::try_from(max_allowed_packet)
+        .unwrap_or(0)
+        .saturating_sub(PACKET_OVERHEAD);
+    match configured {
+        Some(len) if len < MIN_VALUE_LEN => Err(Error::config(format!(
+            "MySQL max_value_len {len} is below the minimum of {MIN_VALUE_LEN} bytes"
+        ))),
+        Some(len) if len > carried => Err(Error::config(format!(
+            "MySQL max_value_len {len} does not fit the server's max_allowed_packet of \
+             {max_allowed_packet} bytes (at most {carried}); raise max_allowed_packet or \
+             lower max_value_len"
+        ))),
+        Some(len) => Ok(len),
+        None if carried < MIN_VALUE_LEN => Err(Error::config(format!(
+            "the server's max_allowed_packet of {max_allowed_packet} bytes is too small for \
+             1 MiB values; raise it to at least {}",
+            MIN_VALUE_LEN + PACKET_OVERHEAD
+        ))),
+        None => Ok(DEFAULT_MAX_VALUE_LEN.min(carried)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_value_limit_fits_the_packet() {
+        const MIB: usize = 1 << 20;
+        let packet = |mib: usize| i64::try_from(mib * MIB).unwrap();
+        assert_eq!(value_limit(None, packet(64)).unwrap(), DEFAULT_MAX_VALUE_LEN);
+        assert_eq!(
+            value_limit(None, packet(2)).unwrap(),
+            2 * MIB - PACKET_OVERHEAD
+        );
+        assert!(value_limit(None, packet(1)).is_err());
+        assert_eq!(value_limit(Some(8 * MIB), packet(16)).unwrap(), 8 * MIB);
+        let err = value_limit(Some(16 * MIB), packet(16)).unwrap_err();
+        assert!(err.to_string().contains("max_allowed_packet"), "{err}");
+        assert!(value_limit(Some(1000), packet(16)).is_err());
+    }
+}

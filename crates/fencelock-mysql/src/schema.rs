@@ -1,0 +1,157 @@
+//! The SQL of one installation: every statement with the table prefix filled in, the objects
+//! `install` creates and `uninstall` drops.
+
+use fencelock_core::{Error, Result};
+use sqlx::{Executor, MySqlPool};
+
+use crate::config::validate_prefix;
+use crate::error::{BACKEND, map_sqlx_error};
+
+/// `ER_SP_ALREADY_EXISTS`: another process created the procedure first.
+const PROCEDURE_EXISTS: u16 = 1304;
+
+/// The tables, in creation order.
+const TABLES: &[(&str, &str)] = &[
+    ("locks", include_str!("../sql/locks_table.sql")),
+    ("storage", include_str!("../sql/storage_table.sql")),
+    ("fences", include_str!("../sql/fences_table.sql")),
+];
+
+/// The procedures, by name without prefix, in creation order.
+const PROCEDURES: &[(&str, &str)] = &[
+    ("acquire_v1", include_str!("../sql/acquire.sql")),
+    ("extend_v1", include_str!("../sql/extend.sql")),
+    ("release_v1", include_str!("../sql/release.sql")),
+    ("wait_v1", include_str!("../sql/wait.sql")),
+    ("advance_token_v1", include_str!("../sql/advance_token.sql")),
+    ("storage_apply_v1", include_str!("../sql/storage_apply.sql")),
+    ("admit_v1", include_str!("../sql/admit.sql")),
+];
+
+/// Every statement fencelock runs, for one prefix.
+#[derive(Debug, Clone)]
+pub(crate) struct Statements {
+    pub(crate) prefix: String,
+    pub(crate) acquire: String,
+    pub(crate) extend: String,
+    pub(crate) release: String,
+    pub(crate) wait: String,
+    pub(crate) advance_token: String,
+    pub(crate) inspect: String,
+    pub(crate) storage_apply: String,
+    pub(crate) storage_peek: String,
+    pub(crate) admit: String,
+    pub(crate) fence_peek: String,
+}
+
+impl Statements {
+    /// The statements for `prefix`, which must pass [`validate_prefix`]: it is pasted into
+    /// identifiers.
+    pub(crate) fn new(prefix: &str) -> Result<Self> {
+        validate_prefix(prefix)?;
+        let call = |name: &str, args: usize| {
+            let marks = vec!["?"; args].join(", ");
+            format!("CALL {prefix}{name}({marks})")
+        };
+        Ok(Statements {
+            prefix: prefix.to_owned(),
+            acquire: call("acquire_v1", 6),
+            extend: call("extend_v1", 6),
+            release: call("release_v1", 4),
+            wait: call("wait_v1", 3),
+            advance_token: call("advance_token_v1", 2),
+            inspect: fill(include_str!("../sql/inspect.sql"), prefix),
+            storage_apply: call("storage_apply_v1", 6),
+            storage_peek: fill(include_str!("../sql/storage_peek.sql"), prefix),
+            admit: call("admit_v1", 4),
+            fence_peek: fill(include_str!("../sql/fence_peek.sql"), prefix),
+        })
+    }
+
+    /// Creates the tables and procedures that are missing. Safe to run concurrently from
+    /// several processes: tables are created `IF NOT EXISTS`, and a procedure another process
+    /// created first is left as it is (procedure names carry a version, so a changed body
+    /// gets a new name rather than replacing one in use).
+    pub(crate) async fn install(&self, pool: &MySqlPool) -> Result<()> {
+        for (_, sql) in TABLES {
+            pool.execute(sqlx::raw_sql(&fill(sql, &self.prefix)))
+                .await
+                .map_err(|e| map_sqlx_error(BACKEND, e))?;
+        }
+        for (name, sql) in PROCEDURES {
+            match pool.execute(sqlx::raw_sql(&fill(sql, &self.prefix))).await {
+                Ok(_) => {}
+                Err(sqlx::Error::Database(db))
+                    if db
+                        .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                        .is_some_and(|e| e.number() == PROCEDURE_EXISTS) => {}
+                Err(e) => {
+                    let error = map_sqlx_error(BACKEND, e);
+                    return Err(match error {
+                        Error::Backend { message, source, .. } => Error::Backend {
+                            backend: BACKEND,
+                            message: format!(
+                                "cannot create procedure {}{name}: {message}",
+                                self.prefix
+                            ),
+                            source,
+                        },
+                        other => other,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops every table and procedure of this prefix, token counters included.
+    pub(crate) async fn uninstall(&self, pool: &MySqlPool) -> Result<()> {
+        for (name, _) in PROCEDURES {
+            let drop = format!("DROP PROCEDURE IF EXISTS {}{name}", self.prefix);
+            pool.execute(sqlx::raw_sql(&drop))
+                .await
+                .map_err(|e| map_sqlx_error(BACKEND, e))?;
+        }
+        for (name, _) in TABLES.iter().rev() {
+            let drop = format!("DROP TABLE IF EXISTS {}{name}", self.prefix);
+            pool.execute(sqlx::raw_sql(&drop))
+                .await
+                .map_err(|e| map_sqlx_error(BACKEND, e))?;
+        }
+        Ok(())
+    }
+
+    /// The names of every table and procedure of this prefix, tables first.
+    pub(crate) fn object_names(&self) -> Vec<String> {
+        TABLES
+            .iter()
+            .chain(PROCEDURES)
+            .map(|(name, _)| format!("{}{name}", self.prefix))
+            .collect()
+    }
+}
+
+fn fill(sql: &str, prefix: &str) -> String {
+    sql.replace("{prefix}", prefix)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn every_placeholder_is_filled_and_names_fit() {
+        let statements = Statements::new("p_").unwrap();
+        for (_, sql) in TABLES.iter().chain(PROCEDURES) {
+            let filled = fill(sql, "p_");
+            assert!(!filled.contains('{'), "{filled}");
+        }
+        assert_eq!(statements.acquire, "CALL p_acquire_v1(?, ?, ?, ?, ?, ?)");
+        let longest = "p".repeat(crate::config::MAX_PREFIX_LEN);
+        for name in Statements::new(&longest).unwrap().object_names() {
+            assert!(name.len() <= 64, "{name} is longer than 64 characters");
+        }
+        assert!(Statements::new("bad-prefix").is_err());
+    }
+}

@@ -1,0 +1,119 @@
+//! What the tests share: the server's URL, a database with a table prefix of its own that is
+//! dropped afterwards, and an administrator's connection for plain SQL.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use fencelock_core::OwnerId;
+use fencelock_mysql::sqlx::mysql::MySqlConnection;
+use fencelock_mysql::sqlx::{self, Connection};
+use fencelock_mysql::{MySqlConfig, MySqlDatabase};
+
+/// The server every test uses unless `FENCELOCK_MYSQL_URL` names another.
+pub(crate) const DEFAULT_URL: &str = "mysql://root@127.0.0.1:3306/test";
+
+pub(crate) fn url() -> String {
+    std::env::var("FENCELOCK_MYSQL_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
+}
+
+/// The config of the test server with a table prefix no other test uses.
+pub(crate) fn config(tag: &str) -> MySqlConfig {
+    let prefix = format!("t{:08x}_{tag}_", rand_u32());
+    MySqlConfig::from_url(&url())
+        .unwrap_or_else(|e| panic!("FENCELOCK_MYSQL_URL is not a usable MySQL URL: {e}"))
+        .prefix(&prefix[..prefix.len().min(fencelock_mysql::MAX_PREFIX_LEN)])
+}
+
+fn rand_u32() -> u32 {
+    // OwnerId draws from the CSPRNG; its low bits are as good as any.
+    OwnerId::random().as_u128() as u32
+}
+
+fn unreachable(config: &MySqlConfig, error: impl std::fmt::Display) -> ! {
+    panic!(
+        "cannot use MySQL/MariaDB at {config}: {error}\n\
+         Start a server (for example `service mariadb start`; user root with an empty password \
+         and a database `test`), or set FENCELOCK_MYSQL_URL=mysql://user:password@host:port/database"
+    )
+}
+
+/// A database with fencelock installed under a fresh prefix, and the guard that drops it.
+pub(crate) async fn database(tag: &str) -> (MySqlDatabase, Cleanup) {
+    let config = config(tag);
+    let db = config
+        .connect()
+        .await
+        .unwrap_or_else(|e| unreachable(&config, e));
+    (db, Cleanup(config))
+}
+
+/// Drops the tables and procedures of a test's prefix when the test ends, however it ends.
+#[derive(Debug)]
+pub(crate) struct Cleanup(pub(crate) MySqlConfig);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let config = self.0.clone().install(false).pool_size(1).session_pool_size(1);
+        // A runtime of its own on a thread of its own: the test's runtime may be ending.
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            runtime.block_on(async {
+                let db = config.connect().await.ok()?;
+                let outcome = db.uninstall().await.ok();
+                db.close().await;
+                outcome
+            })
+        });
+        let _ = dropped.join();
+    }
+}
+
+/// A plain connection to the test server, as any other client would open.
+pub(crate) async fn admin() -> MySqlConnection {
+    let config = MySqlConfig::from_url(&url()).unwrap();
+    MySqlConnection::connect_with(&config.connect_options().unwrap())
+        .await
+        .unwrap_or_else(|e| unreachable(&config, e))
+}
+
+/// Ends the sessions `ids` with `KILL`, as an operator would.
+pub(crate) async fn kill(ids: &[u64]) {
+    let mut admin = admin().await;
+    for id in ids {
+        // A session that already ended answers "unknown thread": nothing left to kill.
+        let _ = sqlx::query(&format!("KILL CONNECTION {id}"))
+            .execute(&mut admin)
+            .await;
+    }
+    admin.close().await.ok();
+}
+
+/// `IS_USED_LOCK(name)`: the connection holding the lock, if any.
+pub(crate) async fn holder_of(conn: &mut MySqlConnection, name: &str) -> Option<u64> {
+    sqlx::query_scalar("SELECT IS_USED_LOCK(?)")
+        .bind(name)
+        .fetch_one(conn)
+        .await
+        .unwrap()
+}
+
+/// Polls `check` every 20 ms until it is true or `patience` has passed.
+pub(crate) async fn eventually<F, Fut>(patience: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + patience;
+    loop {
+        if check().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
