@@ -413,7 +413,9 @@ fn connect_options(base: &Url) -> Result<MySqlConnectOptions> {
         source: None,
     })?;
     // The driver keeps an IPv6 address's brackets; the socket address needs it bare.
-    Ok(options.host(&host_of(base)).port(base.port().unwrap_or(DEFAULT_PORT)))
+    Ok(options
+        .host(&host_of(base))
+        .port(base.port().unwrap_or(DEFAULT_PORT)))
 }
 
 fn host_of(url: &Url) -> String {
@@ -590,8 +592,14 @@ mod tests {
             ("mysql://root@db/", "names no database"),
             ("mysql://root@db/a/b", "one database name"),
             ("mysql://root@db/test?foo=1", "unknown option `foo`"),
-            ("mysql://root@db/test?prefix=a_&prefix=b_", "repeats option `prefix`"),
-            ("mysql://root@db/test?backend=lease", "unknown MySQL backend \"lease\""),
+            (
+                "mysql://root@db/test?prefix=a_&prefix=b_",
+                "repeats option `prefix`",
+            ),
+            (
+                "mysql://root@db/test?backend=lease",
+                "unknown MySQL backend \"lease\"",
+            ),
             ("mysql://root@db/test?prefix=Bad", "lowercase ASCII"),
             ("mysql://root@db/test?prefix=1a", "starts with a digit"),
             ("mysql://root@db/test?prefix=", "is empty"),
@@ -614,7 +622,10 @@ mod tests {
             .with_hosts(&[HostPort::new("10.0.0.7", 4000)])
             .unwrap();
         assert_eq!(moved.hosts(), vec![HostPort::new("10.0.0.7", 4000)]);
-        assert_eq!(moved.to_url(), "mysql://root:pw@10.0.0.7:4000/test?prefix=t_");
+        assert_eq!(
+            moved.to_url(),
+            "mysql://root:pw@10.0.0.7:4000/test?prefix=t_"
+        );
         let v6 = config
             .clone()
             .with_hosts(&[HostPort::new("::1", 4000)])

@@ -230,7 +230,10 @@ mod tests {
     fn the_value_limit_fits_the_packet() {
         const MIB: usize = 1 << 20;
         let packet = |mib: usize| i64::try_from(mib * MIB).unwrap();
-        assert_eq!(value_limit(None, packet(64)).unwrap(), DEFAULT_MAX_VALUE_LEN);
+        assert_eq!(
+            value_limit(None, packet(64)).unwrap(),
+            DEFAULT_MAX_VALUE_LEN
+        );
         assert_eq!(
             value_limit(None, packet(2)).unwrap(),
             2 * MIB - PACKET_OVERHEAD

@@ -73,7 +73,13 @@ mod tests {
 
     #[test]
     fn short_keys_are_their_own_name() {
-        for key in ["a", "invoices/2026-11", "with space ", "ünïcødé ✓", &"x".repeat(64)] {
+        for key in [
+            "a",
+            "invoices/2026-11",
+            "with space ",
+            "ünïcødé ✓",
+            &"x".repeat(64),
+        ] {
             assert_eq!(name(key), key);
         }
     }
@@ -83,7 +89,13 @@ mod tests {
         let a = format!("{}a", "x".repeat(64));
         let b = format!("{}b", "x".repeat(64));
         assert_ne!(name(&a), name(&b), "keys sharing 64 characters collided");
-        for key in [a.as_str(), b.as_str(), "lock 🔒", "fencelock#abc", &"€".repeat(65)] {
+        for key in [
+            a.as_str(),
+            b.as_str(),
+            "lock 🔒",
+            "fencelock#abc",
+            &"€".repeat(65),
+        ] {
             let hashed = name(key);
             assert!(hashed.starts_with(HASHED_NAME_PREFIX), "{key}: {hashed}");
             assert_eq!(hashed.chars().count(), 58);

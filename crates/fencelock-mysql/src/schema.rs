@@ -88,7 +88,9 @@ impl Statements {
                 Err(e) => {
                     let error = map_sqlx_error(BACKEND, e);
                     return Err(match error {
-                        Error::Backend { message, source, .. } => Error::Backend {
+                        Error::Backend {
+                            message, source, ..
+                        } => Error::Backend {
                             backend: BACKEND,
                             message: format!(
                                 "cannot create procedure {}{name}: {message}",

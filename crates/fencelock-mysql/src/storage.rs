@@ -1,8 +1,7 @@
 //! `MySqlStorage`: the fenced storage table, one `CALL` (one transaction) per operation.
 
 use fencelock_core::{
-    Error, Fence, FenceRule, FencedStorage, LockKey, Result, Snapshot, async_trait,
-    validate_value,
+    Error, Fence, FenceRule, FencedStorage, LockKey, Result, Snapshot, async_trait, validate_value,
 };
 use tracing::Instrument;
 

@@ -44,16 +44,42 @@ pub(crate) async fn database(tag: &str) -> (MySqlDatabase, Cleanup) {
         .connect()
         .await
         .unwrap_or_else(|e| unreachable(&config, e));
-    (db, Cleanup(config))
+    (db, Cleanup::new(config))
 }
 
-/// Drops the tables and procedures of a test's prefix when the test ends, however it ends.
+/// Drops the tables and procedures of a test's prefix, and the test's own tables, when the
+/// test ends, however it ends.
 #[derive(Debug)]
-pub(crate) struct Cleanup(pub(crate) MySqlConfig);
+pub(crate) struct Cleanup {
+    config: MySqlConfig,
+    tables: Vec<String>,
+}
+
+impl Cleanup {
+    pub(crate) fn new(config: MySqlConfig) -> Self {
+        Cleanup {
+            config,
+            tables: Vec::new(),
+        }
+    }
+
+    /// A table of the test's own (named after the prefix) to drop as well.
+    pub(crate) fn table(&mut self, name: &str) -> String {
+        let table = format!("{}{name}", self.config.prefix_name());
+        self.tables.push(table.clone());
+        table
+    }
+}
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        let config = self.0.clone().install(false).pool_size(1).session_pool_size(1);
+        let config = self
+            .config
+            .clone()
+            .install(false)
+            .pool_size(1)
+            .session_pool_size(1);
+        let tables = std::mem::take(&mut self.tables);
         // A runtime of its own on a thread of its own: the test's runtime may be ending.
         let dropped = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -62,6 +88,10 @@ impl Drop for Cleanup {
                 .ok()?;
             runtime.block_on(async {
                 let db = config.connect().await.ok()?;
+                for table in tables {
+                    let drop = format!("DROP TABLE IF EXISTS {table}");
+                    let _ = sqlx::query(&drop).execute(db.pool()).await;
+                }
                 let outcome = db.uninstall().await.ok();
                 db.close().await;
                 outcome
@@ -93,11 +123,12 @@ pub(crate) async fn kill(ids: &[u64]) {
 
 /// `IS_USED_LOCK(name)`: the connection holding the lock, if any.
 pub(crate) async fn holder_of(conn: &mut MySqlConnection, name: &str) -> Option<u64> {
-    sqlx::query_scalar("SELECT IS_USED_LOCK(?)")
+    let holder: Option<i64> = sqlx::query_scalar("SELECT CAST(IS_USED_LOCK(?) AS SIGNED)")
         .bind(name)
         .fetch_one(conn)
         .await
-        .unwrap()
+        .unwrap();
+    holder.map(|id| u64::try_from(id).unwrap())
 }
 
 /// Polls `check` every 20 ms until it is true or `patience` has passed.
@@ -109,6 +140,50 @@ where
     let deadline = tokio::time::Instant::now() + patience;
     loop {
         if check().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A URL component with its `%XX` escapes decoded.
+pub(crate) fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%')
+            .then(|| text.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match escaped {
+            Some(byte) => {
+                out.push(byte);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Polls `IS_USED_LOCK(name)` on `conn` every 20 ms until `want` accepts it or `patience` has
+/// passed; whether it did.
+pub(crate) async fn holder_becomes(
+    conn: &mut MySqlConnection,
+    name: &str,
+    want: impl Fn(Option<u64>) -> bool,
+    patience: Duration,
+) -> bool {
+    let deadline = tokio::time::Instant::now() + patience;
+    loop {
+        if want(holder_of(conn, name).await) {
             return true;
         }
         if tokio::time::Instant::now() >= deadline {
