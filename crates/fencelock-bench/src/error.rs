@@ -1,10 +1,11 @@
 //! The error of a benchmark run.
 
-/// Why a benchmark run failed.
+/// Why a benchmark run failed: the fenced lock's own error, a raw baseline's or a peer's
+/// driver error, or a run that could not be carried out.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BenchError {
-    /// fencelock itself failed.
+    /// The fenced lock (its backend or storage) failed.
     #[error(transparent)]
     Fencelock(#[from] fencelock_core::Error),
     /// A raw baseline or a peer failed.
@@ -23,7 +24,11 @@ pub enum BenchError {
 }
 
 impl BenchError {
-    pub(crate) fn raw(
+    /// A [`Raw`](BenchError::Raw) error: the raw operation `what` (`SET NX PX`,
+    /// `pg_try_advisory_lock`, ...) failed with the driver's error `source`. For baselines and
+    /// peers; the driver's message should not carry a password (connection URLs are best
+    /// kept out of it).
+    pub fn raw(
         what: impl Into<String>,
         source: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {

@@ -1,18 +1,5 @@
-//! Benchmark scenarios for fencelock, shared by the criterion benches (`benches/`) and
-//! `fencelock bench`, so that both report the same thing.
-//!
-//! A [`Suite`] holds, for one backend on one server: the fenced lock itself
-//! ([`FencedSubject`]), the raw baseline a user would otherwise write against the same server
-//! ([`Baseline`]), and peers from crates.io. The steps of [`Scenario::STEPS`] drive them:
-//!
-//! | scenario | fenced lock | baseline |
-//! |---|---|---|
-//! | round trip | — | `PING` / `SELECT 1` / one `Mutex<HashMap>` lookup |
-//! | acquire + release | `try_acquire` + `release` | `SET NX PX` + `DEL`, `pg_try_advisory_lock` + `pg_advisory_unlock`, `Mutex<HashMap>` insert + remove |
-//! | fenced write | `FencedStorage::write` under a held lease | plain `SET`, `UPDATE`, `Mutex<HashMap>` insert |
-//! | hand-off | a holder releases, a waiter blocked in `Locker::lock(..).wait(..)` holds: release-call start to grant | one round trip after the same idle pause (the ratio counts round trips) |
-//! | extend | `LockBackend::extend` of a held lease | one round trip |
-//! | contended | `concurrency` tasks lock + release through `Locker` on one key, or spread over `keys` keys | the same tasks polling the raw try-lock with the same backoff |
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
 
 mod backends;
 mod cases;
@@ -24,12 +11,15 @@ mod run;
 mod scenario;
 mod subject;
 mod suite;
+mod table;
 
 #[cfg(feature = "criterion")]
 pub mod criterion;
 
 pub use backends::memory::MemoryBaseline;
+#[cfg(feature = "postgres")]
 pub use backends::postgres::{PgBaseline, PgLockKind, SqlxAdvisoryLockPeer};
+#[cfg(feature = "redis")]
 pub use backends::redis::RedisBaseline;
 pub use error::{BenchError, Result};
 pub use fenced_subject::FencedSubject;
@@ -39,3 +29,4 @@ pub use run::run_all;
 pub use scenario::{Scenario, Settings};
 pub use subject::{Baseline, Op, RawTryLock, Subject, TTL};
 pub use suite::Suite;
+pub use table::format_latency;

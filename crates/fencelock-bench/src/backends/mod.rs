@@ -2,5 +2,7 @@
 //! [`Suite`](crate::Suite) constructor.
 
 pub(crate) mod memory;
+#[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+#[cfg(feature = "redis")]
 pub(crate) mod redis;
