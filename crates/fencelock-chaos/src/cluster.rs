@@ -1,12 +1,17 @@
 //! The servers a chaos run talks to, and the handles the nemesis pulls: spawned redis-server
 //! nodes (killed and restarted), fault proxies in front of every server (partitions), and an
 //! admin session on Postgres (`pg_terminate_backend`).
+//!
+//! Specs are typed configs from here on: proxies go in front of servers with `with_hosts`, and
+//! the workers' Postgres sessions are tagged with `PgConfig::application_name`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock::postgres::sqlx;
+use fencelock::HostPort;
+use fencelock::postgres::{PgConfig, sqlx};
+use fencelock::redis::{RedisConfig, RedlockConfig};
 use fencelock::spec::BackendSpec;
 
 use crate::config::Persistence;
@@ -14,32 +19,14 @@ use crate::error::{ChaosError, Result};
 use crate::proxy::FaultProxy;
 use crate::redis::{RedisOptions, RedisServer};
 
-/// Which family of backend is under test.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Family {
-    Redis,
-    Redlock,
-    Postgres,
-}
-
-impl Family {
-    fn default_port(self) -> u16 {
-        match self {
-            Family::Redis | Family::Redlock => 6379,
-            Family::Postgres => 5432,
-        }
-    }
-}
-
 /// Everything a run talks to.
 #[derive(Debug)]
 pub(crate) struct Cluster {
-    pub(crate) family: Family,
-    /// The lock service spec for workers (through the proxies when there are any), before
-    /// the Postgres session tag.
-    lock_spec: String,
-    /// The storage spec handed to workers, when the storage is not the lock service's own.
-    pub(crate) worker_storage: Option<String>,
+    /// The lock service for workers: through the proxies when there are any, Postgres sessions
+    /// tagged with the run's application name.
+    pub(crate) worker_backend: BackendSpec,
+    /// The storage for workers, when it is not the lock service's own.
+    pub(crate) worker_storage: Option<BackendSpec>,
     /// The storage, reached directly, for the final read.
     pub(crate) direct_storage: BackendSpec,
     /// Lock nodes this process started and may kill.
@@ -62,11 +49,28 @@ pub(crate) struct PgAdmin {
     pub(crate) application_name: String,
 }
 
+/// The fault proxies of a run, and where they listen.
+#[derive(Debug, Default)]
+struct Proxies(Vec<FaultProxy>);
+
+impl Proxies {
+    /// A proxy in front of each of `hosts`: the addresses to reach them through.
+    async fn in_front_of(&mut self, hosts: &[HostPort]) -> Result<Vec<HostPort>> {
+        let mut through = Vec::with_capacity(hosts.len());
+        for host in hosts {
+            let proxy = start_proxy(resolve(host).await?).await?;
+            through.push(HostPort::new(proxy.addr().ip().to_string(), proxy.port()));
+            self.0.push(proxy);
+        }
+        Ok(through)
+    }
+}
+
 impl Cluster {
-    /// Starts `count` redis-server processes, plus a separate persistent storage node
-    /// unless there is one persistent lock node (which then keeps the storage too). A storage
-    /// that loses admitted writes in a restart is data loss, not a fencing failure, so the
-    /// storage always lives on a persistent node.
+    /// Starts `count` redis-server processes, plus a separate persistent storage node unless
+    /// there is one persistent lock node (which then keeps the storage too). A storage that
+    /// loses admitted writes in a restart is data loss, not a fencing failure, so the storage
+    /// always lives on a persistent node.
     pub(crate) async fn spawn_redis(
         count: usize,
         persistence: Persistence,
@@ -91,53 +95,36 @@ impl Cluster {
         } else {
             Some(Arc::new(start_redis(RedisOptions::persistent()).await?))
         };
-        let mut proxies = Vec::new();
-        let mut lock_addrs = Vec::new();
-        for node in &nodes {
-            lock_addrs.push(if proxied {
-                let proxy = start_proxy(node.addr()).await?;
-                let addr = proxy.addr();
-                proxies.push(proxy);
-                addr
-            } else {
-                node.addr()
-            });
-        }
-        let family = if count == 1 {
-            Family::Redis
+        let mut proxies = Proxies::default();
+        let direct = if count == 1 {
+            BackendSpec::Redis(RedisConfig::from_url(&nodes[0].url())?)
         } else {
-            Family::Redlock
+            BackendSpec::Redlock(RedlockConfig::new(nodes.iter().map(|n| n.url())))
         };
-        let hosts = lock_addrs
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(",");
-        let worker_backend = match family {
-            Family::Redlock => format!("redlock://{hosts}"),
-            _ => format!("redis://{hosts}"),
+        let worker_backend = if proxied {
+            with_hosts(direct.clone(), &proxies.in_front_of(&direct.hosts()).await?)?
+        } else {
+            direct.clone()
         };
-        BackendSpec::parse(&worker_backend)?;
         let (worker_storage, direct_storage) = match &storage_node {
             Some(node) => {
-                let via = if proxied {
-                    let proxy = start_proxy(node.addr()).await?;
-                    let addr = proxy.addr();
-                    proxies.push(proxy);
-                    addr
+                let storage = RedisConfig::from_url(&node.url())?;
+                let for_workers = if proxied {
+                    storage
+                        .clone()
+                        .with_hosts(&proxies.in_front_of(&storage.hosts()).await?)?
                 } else {
-                    node.addr()
+                    storage.clone()
                 };
                 (
-                    Some(format!("redis://{via}")),
-                    BackendSpec::parse(&node.url())?,
+                    Some(BackendSpec::Redis(for_workers)),
+                    BackendSpec::Redis(storage),
                 )
             }
-            None => (None, BackendSpec::parse(&nodes[0].url())?),
+            None => (None, direct),
         };
         let described = format!(
-            "{} spawned redis-server node{} ({}), storage on {}",
-            count,
+            "{count} spawned redis-server node{} ({}), storage on {}",
             if count == 1 { "" } else { "s" },
             if persistent {
                 "AOF, appendfsync always"
@@ -151,103 +138,55 @@ impl Cluster {
             }
         );
         Ok(Cluster {
-            family,
-            lock_spec: worker_backend,
+            worker_backend,
             worker_storage,
             direct_storage,
             nodes,
             _storage_node: storage_node,
-            proxies,
+            proxies: proxies.0,
             pg: None,
             described,
         })
     }
 
-    /// A backend the user runs. With `proxied`, a fault proxy is put in front of every host
-    /// of the spec and the workers get the rewritten spec.
-    pub(crate) async fn external(spec: &str, run_tag: &str, proxied: bool) -> Result<Self> {
-        let parsed = BackendSpec::parse(spec)?;
-        let family = match spec.split_once("://").map(|(scheme, _)| scheme) {
-            Some("redis" | "rediss") => Family::Redis,
-            Some("redlock") => Family::Redlock,
-            Some("postgres" | "postgresql") => Family::Postgres,
-            Some("memory") => {
-                return Err(ChaosError::config(
-                    "memory:// lives inside one process, and chaos runs its workers as separate \
-                     processes (so that they can really be paused and killed): use a shared \
-                     backend (redis://, redlock://, postgres://) or --spawn-redis N",
-                ));
-            }
-            _ => {
-                return Err(ChaosError::config(format!(
-                    "chaos does not know how to reach the servers of {parsed}"
-                )));
-            }
-        };
-        let mut proxies = Vec::new();
-        let worker_backend = if proxied {
-            let (head, hosts, tail) = split_hosts(spec)?;
-            let mut rewritten = Vec::with_capacity(hosts.len());
-            for host in hosts {
-                let target = resolve(host, family.default_port()).await?;
-                let proxy = start_proxy(target).await?;
-                rewritten.push(proxy.addr().to_string());
-                proxies.push(proxy);
-            }
-            format!("{head}{}{tail}", rewritten.join(","))
+    /// A backend the user runs. With `proxied`, a fault proxy is put in front of every lock
+    /// server of the spec and the workers reach them through it.
+    pub(crate) async fn external(spec: &BackendSpec, run_tag: &str, proxied: bool) -> Result<Self> {
+        if !spec.is_shared() {
+            return Err(ChaosError::config(format!(
+                "{spec} lives inside one process, and chaos runs its workers as separate \
+                 processes (so that they can really be paused and killed): use a shared \
+                 backend (redis://, redlock://, postgres://) or --spawn-redis N"
+            )));
+        }
+        let mut proxies = Proxies::default();
+        let mut worker_backend = if proxied {
+            with_hosts(spec.clone(), &proxies.in_front_of(&spec.hosts()).await?)?
         } else {
-            spec.to_owned()
+            spec.clone()
         };
-        let pg = match &parsed {
-            BackendSpec::Postgres { url, .. } => {
-                let pool = sqlx::postgres::PgPoolOptions::new()
-                    .max_connections(1)
-                    .acquire_timeout(Duration::from_secs(5))
-                    .connect(url)
-                    .await
-                    .map_err(|e| {
-                        ChaosError::harness_from(
-                            format!("cannot open the admin session on {parsed}: {e}"),
-                            e,
-                        )
-                    })?;
-                Some(PgAdmin {
-                    pool,
-                    application_name: format!("fencelock-chaos-{run_tag}"),
-                })
-            }
-            _ => None,
-        };
+        let mut pg = None;
+        if let (BackendSpec::Postgres(direct), BackendSpec::Postgres(for_workers)) =
+            (spec, &worker_backend)
+        {
+            let admin = PgAdmin::open(direct, run_tag, spec).await?;
+            worker_backend = BackendSpec::Postgres(
+                for_workers
+                    .clone()
+                    .application_name(&admin.application_name),
+            );
+            pg = Some(admin);
+        }
         Ok(Cluster {
-            family,
-            lock_spec: worker_backend,
+            worker_backend,
             worker_storage: None,
-            direct_storage: parsed.clone(),
+            direct_storage: spec.clone(),
             nodes: Vec::new(),
             _storage_node: None,
-            proxies,
+            proxies: proxies.0,
             pg,
-            described: parsed.to_string(),
+            described: spec.to_string(),
         })
-    }
-
-    /// The lock service spec handed to workers; Postgres sessions are tagged with an
-    /// application name so that the terminate fault ends only this run's sessions.
-    pub(crate) fn worker_backend(&self) -> String {
-        match &self.pg {
-            Some(pg) => {
-                let sep = if self.lock_spec.contains('?') {
-                    '&'
-                } else {
-                    '?'
-                };
-                format!(
-                    "{}{sep}application_name={}",
-                    self.lock_spec, pg.application_name
-                )
-            }
-            None => self.lock_spec.clone(),
-        }
     }
 
     /// Removes every network fault and restarts every lock node that is down.
@@ -292,45 +231,54 @@ async fn start_proxy(target: SocketAddr) -> Result<FaultProxy> {
     })
 }
 
-async fn resolve(host: &str, default_port: u16) -> Result<SocketAddr> {
-    let with_port = if host.ends_with(']') || !host.contains(':') {
-        format!("{host}:{default_port}")
-    } else {
-        host.to_owned()
-    };
-    tokio::net::lookup_host(with_port.as_str())
+async fn resolve(host: &HostPort) -> Result<SocketAddr> {
+    if host.host.is_empty() || host.host.starts_with('/') {
+        return Err(ChaosError::config(
+            "partition needs servers reached over TCP by host and port (a Unix socket cannot be \
+             proxied)",
+        ));
+    }
+    tokio::net::lookup_host((host.host.as_str(), host.port))
         .await
         .ok()
         .and_then(|mut addrs| addrs.next())
         .ok_or_else(|| {
             ChaosError::config(format!(
-                "cannot resolve {with_port} to put a fault proxy in front of it"
+                "cannot resolve {host} to put a fault proxy in front of it"
             ))
         })
 }
 
-/// Splits `scheme://[user@]h1[:p1],h2[:p2][/path][?query]` into the part before the hosts,
-/// the hosts, and the rest.
-fn split_hosts(spec: &str) -> Result<(&str, Vec<&str>, &str)> {
-    let (scheme, rest) = spec
-        .split_once("://")
-        .ok_or_else(|| ChaosError::config("the backend spec is not a URL"))?;
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..end];
-    let hosts_at = authority.rfind('@').map_or(0, |at| at + 1);
-    let hosts = &authority[hosts_at..];
-    if hosts.is_empty() {
-        return Err(ChaosError::config(
-            "partition needs a host and port in the spec (a Unix socket cannot be proxied)",
-        ));
+/// `spec` pointed at `hosts` instead of its own servers.
+fn with_hosts(spec: BackendSpec, hosts: &[HostPort]) -> Result<BackendSpec> {
+    Ok(match spec {
+        BackendSpec::Redis(config) => BackendSpec::Redis(config.with_hosts(hosts)?),
+        BackendSpec::Redlock(config) => BackendSpec::Redlock(config.with_hosts(hosts)?),
+        BackendSpec::Postgres(config) => BackendSpec::Postgres(config.with_hosts(hosts)?),
+        other => {
+            return Err(ChaosError::config(format!(
+                "chaos does not know how to reach the servers of {other}"
+            )));
+        }
+    })
+}
+
+impl PgAdmin {
+    /// One admin session on the server of `config`, and the application name of the run.
+    async fn open(config: &PgConfig, run_tag: &str, spec: &BackendSpec) -> Result<Self> {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_with(config.connect_options().clone())
+            .await
+            .map_err(|e| {
+                ChaosError::harness_from(format!("cannot open the admin session on {spec}: {e}"), e)
+            })?;
+        Ok(PgAdmin {
+            pool,
+            application_name: format!("fencelock-chaos-{run_tag}"),
+        })
     }
-    let head_len = scheme.len() + 3 + hosts_at;
-    let tail_at = scheme.len() + 3 + end;
-    Ok((
-        &spec[..head_len],
-        hosts.split(',').collect(),
-        &spec[tail_at..],
-    ))
 }
 
 #[cfg(test)]
@@ -338,20 +286,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn hosts_are_found_in_every_spec_form() {
-        assert_eq!(
-            split_hosts("redis://127.0.0.1:6379/2").unwrap(),
-            ("redis://", vec!["127.0.0.1:6379"], "/2")
+    fn every_backend_is_pointed_at_other_servers() {
+        let through = [HostPort::new("127.0.0.1", 1), HostPort::new("127.0.0.1", 2)];
+        let redlock = BackendSpec::parse("redlock://:pw@a:10,b:20/3").unwrap();
+        let moved = with_hosts(redlock, &through).unwrap();
+        assert_eq!(moved.hosts(), through);
+        assert!(moved.to_url().contains(":pw@"), "{}", moved.to_url());
+        let pg = BackendSpec::parse("postgres://u:pw@db/test?backend=advisory&schema=s").unwrap();
+        let moved = with_hosts(pg, &through[..1]).unwrap();
+        assert_eq!(moved.hosts(), through[..1]);
+        let url = moved.to_url();
+        assert!(
+            url.contains("backend=advisory") && url.contains("schema=s"),
+            "{url}"
         );
-        assert_eq!(
-            split_hosts("redlock://a:1,b:2,[::1]:3").unwrap(),
-            ("redlock://", vec!["a:1", "b:2", "[::1]:3"], "")
-        );
-        assert_eq!(
-            split_hosts("postgres://u:p@w@db/test?backend=advisory").unwrap(),
-            ("postgres://u:p@w@", vec!["db"], "/test?backend=advisory")
-        );
-        assert!(split_hosts("postgres:///test").is_err());
-        assert!(split_hosts("nothing").is_err());
+        let memory = BackendSpec::parse("memory://").unwrap();
+        assert!(with_hosts(memory, &[]).is_err());
+    }
+
+    #[tokio::test]
+    async fn unix_sockets_cannot_be_proxied() {
+        let err = resolve(&HostPort::new("/var/run/postgresql", 5432))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("Unix socket"), "{err}");
     }
 }

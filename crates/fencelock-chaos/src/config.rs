@@ -4,10 +4,12 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use fencelock::spec::BackendSpec;
+
 use crate::error::{ChaosError, Result};
 
 /// The servers a run talks to.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Target {
     /// Start `nodes` redis-server processes (1: `redis://`, more: `redlock://`), so that the
@@ -21,7 +23,7 @@ pub enum Target {
     },
     /// Servers the caller runs, named by a backend spec (`redis://`, `redlock://`,
     /// `postgres://`). They are never killed.
-    Backend(String),
+    Backend(Box<BackendSpec>),
 }
 
 /// Persistence of spawned lock nodes.
@@ -110,7 +112,7 @@ impl Mode {
 
 /// A chaos run: the target, the faults and the workload. [`ChaosConfig::new`] gives the
 /// defaults the `fencelock chaos` command documents.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ChaosConfig {
     /// The servers.
@@ -244,7 +246,8 @@ mod tests {
 
     #[test]
     fn the_control_run_is_a_third_within_bounds() {
-        let mut config = ChaosConfig::new(Target::Backend("redis://x".into()));
+        let spec = BackendSpec::parse("redis://x").unwrap();
+        let mut config = ChaosConfig::new(Target::Backend(Box::new(spec)));
         config.duration = Duration::from_secs(30);
         assert_eq!(config.control_duration(), Duration::from_secs(10));
         config.duration = Duration::from_secs(3);

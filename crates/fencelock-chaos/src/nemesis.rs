@@ -19,7 +19,7 @@ use rand::seq::IndexedRandom;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::cluster::{self, Cluster, Family};
+use crate::cluster::{self, Cluster};
 use crate::config::FaultKind;
 use crate::error::{ChaosError, Result};
 
@@ -106,7 +106,7 @@ pub(crate) fn check_applicable(faults: &[FaultKind], cluster: &Cluster) -> Resul
                 ));
             }
             FaultKind::Kill => {}
-            FaultKind::Terminate if cluster.family != Family::Postgres => {
+            FaultKind::Terminate if cluster.pg.is_none() => {
                 return Err(ChaosError::config(
                     "the terminate fault (pg_terminate_backend) applies to postgres:// backends only",
                 ));
@@ -188,7 +188,8 @@ impl Pauser {
         if !self.enabled || !self.armed.load(Ordering::Relaxed) {
             return;
         }
-        let Some(pid) = self.pids.get(worker).copied() else {
+        // A pid of 0 (a worker already reaped) would stop the whole process group.
+        let Some(pid) = self.pids.get(worker).copied().filter(|p| p.as_raw() > 0) else {
             return;
         };
         let mut paused = lock(&self.paused);
@@ -228,7 +229,7 @@ impl Pauser {
     pub(crate) fn release_all(&self) {
         for (worker, task) in lock(&self.paused).drain() {
             task.abort();
-            if let Some(pid) = self.pids.get(worker) {
+            if let Some(pid) = self.pids.get(worker).filter(|p| p.as_raw() > 0) {
                 let _ = kill(*pid, Signal::SIGCONT);
             }
         }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock::LockKey;
+use fencelock::spec::BackendSpec;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout, timeout_at};
@@ -98,8 +99,8 @@ impl<'a> Phase<'a> {
     ) -> Result<Self> {
         let base = format!("chaos/{}/{}", settings.tag, mode.name());
         let config = WorkerConfig {
-            backend: cluster.worker_backend(),
-            storage: cluster.worker_storage.clone(),
+            backend: cluster.worker_backend.to_url(),
+            storage: cluster.worker_storage.as_ref().map(BackendSpec::to_url),
             key: format!("{base}/lock"),
             resource: format!("{base}/counter"),
             ttl: settings.ttl,
