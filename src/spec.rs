@@ -11,6 +11,7 @@
 //! | `redis://`, `rediss://` | `RedisLockBackend` + `RedisStorage` (feature `redis`; `rediss://` with `tls`) | `RedisConfig::from_url` |
 //! | `redlock://` | `Redlock` over independent Redis servers + `RedisStorage` on one of them (feature `redis`) | `RedlockConfig::from_url` |
 //! | `postgres://`, `postgresql://` | `PgLeaseBackend` or `PgAdvisoryBackend` + `PgStorage` (feature `postgres`) | `PgConfig::from_url` |
+//! | `mysql://`, `mariadb://` | `MySqlLockBackend` (`GET_LOCK`) + `MySqlStorage` (feature `mysql`) | `MySqlConfig::from_url` |
 
 use std::fmt;
 use std::sync::Arc;
@@ -25,6 +26,8 @@ const SCHEMES: &[(&str, &str)] = &[
     ("redlock", "redis"),
     ("postgres", "postgres"),
     ("postgresql", "postgres"),
+    ("mysql", "mysql"),
+    ("mariadb", "mysql"),
 ];
 
 /// A parsed backend spec: the typed config of the backend the URL names. Parsing validates the
@@ -48,6 +51,9 @@ pub enum BackendSpec {
     /// `postgres://` or `postgresql://`: one PostgreSQL database, either lock backend.
     #[cfg(feature = "postgres")]
     Postgres(fencelock_postgres::PgConfig),
+    /// `mysql://` or `mariadb://`: one MySQL or MariaDB database.
+    #[cfg(feature = "mysql")]
+    MySql(fencelock_mysql::MySqlConfig),
 }
 
 /// A connected backend and its storage.
@@ -93,6 +99,8 @@ impl BackendSpec {
             (_, "redis") => fencelock_redis::RedisConfig::from_url(spec).map(Self::Redis),
             #[cfg(feature = "postgres")]
             (_, "postgres") => fencelock_postgres::PgConfig::from_url(spec).map(Self::Postgres),
+            #[cfg(feature = "mysql")]
+            (_, "mysql") => fencelock_mysql::MySqlConfig::from_url(spec).map(Self::MySql),
             (_, feature) => Err(not_built(feature)),
         }
     }
@@ -122,6 +130,14 @@ impl BackendSpec {
                     storage: Arc::new(db.storage()),
                 })
             }
+            #[cfg(feature = "mysql")]
+            BackendSpec::MySql(config) => {
+                let db = config.connect().await?;
+                Ok(Connected {
+                    backend: db.backend(),
+                    storage: Arc::new(db.storage()),
+                })
+            }
         }
     }
 
@@ -140,6 +156,8 @@ impl BackendSpec {
             BackendSpec::Redlock(config) => config.to_url(),
             #[cfg(feature = "postgres")]
             BackendSpec::Postgres(config) => config.to_url(),
+            #[cfg(feature = "mysql")]
+            BackendSpec::MySql(config) => config.to_url(),
         }
     }
 
@@ -153,6 +171,8 @@ impl BackendSpec {
             BackendSpec::Redlock(config) => config.hosts(),
             #[cfg(feature = "postgres")]
             BackendSpec::Postgres(config) => config.hosts(),
+            #[cfg(feature = "mysql")]
+            BackendSpec::MySql(config) => config.hosts(),
         }
     }
 }
@@ -195,6 +215,8 @@ impl fmt::Display for BackendSpec {
             BackendSpec::Redlock(config) => f.write_str(&config.redacted_url()),
             #[cfg(feature = "postgres")]
             BackendSpec::Postgres(config) => f.write_str(&config.redacted_url()),
+            #[cfg(feature = "mysql")]
+            BackendSpec::MySql(config) => f.write_str(&config.redacted_url()),
         }
     }
 }
@@ -282,6 +304,17 @@ mod tests {
         assert!(!spec.to_string().contains("secret"));
         assert_eq!(spec.hosts(), vec![HostPort::new("db", 5433)]);
         refused("postgres://app:secret@db/test?backend=leese");
+    }
+
+    #[cfg(feature = "mysql")]
+    #[test]
+    fn dispatches_mysql_schemes_to_their_crate() {
+        let spec = BackendSpec::parse("mysql://root:secret@db:3307/test").unwrap();
+        assert!(matches!(spec, BackendSpec::MySql(_)));
+        assert_eq!(BackendSpec::parse(&spec.to_url()).unwrap(), spec);
+        assert!(!spec.to_string().contains("secret"));
+        assert_eq!(spec.hosts(), vec![HostPort::new("db", 3307)]);
+        refused("mysql://root:secret@db:99999/test");
     }
 
     #[cfg(not(feature = "postgres"))]

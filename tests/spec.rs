@@ -76,3 +76,37 @@ fn rand_suffix() -> u32 {
         .map(|d| d.subsec_nanos() ^ std::process::id())
         .unwrap_or_default()
 }
+
+#[cfg(feature = "mysql")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_spec_connects_lock_and_storage() {
+    use fencelock::spec::BackendSpec;
+
+    let url = std::env::var("FENCELOCK_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned());
+    let connected = BackendSpec::parse(&url)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "connect to MariaDB/MySQL at {url} (start mariadbd or set FENCELOCK_MYSQL_URL): {e}"
+            )
+        });
+    let key =
+        fencelock::LockKey::new(format!("spec/mysql/{}", fencelock::OwnerId::random())).unwrap();
+    let lease = connected
+        .backend
+        .try_acquire(&key, std::time::Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("a free key is granted");
+    connected
+        .storage
+        .write(&key, lease.fence(), b"v")
+        .await
+        .unwrap();
+    assert!(connected.backend.release(&lease).await.unwrap());
+    let snapshot = connected.storage.peek(&key).await.unwrap().unwrap();
+    assert_eq!(snapshot.value.as_deref(), Some(&b"v"[..]));
+}
