@@ -4,6 +4,7 @@
 //! in `fencelock-chaos` (the `fencelock chaos` command uses them at run time) and are
 //! re-exported under the same paths.
 
+pub mod etcd;
 pub mod postgres;
 pub mod proxy;
 pub mod redis;

@@ -1,0 +1,562 @@
+//! `EtcdLockBackend`: a lock key on a lease per grant, created by one transaction that also
+//! bumps the key's token counter.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{
+    Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
+};
+use fencelock_core::{
+    Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LostReason, OwnerId,
+    Result, TimeAuthority, TokenGuarantee, WakeUp, async_trait, valid_until, validate_ttl,
+};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::cluster::Shared;
+use crate::error::{BACKEND, is_lease_not_found, protocol};
+use crate::keys::{counter_value, holder_value, parse_counter, parse_holder};
+use crate::leases::{LeaseSlot, Leases};
+use crate::seen::{CounterSeen, Seen};
+use crate::waiters::Waiters;
+
+/// The longest ttl accepted: 30 days (etcd itself allows far longer leases).
+pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// Transactions one `try_acquire` sends at most while the lock is free but the counter keeps
+/// moving (other clients granting and releasing in between); then it reports the lock as
+/// taken, and the caller's wait goes on.
+const GRANT_ATTEMPTS: usize = 4;
+
+/// The lock backend on an etcd cluster.
+///
+/// # How it works
+///
+/// - **Grant**: one transaction: *if* the lock key `<prefix>/lock/<key>` does not exist
+///   (`create_revision == 0`) *and* the counter `<prefix>/token/<key>` is at the revision
+///   this process last saw, *then* put the lock key (value `<owner>:<token>`, attached to a
+///   lease of the ttl rounded up to whole seconds) and put the counter to `token` (its last
+///   value + 1); *else* read both. When only the counter moved, the reply carries its new
+///   value and the transaction is sent again; so a grant takes one round trip when this
+///   process saw the counter last, two otherwise. The lease is a spare (see below) kept alive
+///   by a request sent side by side with the transaction, or a fresh `LeaseGrant` first.
+/// - **Tokens**: every change to the counter is a compare-and-set on its `mod_revision`, so
+///   each grant writes exactly the value it read + 1; the counter is never deleted and only
+///   [`advance_token`](LockBackend::advance_token) raises it otherwise. Tokens per key
+///   therefore strictly increase for as long as the cluster's data lives, through lease
+///   expiry, releases, restarts and leader changes (etcd commits every write on a quorum).
+/// - **Expiry** is etcd's: the cluster revokes an expired lease and deletes its lock key, on
+///   the leader's clock. A paused client's lock is freed without it.
+/// - **Extend**: a keep-alive of the grant's lease, with a read of the lock key alongside
+///   that confirms it still carries this grant; a ttl of another whole number of seconds
+///   moves the lock to a new lease in a transaction that compares the lock key's value. It
+///   never re-creates a lock: a key that is gone or carries another grant is `LeaseLost`.
+/// - **Release**: a transaction that deletes the lock key only if its value is still this
+///   grant's (and its create revision, when this process made the grant): never a blind
+///   delete, so a late retry cannot free a newer holder.
+/// - **Leases are reused**: a lease whose lock was released, or that was never attached,
+///   serves the next grant of the same ttl (see the crate docs for why that is safe).
+/// - **Waiting** watches the lock key for its deletion from the revision at which it was
+///   seen held, so a release (or expiry) in between is not missed.
+///
+/// etcd grants leases in whole seconds and no shorter than 1.5 election timeouts:
+/// [`Capabilities::min_ttl`] is that minimum, measured at connect, and a ttl is rounded up to
+/// whole seconds on the server (the local `valid_until` still counts the ttl asked for).
+#[derive(Debug, Clone)]
+pub struct EtcdLockBackend {
+    shared: Arc<Shared>,
+    leases: Arc<Leases>,
+    seen: Arc<Seen>,
+    waiters: Arc<Waiters>,
+}
+
+/// What one grant transaction did.
+enum Grant {
+    Granted(Lease),
+    /// Held by another grant; the lease went back to the spares.
+    Held,
+    /// The lock is free but the counter moved (read again now); the lease went back to the
+    /// spares.
+    CounterMoved,
+    /// The spare lease is gone (expired): the grant needs a fresh one.
+    LeaseGone,
+}
+
+/// A transaction's answer, and the `header.revision` at which it applied.
+struct Applied {
+    response: TxnResponse,
+    revision: i64,
+}
+
+impl EtcdLockBackend {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        EtcdLockBackend {
+            leases: Arc::new(Leases::new(shared.clone())),
+            seen: Arc::new(Seen::default()),
+            waiters: Arc::new(Waiters::new(shared.clone())),
+            shared,
+        }
+    }
+
+    async fn txn(&self, what: &str, txn: Txn) -> Result<Applied> {
+        let response = self.shared.txn(what, txn).await?;
+        applied(response, what)
+    }
+
+    /// One grant transaction with `lease` (a spare, kept alive beside the transaction, or a
+    /// lease just granted) and the counter as last seen.
+    async fn grant_once(
+        &self,
+        key: &LockKey,
+        owner: OwnerId,
+        (lease, spare): (LeaseSlot, bool),
+        counter: CounterSeen,
+        ttl: Duration,
+    ) -> Result<Grant> {
+        let token = counter
+            .last
+            .checked_add(1)
+            .and_then(FencingToken::new)
+            .ok_or_else(|| Error::Backend {
+                backend: BACKEND,
+                message: format!("the token counter of {key:?} is exhausted"),
+                source: None,
+            })?;
+        let (lock, counter_key) = (self.shared.keys.lock(key), self.shared.keys.counter(key));
+        let txn = Txn::new()
+            .when([
+                Compare::create_revision(lock.clone(), CompareOp::Equal, 0),
+                Compare::mod_revision(counter_key.clone(), CompareOp::Equal, counter.mod_revision),
+            ])
+            .and_then([
+                TxnOp::put(
+                    lock.clone(),
+                    holder_value(owner, token),
+                    Some(PutOptions::new().with_lease(lease.id)),
+                ),
+                TxnOp::put(counter_key.clone(), counter_value(token), None),
+            ])
+            .or_else([TxnOp::get(lock, None), TxnOp::get(counter_key, None)]);
+        let sent = Instant::now();
+        let (reply, refreshed) = if spare {
+            // The spare's keep-alive travels beside the transaction: one round trip.
+            let (reply, refreshed) = tokio::join!(
+                self.shared.call_raw_txn("granting", txn),
+                self.leases.keep_alive(lease.id)
+            );
+            (reply?, Some(refreshed))
+        } else {
+            (self.shared.call_raw_txn("granting", txn).await?, None)
+        };
+        let response = match reply {
+            Ok(response) => response,
+            Err(e) if is_lease_not_found(&e) => return Ok(Grant::LeaseGone),
+            Err(e) => {
+                // The outcome is unknown: the lock may exist on this lease. Revoking the
+                // lease deletes it.
+                self.leases.revoke_in_background(lease.id);
+                return Err(self.shared.error(e, "granting"));
+            }
+        };
+        let Applied { response, revision } = applied(response, "granting")?;
+        let alive_from = match refreshed {
+            None => lease.alive_from,
+            Some(Ok(Ok(()))) => sent,
+            // The keep-alive's fate is unknown: the lease lives from its last refresh.
+            Some(Ok(Err(ref e))) if !is_lease_not_found(e) => lease.alive_from,
+            Some(Err(_)) => lease.alive_from,
+            Some(Ok(Err(_))) => {
+                if response.succeeded() {
+                    // The transaction found the lease, the keep-alive did not: it expired
+                    // in between and the lock goes with it.
+                    return Err(Error::Unavailable {
+                        backend: BACKEND,
+                        message: format!(
+                            "the lease of the grant of {key:?} expired while granting"
+                        ),
+                        source: None,
+                    });
+                }
+                return Ok(Grant::LeaseGone);
+            }
+        };
+        let lease = LeaseSlot {
+            alive_from,
+            ..lease
+        };
+        if response.succeeded() {
+            self.seen.set_counter(
+                key,
+                CounterSeen {
+                    last: token.get(),
+                    mod_revision: revision,
+                },
+            );
+            self.leases.track(key, owner, lease, revision);
+            return Ok(Grant::Granted(Lease {
+                key: key.clone(),
+                owner,
+                token,
+                ttl,
+                valid_until: valid_until(alive_from, ttl),
+            }));
+        }
+        // The compare failed: the lease carries nothing and serves a later grant.
+        self.leases.put_spare(lease);
+        let [lock_kv, counter_kv] = reads(&response, "granting")?;
+        self.seen
+            .set_counter(key, counter_seen(counter_kv.as_ref())?);
+        match lock_kv {
+            Some(_) => {
+                self.seen.set_held_at(key, revision);
+                Ok(Grant::Held)
+            }
+            None => Ok(Grant::CounterMoved),
+        }
+    }
+
+    /// A lease for a grant of `secs` seconds: a spare if there is one (`true`), else a new
+    /// one.
+    async fn lease_for(&self, secs: i64) -> Result<(LeaseSlot, bool)> {
+        match self.leases.take_spare(secs) {
+            Some(spare) => Ok((spare, true)),
+            None => Ok((self.leases.grant(secs).await?, false)),
+        }
+    }
+
+    /// Moves the lock of `lease` to a new lease of `secs` seconds, if it still carries this
+    /// grant. The old lease is revoked; it carries nothing any more.
+    async fn reattach(
+        &self,
+        lease: &Lease,
+        ttl: Duration,
+        secs: i64,
+        old: Option<i64>,
+    ) -> Result<Lease> {
+        let fresh = self.leases.grant(secs).await?;
+        let lock = self.shared.keys.lock(&lease.key);
+        let ours = holder_value(lease.owner, lease.token);
+        let txn = Txn::new()
+            .when([Compare::value(lock.clone(), CompareOp::Equal, ours.clone())])
+            .and_then([TxnOp::put(
+                lock.clone(),
+                ours,
+                Some(PutOptions::new().with_lease(fresh.id).with_prev_key()),
+            )])
+            .or_else([TxnOp::get(lock, None)]);
+        // On an error the lock may have moved to `fresh`: it is left to expire.
+        let Applied { response, .. } = self.txn("extending", txn).await?;
+        if !response.succeeded() {
+            self.leases.put_spare(fresh);
+            let [lock_kv] = reads(&response, "extending")?;
+            return Err(Error::lease_lost(&lease.key, lost_reason(lock_kv.as_ref())));
+        }
+        let previous = match response.op_responses().first() {
+            Some(TxnOpResponse::Put(put)) => put.prev_key().map(KeyValue::lease),
+            _ => None,
+        };
+        for id in previous.into_iter().chain(old) {
+            if id != 0 && id != fresh.id {
+                self.leases.revoke_in_background(id);
+            }
+        }
+        let create_revision = match response.op_responses().first() {
+            Some(TxnOpResponse::Put(put)) => put.prev_key().map_or(0, KeyValue::create_revision),
+            _ => 0,
+        };
+        self.leases
+            .moved(&lease.key, lease.owner, fresh, create_revision);
+        Ok(Lease {
+            ttl,
+            valid_until: valid_until(fresh.alive_from, ttl),
+            ..lease.clone()
+        })
+    }
+
+    /// Reads the lock key (linearizable).
+    async fn read_lock(&self, key: &LockKey) -> Result<Option<KeyValue>> {
+        let mut response = self
+            .shared
+            .get("reading the lock", &self.shared.keys.lock(key))
+            .await?;
+        Ok(response.take_kvs().into_iter().next())
+    }
+}
+
+/// Checks a transaction's reply has a header.
+fn applied(mut response: TxnResponse, what: &str) -> Result<Applied> {
+    let revision = response
+        .take_header()
+        .map(|h| h.revision())
+        .ok_or_else(|| protocol(what))?;
+    Ok(Applied { response, revision })
+}
+
+/// The key-values read by the `N` range requests of the branch a transaction ran.
+fn reads<const N: usize>(response: &TxnResponse, what: &str) -> Result<[Option<KeyValue>; N]> {
+    let reads: Vec<Option<KeyValue>> = response
+        .op_responses()
+        .into_iter()
+        .map(|op| match op {
+            TxnOpResponse::Get(mut get) => Ok(get.take_kvs().into_iter().next()),
+            _ => Err(protocol(what)),
+        })
+        .collect::<Result<_>>()?;
+    reads.try_into().map_err(|_| protocol(what))
+}
+
+/// A counter as read (absent: no token yet).
+fn counter_seen(kv: Option<&KeyValue>) -> Result<CounterSeen> {
+    Ok(match kv {
+        Some(kv) => CounterSeen {
+            last: parse_counter(kv.value())?.get(),
+            mod_revision: kv.mod_revision(),
+        },
+        None => CounterSeen::default(),
+    })
+}
+
+/// Why a grant whose lock key now reads as `kv` is lost.
+fn lost_reason(kv: Option<&KeyValue>) -> LostReason {
+    match kv {
+        None => LostReason::NotHeld,
+        Some(_) => LostReason::Superseded,
+    }
+}
+
+#[async_trait]
+impl LockBackend for EtcdLockBackend {
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(
+            TokenGuarantee::Durable,
+            TimeAuthority::Server,
+            WakeUp::Notify,
+            MAX_TTL,
+        )
+        .with_min_ttl(Duration::from_secs(
+            self.shared.min_lease_secs.unsigned_abs(),
+        ))
+        // Leases are kept in etcd's store and restored (with a fresh ttl) after a restart.
+        .with_locks_survive_restart(true)
+    }
+
+    async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
+        validate_ttl(ttl, &self.capabilities())?;
+        let span = tracing::debug_span!("try_acquire", backend = BACKEND, key = %key, ?ttl);
+        async {
+            let secs = self.leases.secs_for(ttl);
+            let owner = OwnerId::random();
+            let mut lease = self.lease_for(secs).await?;
+            for _ in 0..GRANT_ATTEMPTS {
+                let counter = self.seen.counter(key);
+                match self.grant_once(key, owner, lease, counter, ttl).await? {
+                    Grant::Granted(granted) => {
+                        tracing::debug!(token = granted.token.get(), "granted");
+                        return Ok(Some(granted));
+                    }
+                    Grant::Held => return Ok(None),
+                    Grant::CounterMoved => lease = self.lease_for(secs).await?,
+                    Grant::LeaseGone => lease = (self.leases.grant(secs).await?, false),
+                }
+            }
+            Ok(None)
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        validate_ttl(ttl, &self.capabilities())?;
+        let secs = self.leases.secs_for(ttl);
+        let Some(held) = self.leases.begin_renewal(&lease.key, lease.owner) else {
+            // Not granted here, or already released: never touch a lease that may carry
+            // another grant now; move the lock if it is still ours.
+            return self.reattach(lease, ttl, secs, None).await;
+        };
+        let result = async {
+            if held.lease.secs != secs {
+                return self
+                    .reattach(lease, ttl, secs, Some(held.lease.id))
+                    .await
+                    .map(|l| (l, None));
+            }
+            let sent = Instant::now();
+            let (refreshed, current) = tokio::join!(
+                self.leases.keep_alive(held.lease.id),
+                self.read_lock(&lease.key)
+            );
+            let current = current?;
+            let ours = holder_value(lease.owner, lease.token);
+            match current {
+                Some(kv) if kv.value() == ours.as_slice() && kv.lease() == held.lease.id => {}
+                Some(kv) if kv.value() == ours.as_slice() => {
+                    // Ours, on another lease (moved by a renewal whose answer was lost).
+                    return self
+                        .reattach(lease, ttl, secs, Some(kv.lease()))
+                        .await
+                        .map(|l| (l, None));
+                }
+                other => return Err(Error::lease_lost(&lease.key, lost_reason(other.as_ref()))),
+            }
+            match refreshed? {
+                Ok(()) => {}
+                Err(e) if is_lease_not_found(&e) => {
+                    return Err(Error::lease_lost(&lease.key, LostReason::NotHeld));
+                }
+                Err(e) => return Err(self.shared.error(e, "extending")),
+            }
+            let renewed = LeaseSlot {
+                alive_from: sent,
+                ..held.lease
+            };
+            Ok((
+                Lease {
+                    ttl,
+                    valid_until: valid_until(sent, ttl),
+                    ..lease.clone()
+                },
+                Some(renewed),
+            ))
+        }
+        .await;
+        match result {
+            Ok((extended, renewed)) => {
+                self.leases.end_renewal(&lease.key, lease.owner, renewed);
+                Ok(extended)
+            }
+            Err(e) => {
+                self.leases.end_renewal(&lease.key, lease.owner, None);
+                Err(e)
+            }
+        }
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let forgotten = self.leases.forget(&lease.key, lease.owner);
+        let lock = self.shared.keys.lock(&lease.key);
+        let mut compares = vec![Compare::value(
+            lock.clone(),
+            CompareOp::Equal,
+            holder_value(lease.owner, lease.token),
+        )];
+        if let Some((held, _)) = forgotten {
+            compares.push(Compare::create_revision(
+                lock.clone(),
+                CompareOp::Equal,
+                held.create_revision,
+            ));
+        }
+        let txn = Txn::new()
+            .when(compares)
+            .and_then([TxnOp::delete(lock, None)]);
+        let Applied { response, .. } = self.txn("releasing", txn).await?;
+        let released = response.succeeded();
+        if let Some((held, no_renewal)) = forgotten {
+            self.leases.after_release(held, released && no_renewal);
+        }
+        Ok(released)
+    }
+
+    async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {
+        let held_at = match self.seen.held_at(key) {
+            Some(revision) => revision,
+            None => {
+                let response = self
+                    .shared
+                    .get("reading the lock", &self.shared.keys.lock(key))
+                    .await?;
+                if response.kvs().is_empty() {
+                    return Ok(());
+                }
+                let revision = response
+                    .header()
+                    .map(|h| h.revision())
+                    .ok_or_else(|| protocol("reading the lock"))?;
+                self.seen.set_held_at(key, revision);
+                revision
+            }
+        };
+        self.waiters
+            .wait(&self.shared.keys.lock(key), held_at, max)
+            .await;
+        Ok(())
+    }
+
+    async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
+        let (lock, counter) = (self.shared.keys.lock(key), self.shared.keys.counter(key));
+        let txn = Txn::new().and_then([TxnOp::get(lock, None), TxnOp::get(counter, None)]);
+        let Applied { response, .. } = self.txn("inspecting", txn).await?;
+        let [lock_kv, counter_kv] = reads(&response, "inspecting")?;
+        let last_token = match &counter_kv {
+            Some(kv) => Some(parse_counter(kv.value())?),
+            None => None,
+        };
+        let (holder, remaining) = match lock_kv {
+            None => (None, None),
+            Some(kv) if kv.lease() == 0 => (Some(parse_holder(kv.value())?), None),
+            Some(kv) => {
+                let holder = parse_holder(kv.value())?;
+                let id = kv.lease();
+                let ttl = self
+                    .shared
+                    .call("inspecting the lease", || {
+                        let mut leases = self.shared.client.lease_client();
+                        async move { leases.time_to_live(id, None).await }
+                    })
+                    .await?
+                    .ttl();
+                if ttl <= 0 {
+                    // Expired; the cluster is deleting the key.
+                    (None, None)
+                } else {
+                    (Some(holder), Some(Duration::from_secs(ttl.unsigned_abs())))
+                }
+            }
+        };
+        Ok(LockInfo {
+            key: key.clone(),
+            holder,
+            remaining,
+            last_token,
+        })
+    }
+
+    async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
+        let counter_key = self.shared.keys.counter(key);
+        let mut response = self.shared.get("advancing the token", &counter_key).await?;
+        let mut current = counter_seen(response.take_kvs().first())?;
+        loop {
+            if current.last >= floor.get() {
+                self.seen.set_counter(key, current);
+                return FencingToken::new(current.last)
+                    .ok_or_else(|| protocol("advancing the token"));
+            }
+            let txn = Txn::new()
+                .when([Compare::mod_revision(
+                    counter_key.clone(),
+                    CompareOp::Equal,
+                    current.mod_revision,
+                )])
+                .and_then([TxnOp::put(counter_key.clone(), counter_value(floor), None)])
+                .or_else([TxnOp::get(counter_key.clone(), None)]);
+            let Applied { response, revision } = self.txn("advancing the token", txn).await?;
+            if response.succeeded() {
+                self.seen.set_counter(
+                    key,
+                    CounterSeen {
+                        last: floor.get(),
+                        mod_revision: revision,
+                    },
+                );
+                return Ok(floor);
+            }
+            let [counter_kv] = reads(&response, "advancing the token")?;
+            current = counter_seen(counter_kv.as_ref())?;
+        }
+    }
+}

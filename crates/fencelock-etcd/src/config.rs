@@ -1,0 +1,670 @@
+//! `EtcdConfig`: the `etcd://` grammar, its validation, and the typed settings of a client.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use fencelock_core::{Error, HostPort, Result};
+use percent_encoding::{AsciiSet, CONTROLS, percent_decode_str, utf8_percent_encode};
+use url::Url;
+use url::form_urlencoded;
+
+use crate::cluster::EtcdCluster;
+
+/// The port a host without one means (etcd's client port).
+pub const DEFAULT_PORT: u16 = 2379;
+
+/// The key prefix used when the URL names none: every key fencelock writes starts with
+/// `fencelock/`.
+pub const DEFAULT_PREFIX: &str = "fencelock";
+
+/// The longest prefix accepted, in bytes.
+pub const MAX_PREFIX_LEN: usize = 256;
+
+/// The largest value [`EtcdStorage`](crate::EtcdStorage) accepts unless configured otherwise:
+/// 1.5 MiB (etcd's default `--max-request-bytes`, 1,572,864) less 16 KiB for the keys, the
+/// fence and the transaction around the value.
+pub const DEFAULT_MAX_VALUE_LEN: usize = 1_572_864 - 16 * 1024;
+
+const SCHEME: &str = "etcd://";
+
+/// Characters escaped in the user name and password of a rendered URL: everything that
+/// could end or split the userinfo.
+const USERINFO: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'/')
+    .add(b':')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'@')
+    .add(b'[')
+    .add(b'\\')
+    .add(b']')
+    .add(b'^')
+    .add(b'`')
+    .add(b'{')
+    .add(b'|')
+    .add(b'}')
+    .add(b',');
+
+/// One member's address as the URL writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Member {
+    /// A host name, an IPv4 address, or an IPv6 address without brackets.
+    host: String,
+    port: u16,
+}
+
+impl Member {
+    fn host_port(&self) -> HostPort {
+        HostPort::new(self.host.clone(), self.port)
+    }
+
+    /// `host:port`, an IPv6 address in brackets.
+    fn authority(&self) -> String {
+        self.host_port().to_string()
+    }
+}
+
+/// How to reach an etcd cluster, and where in its key space fencelock keeps its keys.
+///
+/// The URL grammar (`from_url` / `to_url`):
+///
+/// ```text
+/// etcd://[user:password@]host1[:port][,host2[:port],...][/][?prefix=name]
+/// ```
+///
+/// - every member of the cluster the client may talk to, separated by commas; the port
+///   defaults to 2379, and IPv6 addresses go in brackets (`[::1]:2379`);
+/// - `user:password` (percent-encoded) authenticates with etcd's user/password auth; a user
+///   without a password is refused;
+/// - `prefix` (percent-encoded, default `fencelock`) starts every key fencelock writes
+///   (`<prefix>/lock/<key>`, `<prefix>/token/<key>`, `<prefix>/fence/<resource>`,
+///   `<prefix>/data/<resource>`), so several installations can share one cluster. Any text of 1
+///   to [`MAX_PREFIX_LEN`] bytes without control characters.
+///
+/// Every other option is refused, so a typo is an error instead of a silently ignored
+/// setting. TLS is not supported by this crate: the connection is plain gRPC over TCP.
+///
+/// `Display` and `Debug` show the URL with the password replaced by `***`;
+/// [`to_url`](Self::to_url) gives it back whole, and `from_url(&config.to_url())` equals
+/// `config`.
+///
+/// ```
+/// use fencelock_etcd::EtcdConfig;
+/// let config = EtcdConfig::from_url("etcd://app:s3cret@10.0.0.1,10.0.0.2:2390?prefix=orders")?;
+/// assert_eq!(config.prefix_name(), "orders");
+/// assert_eq!(config.hosts().len(), 2);
+/// assert_eq!(
+///     config.to_string(),
+///     "etcd://app:***@10.0.0.1:2379,10.0.0.2:2390?prefix=orders"
+/// );
+/// assert_eq!(EtcdConfig::from_url(&config.to_url())?, config);
+/// # Ok::<(), fencelock_core::Error>(())
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct EtcdConfig {
+    members: Vec<Member>,
+    /// Decoded user name and password.
+    credentials: Option<(String, String)>,
+    prefix: String,
+    pub(crate) operation_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) max_value_len: usize,
+}
+
+impl fmt::Debug for EtcdConfig {
+    // Hand-written so that a password never reaches a log.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdConfig")
+            .field("url", &self.redacted_url())
+            .field("operation_timeout", &self.operation_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("max_value_len", &self.max_value_len)
+            .finish()
+    }
+}
+
+impl fmt::Display for EtcdConfig {
+    /// The URL with the password replaced by `***`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted_url())
+    }
+}
+
+impl FromStr for EtcdConfig {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Self::from_url(s)
+    }
+}
+
+impl EtcdConfig {
+    /// The URL schemes this config owns.
+    pub const SCHEMES: &'static [&'static str] = &["etcd"];
+
+    /// A configuration from an `etcd://` URL (grammar above), checked eagerly and completely.
+    /// Anything wrong is [`Error::InvalidConfig`] naming what is wrong; the message never
+    /// contains the password.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let shown = redact(url);
+        let fail = |what: String| Error::config(format!("etcd URL {shown:?}: {what}"));
+        let rest = match url.get(..SCHEME.len()) {
+            Some(scheme) if scheme.eq_ignore_ascii_case(SCHEME) => &url[SCHEME.len()..],
+            _ => {
+                return Err(Error::config(format!(
+                    "{shown:?} is not an etcd URL: expected etcd://host[:port][,host[:port]...]"
+                )));
+            }
+        };
+        if !safe_to_echo(url) {
+            return Err(fail(
+                "a user name or password holding `/`, `?` or `#` must be percent-encoded"
+                    .to_owned(),
+            ));
+        }
+        let (authority, path, query) = split_rest(rest).map_err(&fail)?;
+        if !path.is_empty() && path != "/" {
+            return Err(fail(
+                "takes no path (only `/`); a password holding `/`, `?` or `#` must be \
+                 percent-encoded"
+                    .to_owned(),
+            ));
+        }
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((userinfo, hosts)) => (Some(userinfo), hosts),
+            None => (None, authority),
+        };
+        let credentials = userinfo.map(parse_credentials).transpose().map_err(&fail)?;
+        if hosts.is_empty() {
+            return Err(fail("names no host".to_owned()));
+        }
+        let count = hosts.split(',').count();
+        let mut members: Vec<Member> = Vec::with_capacity(count);
+        for (index, host) in hosts.split(',').enumerate() {
+            let which = if count == 1 {
+                String::new()
+            } else {
+                format!("member {} of {count} ", index + 1)
+            };
+            let member = parse_member(host).map_err(|what| fail(format!("{which}{what}")))?;
+            if members.contains(&member) {
+                return Err(fail(format!(
+                    "member {} is listed twice",
+                    member.authority()
+                )));
+            }
+            members.push(member);
+        }
+        let mut prefix = None;
+        for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+            match &*name {
+                "prefix" if prefix.is_none() => {
+                    validate_prefix(&value)?;
+                    prefix = Some(value.into_owned());
+                }
+                "prefix" => return Err(fail("repeats the option `prefix`".to_owned())),
+                other => {
+                    let shown_name: String = other.chars().take(32).collect();
+                    return Err(fail(format!(
+                        "unknown option `{shown_name}` (the only option is `prefix`)"
+                    )));
+                }
+            }
+        }
+        Ok(EtcdConfig {
+            members,
+            credentials,
+            prefix: prefix.unwrap_or_else(|| DEFAULT_PREFIX.to_owned()),
+            operation_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+            max_value_len: DEFAULT_MAX_VALUE_LEN,
+        })
+    }
+
+    /// The full URL, **credentials included**, such that `from_url` gives this config back.
+    /// Builder settings that have no URL form (time-outs, `max_value_len`) are not in it.
+    pub fn to_url(&self) -> String {
+        self.render(false)
+    }
+
+    /// [`to_url`](Self::to_url) with the password replaced by `***`: what `Display` and
+    /// `Debug` show.
+    pub fn redacted_url(&self) -> String {
+        self.render(true)
+    }
+
+    fn render(&self, redacted: bool) -> String {
+        let mut url = String::from(SCHEME);
+        if let Some((user, password)) = &self.credentials {
+            url.push_str(&utf8_percent_encode(user, USERINFO).to_string());
+            url.push(':');
+            if redacted {
+                url.push_str("***");
+            } else {
+                url.push_str(&utf8_percent_encode(password, USERINFO).to_string());
+            }
+            url.push('@');
+        }
+        let hosts: Vec<String> = self.members.iter().map(Member::authority).collect();
+        url.push_str(&hosts.join(","));
+        if self.prefix != DEFAULT_PREFIX {
+            url.push('?');
+            url.push_str(
+                &form_urlencoded::Serializer::new(String::new())
+                    .append_pair("prefix", &self.prefix)
+                    .finish(),
+            );
+        }
+        url
+    }
+
+    /// Every member this config reaches, in URL order, default port filled in.
+    pub fn hosts(&self) -> Vec<HostPort> {
+        self.members.iter().map(Member::host_port).collect()
+    }
+
+    /// The same config pointed at other members: `hosts` must hold as many as the config
+    /// has, each a different one, else [`Error::InvalidConfig`].
+    pub fn with_hosts(mut self, hosts: &[HostPort]) -> Result<Self> {
+        if hosts.len() != self.members.len() {
+            return Err(Error::config(format!(
+                "this etcd config reaches {} member(s); {} given",
+                self.members.len(),
+                hosts.len()
+            )));
+        }
+        let mut members: Vec<Member> = Vec::with_capacity(hosts.len());
+        for target in hosts {
+            let member = parse_member(&target.to_string())
+                .map_err(|what| Error::config(format!("etcd member {target}: {what}")))?;
+            if members.contains(&member) {
+                return Err(Error::config(format!(
+                    "etcd member {} is given twice",
+                    member.authority()
+                )));
+            }
+            members.push(member);
+        }
+        self.members = members;
+        Ok(self)
+    }
+
+    /// The prefix of every key fencelock writes (default `fencelock`): any text of 1 to
+    /// [`MAX_PREFIX_LEN`] bytes without control characters (checked by
+    /// [`connect`](Self::connect); `from_url` checks `?prefix=` at once).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The configured prefix.
+    pub fn prefix_name(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The user name, if the URL carries credentials (never the password).
+    pub fn user(&self) -> Option<&str> {
+        self.credentials.as_ref().map(|(user, _)| user.as_str())
+    }
+
+    /// How long one operation may take before it fails with [`Error::Unavailable`]
+    /// (default 5 s). A cluster that lost its quorum answers no write: this bounds the wait.
+    pub fn operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = timeout;
+        self
+    }
+
+    /// How long [`connect`](Self::connect) may take, and each new TCP connection to a
+    /// member (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The largest value [`EtcdStorage`](crate::EtcdStorage) accepts, in bytes (default
+    /// [`DEFAULT_MAX_VALUE_LEN`], which fits etcd's default request limit). Raise it only
+    /// for a cluster started with a larger `--max-request-bytes`; at least 1 MiB.
+    pub fn max_value_len(mut self, len: usize) -> Self {
+        self.max_value_len = len;
+        self
+    }
+
+    /// The endpoints as the client library takes them (`http://host:port`).
+    pub(crate) fn endpoints(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .map(|m| format!("http://{}", m.authority()))
+            .collect()
+    }
+
+    /// The decoded user name and password.
+    pub(crate) fn credentials(&self) -> Option<&(String, String)> {
+        self.credentials.as_ref()
+    }
+
+    /// The members, `host:port` each, comma-separated: how errors name the cluster.
+    pub(crate) fn members_label(&self) -> String {
+        let hosts: Vec<String> = self.members.iter().map(Member::authority).collect();
+        hosts.join(",")
+    }
+
+    /// Checks the builder settings, connects to the cluster and measures its lease
+    /// granularity; see [`EtcdCluster`] for what it then provides.
+    pub async fn connect(&self) -> Result<EtcdCluster> {
+        validate_prefix(&self.prefix)?;
+        if self.operation_timeout.is_zero() || self.connect_timeout.is_zero() {
+            return Err(Error::config("etcd time-outs must be above zero"));
+        }
+        if self.max_value_len < 1 << 20 {
+            return Err(Error::config(format!(
+                "etcd max_value_len {} is below 1 MiB",
+                self.max_value_len
+            )));
+        }
+        EtcdCluster::connect(self).await
+    }
+}
+
+/// Checks a key prefix: 1 to [`MAX_PREFIX_LEN`] bytes, no control character (so no NUL).
+/// Every other character, `/`, spaces and Unicode included, is kept as it is.
+pub fn validate_prefix(prefix: &str) -> Result<()> {
+    let reason = if prefix.is_empty() {
+        Some("is empty")
+    } else if prefix.len() > MAX_PREFIX_LEN {
+        Some("is longer than 256 bytes")
+    } else if prefix.chars().any(char::is_control) {
+        Some("contains a control character")
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => {
+            let shown: String = prefix.chars().take(64).collect();
+            Err(Error::config(format!("etcd key prefix {shown:?} {reason}")))
+        }
+        None => Ok(()),
+    }
+}
+
+/// Splits what follows `etcd://` into authority, path and query; a fragment is refused.
+fn split_rest(rest: &str) -> std::result::Result<(&str, &str, &str), String> {
+    if rest.contains('#') {
+        return Err(
+            "takes no fragment (`#...`); a password holding `#` must be \
+                    percent-encoded"
+                .to_owned(),
+        );
+    }
+    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    Ok((authority, path, query))
+}
+
+/// `user:password`, percent-decoded.
+fn parse_credentials(userinfo: &str) -> std::result::Result<(String, String), String> {
+    let Some((user, password)) = userinfo.split_once(':') else {
+        return Err("names a user without a password (write etcd://user:password@host)".into());
+    };
+    let decode = |part: &str, what: &str| {
+        percent_decode_str(part)
+            .decode_utf8()
+            .map(|s| s.into_owned())
+            .map_err(|_| format!("the {what} is not UTF-8 once percent-decoded"))
+    };
+    let user = decode(user, "user name")?;
+    let password = decode(password, "password")?;
+    if user.is_empty() {
+        return Err("names a password without a user".into());
+    }
+    if password.is_empty() {
+        return Err("names a user with an empty password".into());
+    }
+    Ok((user, password))
+}
+
+/// One `host[:port]`, checked as a URL's host would be.
+fn parse_member(text: &str) -> std::result::Result<Member, String> {
+    if text.is_empty() {
+        return Err("names no host".to_owned());
+    }
+    let url = match Url::parse(&format!("http://{text}")) {
+        Ok(url) => url,
+        Err(url::ParseError::InvalidPort) => {
+            let port = text.rsplit_once(':').map(|(_, port)| port).unwrap_or("");
+            return Err(
+                if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) {
+                    format!("port {port} is out of range (1 to 65535)")
+                } else {
+                    format!("port {port:?} is not a number")
+                },
+            );
+        }
+        Err(url::ParseError::EmptyHost) => return Err("names no host".to_owned()),
+        Err(e) => return Err(format!("`{text}` is not host[:port]: {e}")),
+    };
+    // The parsed URL must be exactly `http://host[:port]/`: no credentials or path smuggled
+    // in through the member text.
+    if !url.username().is_empty() || url.password().is_some() || url.path() != "/" {
+        return Err(format!("`{text}` is not host[:port]"));
+    }
+    let host = match url.host() {
+        Some(url::Host::Domain(name)) if !name.is_empty() => name.to_owned(),
+        Some(url::Host::Ipv4(addr)) => addr.to_string(),
+        Some(url::Host::Ipv6(addr)) => addr.to_string(),
+        _ => return Err("names no host".to_owned()),
+    };
+    // `Url` drops the scheme's default port (80, however written); etcd has its own default.
+    let port = match url.port() {
+        Some(port) => port,
+        None if explicit_port(text) => 80,
+        None => DEFAULT_PORT,
+    };
+    if port == 0 {
+        return Err("port 0 is out of range (1 to 65535)".to_owned());
+    }
+    Ok(Member { host, port })
+}
+
+/// Whether `text` (`host[:port]`) ends with a port.
+fn explicit_port(text: &str) -> bool {
+    text.rsplit_once(':')
+        .is_some_and(|(_, port)| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Whether the parts of `input` after its credentials can be quoted without quoting part of
+/// a password: not when an `@` follows the first `/`, `?` or `#` after the scheme (then the
+/// credentials may hold one of those unescaped).
+fn safe_to_echo(input: &str) -> bool {
+    let rest = input.split_once("://").map_or(input, |(_, rest)| rest);
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    !rest[end..].contains('@')
+}
+
+/// `input` with any password replaced by `***`, for messages about a URL that may not parse.
+/// When an `@` follows the first `/`, `?` or `#` (a password holding one of those unescaped),
+/// everything after the scheme is hidden.
+fn redact(input: &str) -> String {
+    let Some((scheme, rest)) = input.split_once("://") else {
+        return if input.contains('@') {
+            "<URL hidden: it may hold a password>".to_owned()
+        } else {
+            input.to_owned()
+        };
+    };
+    if !safe_to_echo(input) {
+        return format!("{scheme}://***");
+    }
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    match authority.rsplit_once('@') {
+        None => input.to_owned(),
+        Some((userinfo, hosts)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{hosts}{tail}"),
+            None => format!("{scheme}://{userinfo}@{hosts}{tail}"),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn refusal(url: &str) -> String {
+        match EtcdConfig::from_url(url) {
+            Err(Error::InvalidConfig { message, .. }) => message,
+            other => panic!("{url}: expected InvalidConfig, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn reads_every_part_and_round_trips() {
+        for url in [
+            "etcd://127.0.0.1",
+            "etcd://127.0.0.1:2379",
+            "etcd://a:2379,b:2380,c",
+            "etcd://ETCD.example/",
+            "etcd://u%40x:p%3A%2F%40w@h1,h2?prefix=app%2Flocks",
+            "etcd://[::1]:2390,127.0.0.1",
+            "etcd://h?prefix=with%20spaces%20%26%20%3F%25%23%20%C3%BC%F0%9F%94%92",
+            "etcd://h:80",
+            "etcd://h:080",
+        ] {
+            let config = EtcdConfig::from_url(url).unwrap();
+            assert_eq!(
+                EtcdConfig::from_url(&config.to_url()).unwrap(),
+                config,
+                "{url} -> {}",
+                config.to_url()
+            );
+        }
+        let config = EtcdConfig::from_url("etcd://u%40x:p%3Aw@h1,[::1]:2390?prefix=a%2Fb").unwrap();
+        assert_eq!(
+            config.hosts(),
+            vec![HostPort::new("h1", 2379), HostPort::new("::1", 2390)]
+        );
+        assert_eq!(
+            config.credentials(),
+            Some(&("u@x".to_owned(), "p:w".to_owned()))
+        );
+        assert_eq!(config.user(), Some("u@x"));
+        assert_eq!(config.prefix_name(), "a/b");
+        assert_eq!(
+            config.endpoints(),
+            vec!["http://h1:2379".to_owned(), "http://[::1]:2390".to_owned()]
+        );
+        let plain = EtcdConfig::from_url("etcd://h").unwrap();
+        assert_eq!(plain.prefix_name(), DEFAULT_PREFIX);
+        assert_eq!(plain.to_url(), "etcd://h:2379");
+        assert_eq!(
+            EtcdConfig::from_url("etcd://h:80").unwrap().hosts(),
+            vec![HostPort::new("h", 80)]
+        );
+        let odd = EtcdConfig::from_url("etcd://h")
+            .unwrap()
+            .prefix("odd prefix/?&=#%+ ü 🔒");
+        assert_eq!(EtcdConfig::from_url(&odd.to_url()).unwrap(), odd);
+    }
+
+    #[test]
+    fn the_password_never_shows() {
+        let config = EtcdConfig::from_url("etcd://app:hunter2@h1,h2").unwrap();
+        assert_eq!(config.to_url(), "etcd://app:hunter2@h1:2379,h2:2379");
+        for shown in [
+            config.to_string(),
+            format!("{config:?}"),
+            config.redacted_url(),
+        ] {
+            assert!(!shown.contains("hunter2"), "{shown}");
+            assert!(shown.contains("app:***@h1"), "{shown}");
+        }
+        for bad in [
+            "etcd://app:hunter2@h1:99999",
+            "etcd://app:hunter2@h1?nope=1",
+            "etcd://app:hunter2@h1/path",
+            "etcd://app:hunter2@h1:port",
+            "etcd://app:hunter2@",
+            "etcd://app:hun/ter2@h1",
+            "etcd://app:hun?ter2@h1",
+            "etcd://app:hun#ter2@h1",
+            "etcd://app:pa?x=1@h1",
+            "redis://app:hunter2@h1",
+            "etcd://app:hunter2@h1,h1",
+            "etcd://app:hunter2@h1?prefix=",
+        ] {
+            let message = refusal(bad);
+            assert!(!message.contains("hunter2"), "{message}");
+            assert!(!message.contains("ter2"), "{message}");
+        }
+    }
+
+    #[test]
+    fn names_what_is_wrong() {
+        let cases = [
+            ("etcd://h:99999", "port 99999 is out of range"),
+            ("etcd://h:0", "port 0 is out of range"),
+            ("etcd://h:x1", "port \"x1\" is not a number"),
+            (
+                "etcd://a,b:99999",
+                "member 2 of 2 port 99999 is out of range",
+            ),
+            ("etcd://", "names no host"),
+            ("etcd://a,,b", "member 2 of 3 names no host"),
+            ("etcd://u:p@", "names no host"),
+            ("etcd://h/x", "takes no path"),
+            ("etcd://h?foo=1", "unknown option `foo`"),
+            ("etcd://h?prefix=a&prefix=b", "repeats the option `prefix`"),
+            ("etcd://h?prefix=", "is empty"),
+            ("etcd://h?prefix=a%00b", "control character"),
+            ("etcd://h#frag", "no fragment"),
+            ("etcd://user@h", "a user without a password"),
+            ("etcd://:pw@h", "a password without a user"),
+            ("etcd://u:@h", "empty password"),
+            ("etcd://h,h:2379", "member h:2379 is listed twice"),
+            ("redis://h", "not an etcd URL"),
+            ("h:2379", "not an etcd URL"),
+        ];
+        for (url, expected) in cases {
+            let message = refusal(url);
+            assert!(message.contains(expected), "{url}: {message}");
+        }
+        let long = format!("etcd://h?prefix={}", "p".repeat(MAX_PREFIX_LEN + 1));
+        assert!(refusal(&long).contains("longer than 256 bytes"));
+        let longest = format!("etcd://h?prefix={}", "p".repeat(MAX_PREFIX_LEN));
+        EtcdConfig::from_url(&longest).unwrap();
+    }
+
+    #[test]
+    fn with_hosts_points_elsewhere() {
+        let config = EtcdConfig::from_url("etcd://u:pw@a,b?prefix=t").unwrap();
+        let moved = config
+            .clone()
+            .with_hosts(&[HostPort::new("10.0.0.7", 4000), HostPort::new("::1", 4001)])
+            .unwrap();
+        assert_eq!(
+            moved.hosts(),
+            vec![HostPort::new("10.0.0.7", 4000), HostPort::new("::1", 4001)]
+        );
+        assert_eq!(
+            moved.to_url(),
+            "etcd://u:pw@10.0.0.7:4000,[::1]:4001?prefix=t"
+        );
+        assert!(config.clone().with_hosts(&[HostPort::new("a", 1)]).is_err());
+        assert!(
+            config
+                .clone()
+                .with_hosts(&[HostPort::new("a", 1), HostPort::new("a", 1)])
+                .is_err()
+        );
+        assert!(
+            config
+                .with_hosts(&[HostPort::new("a", 0), HostPort::new("b", 1)])
+                .is_err()
+        );
+    }
+}

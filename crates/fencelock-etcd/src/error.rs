@@ -1,0 +1,150 @@
+//! The one mapping from `etcd-client` errors to fencelock's [`Error`], and the time limit of
+//! an operation.
+
+use std::future::Future;
+use std::time::Duration;
+
+use fencelock_core::Error;
+use tonic::Code;
+
+/// The backend's name in errors and logs.
+pub(crate) const BACKEND: &str = "etcd";
+
+/// What etcd says when a request names a lease that does not exist (any more).
+const LEASE_NOT_FOUND: &str = "requested lease not found";
+
+/// Maps an `etcd-client` error to fencelock's [`Error`], naming `backend` in the message.
+///
+/// - Transport and I/O errors, and the gRPC codes that mean the cluster cannot answer now
+///   (`Unavailable`: no leader, a member going away, a request the leader gave up on;
+///   `DeadlineExceeded`, `Cancelled`, `Aborted`, `ResourceExhausted`) are
+///   [`Error::Unavailable`] (retryable).
+/// - Refused credentials (`authentication failed`, `Unauthenticated`, `PermissionDenied`)
+///   are [`Error::InvalidConfig`]: retrying cannot help. etcd's message names the user at
+///   most, never the password.
+/// - Everything else is [`Error::Backend`] with the gRPC code and etcd's message.
+pub fn map_etcd_error(backend: &'static str, error: etcd_client::Error) -> Error {
+    match &error {
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => {
+            Error::Unavailable {
+                backend,
+                message: error.to_string(),
+                source: Some(Box::new(error)),
+            }
+        }
+        etcd_client::Error::GRpcStatus(status) => {
+            let message = format!("{:?}: {}", status.code(), status.message());
+            match status.code() {
+                Code::Unavailable
+                | Code::DeadlineExceeded
+                | Code::Cancelled
+                | Code::Aborted
+                | Code::ResourceExhausted => Error::Unavailable {
+                    backend,
+                    message,
+                    source: Some(Box::new(error)),
+                },
+                Code::Unauthenticated | Code::PermissionDenied => Error::InvalidConfig {
+                    message: format!("{backend} refused the credentials: {message}"),
+                    source: Some(Box::new(error)),
+                },
+                _ if status.message().contains("authentication failed") => Error::InvalidConfig {
+                    message: format!("{backend} refused the credentials: {message}"),
+                    source: Some(Box::new(error)),
+                },
+                // tonic reports a connection it could not make as `Unknown` with the
+                // transport error as its text.
+                Code::Unknown if status.message().contains("transport error") => {
+                    Error::Unavailable {
+                        backend,
+                        message,
+                        source: Some(Box::new(error)),
+                    }
+                }
+                _ => Error::Backend {
+                    backend,
+                    message,
+                    source: Some(Box::new(error)),
+                },
+            }
+        }
+        _ => Error::Backend {
+            backend,
+            message: error.to_string(),
+            source: Some(Box::new(error)),
+        },
+    }
+}
+
+/// Whether etcd refused a request because the lease it names is gone (expired or revoked).
+pub(crate) fn is_lease_not_found(error: &etcd_client::Error) -> bool {
+    match error {
+        etcd_client::Error::GRpcStatus(status) => status.message().contains(LEASE_NOT_FOUND),
+        etcd_client::Error::LeaseKeepAliveError(message) => message.contains("lease not found"),
+        _ => false,
+    }
+}
+
+/// Runs `request` under the time-out `limit`: a request that does not finish in time is
+/// [`Error::Unavailable`] saying what did not answer; etcd's own errors are handed back
+/// unmapped.
+pub(crate) async fn within<T>(
+    limit: Duration,
+    what: &str,
+    members: &str,
+    request: impl Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<Result<T, etcd_client::Error>, Error> {
+    tokio::time::timeout(limit, request)
+        .await
+        .map_err(|_| Error::Unavailable {
+            backend: BACKEND,
+            message: format!(
+                "{what}: no answer from {members} within {limit:?} (is a quorum of the \
+                 cluster up?)"
+            ),
+            source: None,
+        })
+}
+
+/// Maps `error` naming the operation and the cluster's members.
+pub(crate) fn mapped(error: etcd_client::Error, what: &str, members: &str) -> Error {
+    with_context(map_etcd_error(BACKEND, error), what, members)
+}
+
+/// Prefixes an error's message with the operation and the cluster's members.
+fn with_context(error: Error, what: &str, members: &str) -> Error {
+    match error {
+        Error::Unavailable {
+            backend,
+            message,
+            source,
+        } => Error::Unavailable {
+            backend,
+            message: format!("{what} on {members}: {message}"),
+            source,
+        },
+        Error::Backend {
+            backend,
+            message,
+            source,
+        } => Error::Backend {
+            backend,
+            message: format!("{what} on {members}: {message}"),
+            source,
+        },
+        Error::InvalidConfig { message, source } => Error::InvalidConfig {
+            message: format!("{message} (cluster {members})"),
+            source,
+        },
+        other => other,
+    }
+}
+
+/// A reply that does not have the shape the request asked for.
+pub(crate) fn protocol(what: &str) -> Error {
+    Error::Backend {
+        backend: BACKEND,
+        message: format!("unexpected reply to {what}"),
+        source: None,
+    }
+}

@@ -1,0 +1,25 @@
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
+
+mod backend;
+mod cluster;
+mod config;
+mod error;
+mod keys;
+mod leases;
+mod seen;
+mod storage;
+mod waiters;
+
+pub use backend::{EtcdLockBackend, MAX_TTL};
+pub use cluster::EtcdCluster;
+pub use config::{
+    DEFAULT_MAX_VALUE_LEN, DEFAULT_PORT, DEFAULT_PREFIX, EtcdConfig, MAX_PREFIX_LEN,
+    validate_prefix,
+};
+pub use error::map_etcd_error;
+pub use storage::EtcdStorage;
+
+/// Re-exported so users get the `etcd-client` this crate was built with (for
+/// [`EtcdCluster::client`]).
+pub use etcd_client;

@@ -1,0 +1,68 @@
+//! What this process last saw of each key's counter and lock, so that a grant can name the
+//! counter's revision in its one transaction, and a waiter can watch from the revision at
+//! which it saw the lock held.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use fencelock_core::LockKey;
+
+/// Keys remembered at once; past that the table starts over (a forgotten key costs one more
+/// round trip on its next grant, nothing else).
+const REMEMBERED_KEYS: usize = 65_536;
+
+/// The counter of a key as last seen.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct CounterSeen {
+    /// The last token handed out (0: none yet).
+    pub(crate) last: u64,
+    /// The counter key's `mod_revision` (0: the key does not exist).
+    pub(crate) mod_revision: i64,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct KeySeen {
+    counter: CounterSeen,
+    /// A revision at which the lock key was seen held.
+    held_at: Option<i64>,
+}
+
+/// The table, one per backend.
+#[derive(Debug, Default)]
+pub(crate) struct Seen {
+    keys: Mutex<HashMap<LockKey, KeySeen>>,
+}
+
+impl Seen {
+    fn keys(&self) -> MutexGuard<'_, HashMap<LockKey, KeySeen>> {
+        self.keys.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The counter as last seen; a key never seen is guessed to have no counter yet.
+    pub(crate) fn counter(&self, key: &LockKey) -> CounterSeen {
+        self.keys().get(key).map(|k| k.counter).unwrap_or_default()
+    }
+
+    /// Records the counter as read or written at some revision.
+    pub(crate) fn set_counter(&self, key: &LockKey, counter: CounterSeen) {
+        let mut keys = self.keys();
+        if keys.len() >= REMEMBERED_KEYS && !keys.contains_key(key) {
+            keys.clear();
+        }
+        keys.entry(key.clone()).or_default().counter = counter;
+    }
+
+    /// Records that the lock was held at `revision`.
+    pub(crate) fn set_held_at(&self, key: &LockKey, revision: i64) {
+        let mut keys = self.keys();
+        if keys.len() >= REMEMBERED_KEYS && !keys.contains_key(key) {
+            keys.clear();
+        }
+        keys.entry(key.clone()).or_default().held_at = Some(revision);
+    }
+
+    /// The last revision at which the lock was seen held, if any.
+    pub(crate) fn held_at(&self, key: &LockKey) -> Option<i64> {
+        self.keys().get(key).and_then(|k| k.held_at)
+    }
+}

@@ -1,0 +1,52 @@
+//! Spawned etcd clusters and connections to them, for the tests of this crate.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use fencelock_conformance::Setup;
+use fencelock_core::OwnerId;
+use fencelock_etcd::{EtcdCluster, EtcdConfig};
+use fencelock_testkit::etcd::EtcdServer;
+
+/// Starts `members` etcd members (off the async threads: it waits for them).
+pub(crate) async fn spawn(members: usize) -> Arc<EtcdServer> {
+    tokio::task::spawn_blocking(move || Arc::new(EtcdServer::spawn_cluster(members)))
+        .await
+        .expect("spawning etcd panicked")
+}
+
+/// The config of `server` with a prefix of its own.
+pub(crate) fn config(server: &EtcdServer) -> EtcdConfig {
+    EtcdConfig::from_url(&server.url())
+        .unwrap()
+        .prefix(format!("test-{}", OwnerId::random()))
+}
+
+/// Connects to `server` under a prefix of its own.
+pub(crate) async fn connect(server: &EtcdServer) -> EtcdCluster {
+    config(server).connect().await.expect("connect to etcd")
+}
+
+/// A conformance setup on a fresh cluster of `members` members; the outage kills them all.
+pub(crate) async fn setup(members: usize) -> Setup {
+    let server = spawn(members).await;
+    let cluster = connect(&server).await;
+    let victim = server.clone();
+    Setup::new(
+        cluster.backend(),
+        Arc::new(cluster.storage()),
+        Box::new(move || {
+            let victim = victim.clone();
+            Box::pin(async move {
+                tokio::task::spawn_blocking(move || {
+                    for index in 0..victim.len() {
+                        victim.kill(index);
+                    }
+                })
+                .await
+                .expect("killing etcd panicked");
+            })
+        }),
+    )
+    .keep(server)
+}
