@@ -4,12 +4,14 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use fencelock::spec::{BackendSpec, PgBackendKind};
-use fencelock_bench::{PgLockKind, Report, Row, Settings, Suite};
+use fencelock::postgres::{DEFAULT_SCHEMA, PgBackendKind};
+use fencelock::spec::BackendSpec;
+use fencelock_bench::{PgLockKind, Report, Settings, Suite};
 
+use crate::args::BackendArg;
 use crate::error::CliError;
 use crate::exit::Exit;
-use crate::{BackendArg, Spec};
+use crate::spec::Spec;
 
 pub(crate) const EXAMPLES: &str = "  fencelock bench
   fencelock bench --backend redis://127.0.0.1:6379 --duration 5s
@@ -36,7 +38,7 @@ pub(crate) struct Args {
 }
 
 fn parse_bench_duration(text: &str) -> std::result::Result<Duration, String> {
-    let duration = crate::parse_duration(text)?;
+    let duration = crate::args::parse_duration(text)?;
     if duration < Duration::from_millis(10) || duration > Duration::from_secs(3600) {
         return Err("the duration must be between 10ms and 1h".into());
     }
@@ -46,18 +48,25 @@ fn parse_bench_duration(text: &str) -> std::result::Result<Duration, String> {
 async fn suite(spec: &BackendSpec) -> Result<Suite, CliError> {
     match spec {
         BackendSpec::Memory => Ok(Suite::memory()),
-        BackendSpec::Redis(url) => Ok(Suite::redis(url).await?),
-        BackendSpec::Redlock { nodes, storage } => Ok(Suite::redlock(nodes, storage).await?),
-        BackendSpec::Postgres {
-            url,
-            backend,
-            schema,
-        } => {
-            let kind = match backend {
+        BackendSpec::Redis(config) => Ok(Suite::redis(&config.to_url()).await?),
+        BackendSpec::Redlock(config) => {
+            let nodes: Vec<String> = config.node_configs().iter().map(|n| n.to_url()).collect();
+            let storage = match config.storage() {
+                Some(storage) => storage.to_url(),
+                None => nodes.first().cloned().unwrap_or_default(),
+            };
+            Ok(Suite::redlock(&nodes, &storage).await?)
+        }
+        BackendSpec::Postgres(config) => {
+            let kind = match config.backend_kind() {
                 PgBackendKind::Advisory => PgLockKind::Advisory,
                 _ => PgLockKind::Lease,
             };
-            Ok(Suite::postgres(url, schema.as_deref(), kind).await?)
+            let driver = config
+                .clone()
+                .with_backend_kind(PgBackendKind::Lease)
+                .schema(DEFAULT_SCHEMA);
+            Ok(Suite::postgres(&driver.to_url(), Some(config.schema_name()), kind).await?)
         }
         other => Err(CliError::Input(format!(
             "fencelock bench has no baseline for {other} yet"
@@ -96,74 +105,14 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     Ok(Exit::Success)
 }
 
-/// `1.23 ms`, `45.6 µs`, `789 ns`.
-fn latency(d: Duration) -> String {
-    let nanos = d.as_nanos() as f64;
-    if nanos >= 1e6 {
-        format!("{:.2} ms", nanos / 1e6)
-    } else if nanos >= 1e3 {
-        format!("{:.1} µs", nanos / 1e3)
-    } else {
-        format!("{nanos:.0} ns")
-    }
-}
-
-fn ratio(row: &Row) -> String {
-    match (row.baseline, row.ratio) {
-        (true, _) => "baseline".into(),
-        (false, Some(r)) if row.scenario.in_round_trips() => format!("{r:.2} RT"),
-        (false, Some(r)) => format!("{r:.2}x"),
-        (false, None) => "-".into(),
-    }
-}
-
 fn table(spec: &Spec, report: &Report) -> String {
-    let header = ["scenario", "subject", "p50", "p99", "ops/s", "ratio"];
-    let mut lines: Vec<[String; 6]> = vec![header.map(String::from)];
-    for row in &report.rows {
-        let m = &row.measurement;
-        lines.push([
-            row.scenario.title(&report.settings),
-            row.subject.clone(),
-            latency(m.latencies.quantile(0.5)),
-            latency(m.latencies.quantile(0.99)),
-            format!("{:.0}", m.ops_per_sec()),
-            ratio(row),
-        ]);
-    }
-    let mut widths = [0; 6];
-    for line in &lines {
-        for (w, cell) in widths.iter_mut().zip(line) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = format!(
-        "fencelock bench: {} ({}), {} per subject and scenario\n\n",
+    format!(
+        "fencelock bench: {} ({}), {} per subject and scenario\n\n{}",
         spec,
         report.backend,
-        humantime::format_duration(report.settings.duration)
-    );
-    for line in &lines {
-        let mut text = String::new();
-        for (i, (cell, w)) in line.iter().zip(widths).enumerate() {
-            let pad = w - cell.chars().count();
-            if i >= 2 {
-                text.push_str(&" ".repeat(pad));
-                text.push_str(cell);
-            } else {
-                text.push_str(cell);
-                text.push_str(&" ".repeat(pad));
-            }
-            text.push_str("  ");
-        }
-        out.push_str(text.trim_end());
-        out.push('\n');
-    }
-    out.push_str(
-        "\nratio: p50 over the baseline's p50 (contended: the baseline's ops/s over ours); \
-         RT: p50 in round trips (hand-off: the round trip after idle; extend: the round trip).\n",
-    );
-    out
+        humantime::format_duration(report.settings.duration),
+        report.table()
+    )
 }
 
 fn json(spec: &Spec, report: &Report) -> serde_json::Value {
@@ -208,13 +157,6 @@ fn json(spec: &Spec, report: &Report) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn latencies_read_well() {
-        assert_eq!(latency(Duration::from_nanos(789)), "789 ns");
-        assert_eq!(latency(Duration::from_nanos(45_600)), "45.6 µs");
-        assert_eq!(latency(Duration::from_micros(1_234)), "1.23 ms");
-    }
 
     #[test]
     fn durations_are_bounded() {

@@ -8,9 +8,11 @@ use fencelock_chaos::{
     ChaosConfig, FaultKind, Outcome, Persistence, Progress, Target, WorkerLauncher,
 };
 
+use crate::args::parse_duration;
 use crate::error::CliError;
 use crate::exit::Exit;
-use crate::{BACKEND_ENV, Spec, backend_arg, parse_duration};
+use crate::signals::Signals;
+use crate::spec::{BACKEND_ENV, Spec, SpecParser};
 
 pub(crate) const EXAMPLES: &str = "  fencelock chaos --spawn-redis 1 --faults pause,kill,partition --duration 30s
   fencelock chaos --spawn-redis 5 --persistence none --faults pause,kill
@@ -35,7 +37,7 @@ pub(crate) struct Args {
         env = BACKEND_ENV,
         hide_env_values = true,
         required_unless_present = "spawn_redis",
-        value_parser = backend_arg::SpecParser
+        value_parser = SpecParser
     )]
     pub(crate) backend: Option<Spec>,
     /// Start N redis-server processes instead (N = 1: redis://, N > 1: redlock://), so that the
@@ -90,7 +92,7 @@ impl Args {
                     PersistenceArg::None => Persistence::None,
                 },
             },
-            (None, Some(spec)) => Target::Backend(spec.raw().to_owned()),
+            (None, Some(spec)) => Target::Backend(Box::new(spec.spec().clone())),
             (None, None) => {
                 return Err(CliError::Input(format!(
                     "give --backend SPEC (or set {BACKEND_ENV}), or --spawn-redis N"
@@ -120,12 +122,13 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
             eprintln!("{p}");
         }
     };
+    let mut signals = Signals::install()?;
     let report = tokio::select! {
         report = fencelock_chaos::run(&config, &launcher, &mut progress) => report,
-        signal = interrupted() => {
+        signal = signals.recv() => {
             // Dropping the run kills its workers and the servers it started.
-            eprintln!("\nfencelock: chaos interrupted; its workers and servers are stopped");
-            return Ok(Exit::Signal(signal));
+            eprintln!("\nfencelock: {signal}: chaos stopped its workers and servers");
+            return Ok(Exit::Signal(signal as i32));
         }
     };
     if tty {
@@ -142,19 +145,6 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
         Outcome::Violations => Exit::Violations,
         Outcome::ControlFoundNothing => Exit::ControlFoundNothing,
     })
-}
-
-/// Completes with the signal's number on SIGINT or SIGTERM.
-async fn interrupted() -> i32 {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut term) = signal(SignalKind::terminate()) else {
-        let _ = tokio::signal::ctrl_c().await;
-        return SignalKind::interrupt().as_raw_value();
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => SignalKind::interrupt().as_raw_value(),
-        _ = term.recv() => SignalKind::terminate().as_raw_value(),
-    }
 }
 
 /// `fencelock worker`: one chaos worker process.

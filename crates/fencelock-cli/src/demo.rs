@@ -8,9 +8,9 @@ use fencelock::spec::Connected;
 use fencelock::{Error, Fence, FencedStorage, LockKey, Locker, OwnerId, Result};
 use tokio::time::{Instant, sleep};
 
+use crate::args::{BackendArg, parse_ttl};
 use crate::error::CliError;
 use crate::exit::Exit;
-use crate::{BackendArg, parse_duration};
 
 pub(crate) const EXAMPLES: &str = "  fencelock demo
   fencelock demo --backend redis://127.0.0.1:6379 --ttl 500ms
@@ -21,7 +21,7 @@ pub(crate) struct Args {
     #[command(flatten)]
     pub(crate) backend: BackendArg,
     /// Lease ttl of client 1; it pauses for twice as long.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = parse_ttl)]
     ttl: Duration,
 }
 

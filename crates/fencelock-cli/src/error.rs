@@ -21,6 +21,14 @@ pub enum CliError {
     /// A benchmark could not be carried out.
     #[error(transparent)]
     Bench(#[from] BenchError),
+    /// The server did not answer within the time the command had.
+    #[error("no answer from {server} within {within:?}")]
+    NoAnswer {
+        /// The server, as its spec names it (password hidden).
+        server: String,
+        /// The time it had.
+        within: std::time::Duration,
+    },
     /// A process or terminal operation failed.
     #[error("{what}: {source}")]
     Io {
@@ -47,7 +55,7 @@ impl CliError {
             CliError::Input(_) => true,
             CliError::Lock(e) | CliError::Bench(BenchError::Fencelock(e)) => is_input(e),
             CliError::Chaos(e) => e.is_input(),
-            CliError::Bench(_) | CliError::Io { .. } => false,
+            CliError::Bench(_) | CliError::NoAnswer { .. } | CliError::Io { .. } => false,
         };
         if input { Exit::Usage } else { Exit::Failure }
     }

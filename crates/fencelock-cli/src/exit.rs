@@ -1,5 +1,5 @@
 //! Every exit status of the `fencelock` command, defined once. The code returns an [`Exit`];
-//! each subcommand's `--help` lists its codes from [`DOCUMENTED`], through [`after_help`].
+//! each subcommand's `--help` lists its codes from [`DOCUMENTED`], through `after_help`.
 
 use std::fmt::Write;
 use std::process::ExitCode;
@@ -152,7 +152,8 @@ pub const DOCUMENTED: &[(Exit, &[Sub], &str)] = &[
     (
         Exit::Signal(0),
         &[Chaos],
-        "interrupted by SIGINT (130) or SIGTERM (143); the workers and spawned servers are stopped",
+        "fencelock received signal N (SIGHUP 129, SIGINT 130, SIGTERM 143); the workers and \
+         spawned servers are stopped",
     ),
 ];
 

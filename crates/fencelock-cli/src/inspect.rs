@@ -3,7 +3,7 @@
 
 use fencelock::LockKey;
 
-use crate::BackendArg;
+use crate::args::SharedBackendArg;
 use crate::error::CliError;
 use crate::exit::Exit;
 
@@ -15,18 +15,19 @@ pub(crate) const EXAMPLES: &str =
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     #[command(flatten)]
-    pub(crate) backend: BackendArg,
+    pub(crate) backend: SharedBackendArg,
     /// The lock's key.
     key: String,
 }
 
 pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
+    let spec = args.backend.shared("fencelock inspect")?;
     let key = LockKey::new(&args.key)?;
-    let connected = args.backend.backend.spec().connect().await?;
+    let connected = spec.spec().connect().await?;
     let backend = connected.backend;
     let info = backend.inspect(&key).await?;
     println!("key         {key}");
-    println!("backend     {} ({})", args.backend.backend, backend.name());
+    println!("backend     {spec} ({})", backend.name());
     match (info.holder, info.remaining) {
         (Some(holder), remaining) => {
             println!("holder      owner {}", holder.owner);

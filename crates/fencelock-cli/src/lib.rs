@@ -7,11 +7,11 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-mod backend_arg;
+mod advance_token;
+mod args;
 mod bench;
 mod chaos;
 mod demo;
@@ -19,11 +19,13 @@ mod error;
 pub mod exit;
 mod inspect;
 mod run;
+mod signals;
+mod spec;
 
-pub use backend_arg::{BACKEND_ENV, Spec};
 pub use error::CliError;
 pub use exit::Exit;
 use exit::{Sub, after_help};
+pub use spec::{BACKEND_ENV, Spec};
 
 /// Distributed locks with fencing tokens.
 #[derive(Debug, Parser)]
@@ -49,6 +51,14 @@ enum Command {
     /// Show a lock's holder, token and time left, and the backend's capabilities.
     #[command(after_help = after_help(Sub::Inspect, inspect::EXAMPLES))]
     Inspect(inspect::Args),
+    /// Raise a key's token counter so that the next grant carries a token above N.
+    ///
+    /// After a lock server lost its counters (a Redis restart without persistence), grants
+    /// repeat old tokens and the fenced storage refuses them as stale. Raising the counter past
+    /// the storage's fence heals this. The counter never goes down: a floor below it changes
+    /// nothing.
+    #[command(after_help = after_help(Sub::AdvanceToken, advance_token::EXAMPLES))]
+    AdvanceToken(advance_token::Args),
     /// Measure a backend against the raw baseline on the same server: acquire + release, fenced
     /// write, hand-off, extend and contended throughput, as p50, p99, ops/s and ratios.
     #[command(after_help = after_help(Sub::Bench, bench::EXAMPLES))]
@@ -63,33 +73,14 @@ enum Command {
     Worker,
 }
 
-/// The `--backend` option of every subcommand but `chaos`.
-#[derive(Debug, Clone, clap::Args)]
-struct BackendArg {
-    /// Backend spec: memory:// (in-process, the default), redis://, rediss://, redlock://,
-    /// postgres://.
-    #[arg(
-        long,
-        env = BACKEND_ENV,
-        hide_env_values = true,
-        default_value = "memory://",
-        value_parser = backend_arg::SpecParser
-    )]
-    backend: Spec,
-}
-
-/// Parses a duration such as `500ms`, `2s` or `1m`.
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text).map_err(|e| format!("{e} (examples: 500ms, 2s, 1m)"))
-}
-
 impl Command {
     /// The backend spec the subcommand was given, if any.
     fn spec(&self) -> Option<&Spec> {
         match self {
             Command::Demo(args) => Some(&args.backend.backend),
-            Command::Run(args) => Some(&args.backend.backend),
-            Command::Inspect(args) => Some(&args.backend.backend),
+            Command::Run(args) => args.backend.backend.as_ref(),
+            Command::Inspect(args) => args.backend.backend.as_ref(),
+            Command::AdvanceToken(args) => args.backend.backend.as_ref(),
             Command::Bench(args) => Some(&args.backend.backend),
             Command::Chaos(args) => args.backend.as_ref(),
             Command::Worker => None,
@@ -105,6 +96,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Demo(args) => demo::run(args).await,
         Command::Run(args) => run::run(args).await,
         Command::Inspect(args) => inspect::run(args).await,
+        Command::AdvanceToken(args) => advance_token::run(args).await,
         Command::Bench(args) => bench::run(args).await,
         Command::Chaos(args) => chaos::run(args).await,
         Command::Worker => chaos::worker().await,
@@ -141,6 +133,7 @@ mod tests {
             ("demo", Sub::Demo),
             ("run", Sub::Run),
             ("inspect", Sub::Inspect),
+            ("advance-token", Sub::AdvanceToken),
             ("bench", Sub::Bench),
             ("chaos", Sub::Chaos),
         ] {

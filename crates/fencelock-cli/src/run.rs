@@ -1,4 +1,11 @@
 //! `fencelock run`: hold a lock while a command runs.
+//!
+//! The command runs in a process group of its own (as `timeout` runs it), so it does not read
+//! from the terminal. SIGHUP, SIGINT and SIGTERM sent to fencelock are passed on to that group;
+//! fencelock waits until the command and the rest of its group have exited (SIGKILL to the
+//! group after `--grace`), releases the lock, and only then exits with 128 + N. So a job
+//! stopped by `kill`, a closed terminal or `timeout` never outlives its lock, and the next
+//! holder gets the lock as soon as the job is gone.
 
 use std::ffi::OsString;
 use std::io::ErrorKind;
@@ -6,14 +13,17 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use fencelock::{Error, Locker};
-use nix::sys::signal::{Signal, kill};
+use fencelock::{Error, LockGuard, LockKey, Locker};
+use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
+use tokio::time::{Instant, timeout_at};
 
+use crate::args::{SharedBackendArg, parse_duration, parse_ttl};
 use crate::error::CliError;
 use crate::exit::Exit;
-use crate::{BackendArg, parse_duration};
+use crate::signals::Signals;
+use crate::spec::Spec;
 
 pub(crate) const EXAMPLES: &str = "  # a cron job that runs once across hosts
   fencelock run --backend redis://redis.example:6379 --key nightly-report -- ./report.sh
@@ -22,20 +32,36 @@ pub(crate) const EXAMPLES: &str = "  # a cron job that runs once across hosts
   fencelock run --key migrate --wait 1m --ttl 10s -- ./migrate
 ";
 
+/// How long connecting and the one try may take when `--wait` is zero.
+const TRY_ONCE_WITHIN: Duration = Duration::from_secs(5);
+
+/// How often the command's process group is checked for processes left after the command
+/// itself exited.
+const GROUP_POLL: Duration = Duration::from_millis(20);
+
+/// How long processes sent SIGKILL get to disappear.
+const KILLED_GONE_WITHIN: Duration = Duration::from_secs(5);
+
+/// How long past `--wait` a call already sent may take to answer before the server counts as
+/// not answering (the lock's own wait ends first when the server answers).
+const ANSWER_SLACK: Duration = Duration::from_millis(500);
+
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     #[command(flatten)]
-    pub(crate) backend: BackendArg,
+    pub(crate) backend: SharedBackendArg,
     /// The lock's key.
     #[arg(long)]
     key: String,
     /// Lease ttl; the lease is renewed at about a third of it while the command runs.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = parse_ttl)]
     ttl: Duration,
-    /// How long to wait for the lock; 0s tries once.
+    /// How long to wait for the lock, connecting included; 0s connects (within 5s) and tries
+    /// once.
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     wait: Duration,
-    /// After the lease is lost, how long the command has between SIGTERM and SIGKILL.
+    /// How long the command has between SIGTERM (or the signal fencelock received) and SIGKILL,
+    /// when its lease is lost or fencelock is asked to stop.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     grace: Duration,
     /// The command and its arguments.
@@ -49,29 +75,31 @@ pub(crate) struct Args {
 }
 
 pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
-    let connected = args.backend.backend.spec().connect().await?;
-    let locker = Locker::new(connected.backend);
-    let guard = match locker.lock(&args.key).ttl(args.ttl).wait(args.wait).await {
-        Ok(guard) => guard,
-        Err(Error::Timeout { waited, .. }) => {
-            eprintln!(
-                "fencelock: lock {:?} is held by another owner; not obtained within {waited:?}",
-                args.key
-            );
-            return Ok(Exit::NotObtained);
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let lease = guard.lease();
+    let spec = args.backend.shared("fencelock run")?;
+    let key = LockKey::new(&args.key)?;
     let (program, rest) = args
         .command
         .split_first()
         .ok_or_else(|| CliError::Input("no command given".into()))?;
+    // From here on a signal is ours to handle, so the lock is never left behind by one.
+    let mut signals = Signals::install()?;
+    let guard = tokio::select! {
+        obtained = obtain(spec, &key, args.ttl, args.wait) => match obtained? {
+            Some(guard) => guard,
+            None => return Ok(Exit::NotObtained),
+        },
+        signal = signals.recv() => {
+            eprintln!("fencelock: {signal} while waiting for the lock; the command was not started");
+            return Ok(Exit::Signal(signal as i32));
+        }
+    };
+    let lease = guard.lease();
     let spawned = Command::new(program)
         .args(rest)
         .env("FENCELOCK_KEY", lease.key.as_str())
         .env("FENCELOCK_TOKEN", lease.token.to_string())
         .env("FENCELOCK_OWNER", lease.owner.to_string())
+        .process_group(0)
         .kill_on_drop(true)
         .spawn();
     let mut child = match spawned {
@@ -87,13 +115,15 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
             return Ok(exit);
         }
     };
+    let group = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw);
     let lost = guard.lost();
     tokio::select! {
         status = child.wait() => {
             let status = status.map_err(|e| CliError::io("waiting for the command", e))?;
-            if !guard.release().await? {
-                eprintln!("fencelock: the lease on {:?} was lost before the command exited", args.key);
-            }
+            release(guard, &args.key).await?;
             Ok(status_exit(status))
         }
         reason = lost => {
@@ -101,32 +131,122 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
                 "fencelock: lease on {:?} lost ({reason}); sending SIGTERM to the command",
                 args.key
             );
-            stop(&mut child, args.grace).await?;
+            stop(&mut child, group, Signal::SIGTERM, args.grace, &mut signals).await?;
             Ok(Exit::LeaseLost)
         }
-        _ = tokio::signal::ctrl_c() => {
-            eprintln!("fencelock: interrupted; stopping the command and releasing the lock");
-            stop(&mut child, args.grace).await?;
-            guard.release().await?;
-            Ok(Exit::Signal(2))
+        signal = signals.recv() => {
+            eprintln!(
+                "fencelock: {signal}: passing it to the command, then releasing the lock"
+            );
+            stop(&mut child, group, signal, args.grace, &mut signals).await?;
+            release(guard, &args.key).await?;
+            Ok(Exit::Signal(signal as i32))
         }
     }
 }
 
-/// SIGTERM, then SIGKILL after `grace`.
-async fn stop(child: &mut Child, grace: Duration) -> Result<(), CliError> {
-    if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) {
-        // The child may have exited a moment ago; then there is nothing to signal.
-        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+/// Connects and takes the lock within `--wait` (connecting included). `None` when another
+/// owner held it all along; an error when the server did not answer in time.
+async fn obtain(
+    spec: &Spec,
+    key: &LockKey,
+    ttl: Duration,
+    wait: Duration,
+) -> Result<Option<LockGuard>, CliError> {
+    let budget = if wait.is_zero() {
+        TRY_ONCE_WITHIN
+    } else {
+        wait
+    };
+    let deadline = Instant::now() + budget;
+    let no_answer = || CliError::NoAnswer {
+        server: spec.to_string(),
+        within: budget,
+    };
+    let connected = timeout_at(deadline, spec.spec().connect())
+        .await
+        .map_err(|_| no_answer())??;
+    let locker = Locker::new(connected.backend);
+    let left = if wait.is_zero() {
+        Duration::ZERO
+    } else {
+        deadline.saturating_duration_since(Instant::now())
+    };
+    let request = locker.lock(key.as_str()).ttl(ttl).wait(left);
+    match timeout_at(deadline + ANSWER_SLACK, request).await {
+        Err(_) => Err(no_answer()),
+        Ok(Ok(guard)) => Ok(Some(guard)),
+        Ok(Err(Error::Timeout { waited, .. })) => {
+            eprintln!(
+                "fencelock: lock {:?} is held by another owner; not obtained within {waited:?}",
+                key.as_str()
+            );
+            Ok(None)
+        }
+        Ok(Err(e)) => Err(e.into()),
     }
-    if tokio::time::timeout(grace, child.wait()).await.is_err() {
-        eprintln!("fencelock: the command outlived the {grace:?} grace period; sending SIGKILL");
-        child
-            .kill()
-            .await
-            .map_err(|e| CliError::io("killing the command", e))?;
+}
+
+async fn release(guard: LockGuard, key: &str) -> Result<(), CliError> {
+    if !guard.release().await? {
+        eprintln!("fencelock: the lease on {key:?} was lost before the command exited");
     }
     Ok(())
+}
+
+/// Sends `signal` to the command's process group, passes on any signal fencelock receives
+/// meanwhile, and waits until the command and everything else in its group have exited;
+/// SIGKILL to the group when they have not after `grace`.
+async fn stop(
+    child: &mut Child,
+    group: Option<Pid>,
+    signal: Signal,
+    grace: Duration,
+    signals: &mut Signals,
+) -> Result<(), CliError> {
+    let send = |signal: Signal| {
+        if let Some(group) = group {
+            // The group may be gone already; then there is nothing to signal.
+            let _ = killpg(group, signal);
+        }
+    };
+    send(signal);
+    let kill_at = Instant::now() + grace;
+    let mut exited = false;
+    loop {
+        if exited && !alive(group) {
+            return Ok(());
+        }
+        tokio::select! {
+            status = child.wait(), if !exited => {
+                status.map_err(|e| CliError::io("waiting for the command", e))?;
+                exited = true;
+            }
+            again = signals.recv() => send(again),
+            // Processes of the group other than the command cannot be waited for: poll.
+            () = tokio::time::sleep(GROUP_POLL), if exited => {}
+            () = tokio::time::sleep_until(kill_at) => {
+                eprintln!(
+                    "fencelock: the command outlived the {grace:?} grace period; sending SIGKILL"
+                );
+                send(Signal::SIGKILL);
+                child
+                    .wait()
+                    .await
+                    .map_err(|e| CliError::io("waiting for the killed command", e))?;
+                let gone_by = Instant::now() + KILLED_GONE_WITHIN;
+                while alive(group) && Instant::now() < gone_by {
+                    tokio::time::sleep(GROUP_POLL).await;
+                }
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Whether any process of `group` is left.
+fn alive(group: Option<Pid>) -> bool {
+    group.is_some_and(|group| killpg(group, None).is_ok())
 }
 
 /// The shell's convention: the exit code, or 128 + the signal that ended the process.

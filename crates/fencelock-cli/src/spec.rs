@@ -1,5 +1,5 @@
-//! `--backend`, also read from `FENCELOCK_BACKEND`: parsed by a value parser whose errors never
-//! show the password, which is kept aside so that no later error shows it either.
+//! A backend spec from `--backend` or `FENCELOCK_BACKEND`: parsed by a value parser whose
+//! errors never show the password, which is kept aside so that no later error shows it either.
 
 use std::ffi::OsStr;
 use std::fmt;
@@ -17,8 +17,6 @@ pub const BACKEND_ENV: &str = "FENCELOCK_BACKEND";
 #[derive(Clone)]
 pub struct Spec {
     spec: BackendSpec,
-    /// The spec as given, credentials included.
-    raw: String,
     secrets: Vec<String>,
 }
 
@@ -27,11 +25,7 @@ impl Spec {
     pub fn parse(text: &str) -> Result<Self, String> {
         let secrets = secrets_of(text);
         match BackendSpec::parse(text) {
-            Ok(spec) => Ok(Spec {
-                spec,
-                raw: text.to_owned(),
-                secrets,
-            }),
+            Ok(spec) => Ok(Spec { spec, secrets }),
             Err(e) => Err(redact(&e.to_string(), &secrets)),
         }
     }
@@ -39,11 +33,6 @@ impl Spec {
     /// The parsed spec.
     pub fn spec(&self) -> &BackendSpec {
         &self.spec
-    }
-
-    /// The spec as given, credentials included: for handing on, never for printing.
-    pub(crate) fn raw(&self) -> &str {
-        &self.raw
     }
 
     /// `text` with this spec's password replaced by `***`.

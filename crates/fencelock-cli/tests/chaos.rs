@@ -21,6 +21,7 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 fn chaos(args: &[&str]) -> (i32, Option<Value>, String) {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut child = Command::new(env!("CARGO_BIN_EXE_fencelock"))
+        .env_remove("FENCELOCK_BACKEND")
         .arg("chaos")
         .args(args)
         .arg("--json")

@@ -2,15 +2,20 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use fencelock_testkit::postgres::PgSchema;
 use fencelock_testkit::redis::{RedisServer, free_port};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 
 fn fencelock() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_fencelock"))
+    common::command()
 }
 
 fn run(args: &[&str]) -> Output {
@@ -35,17 +40,20 @@ fn explain(out: &Output) -> String {
 
 #[test]
 fn exit_codes_pass_through() {
-    let out = run(&["run", "--key", "k", "--", "sh", "-c", "exit 3"]);
+    let server = RedisServer::spawn();
+    let url = server.url();
+    let run_k = |rest: &[&str]| {
+        let mut args = vec!["run", "--backend", &url, "--key", "k", "--"];
+        args.extend(rest);
+        run(&args)
+    };
+    let out = run_k(&["sh", "-c", "exit 3"]);
     assert_eq!(code(&out), 3, "{}", explain(&out));
-    let out = run(&["run", "--key", "k", "--", "sh", "-c", "kill -9 $$"]);
+    let out = run_k(&["sh", "-c", "kill -9 $$"]);
     assert_eq!(code(&out), 128 + 9, "{}", explain(&out));
-    let out = run(&["run", "--key", "k", "--", "/nonexistent/command"]);
+    let out = run_k(&["/nonexistent/command"]);
     assert_eq!(code(&out), 127, "{}", explain(&out));
-    let out = run(&[
-        "run",
-        "--key",
-        "k",
-        "--",
+    let out = run_k(&[
         "sh",
         "-c",
         "test \"$FENCELOCK_KEY\" = k && test \"$FENCELOCK_TOKEN\" -ge 1 && test ${#FENCELOCK_OWNER} -eq 32",
@@ -57,10 +65,11 @@ fn exit_codes_pass_through() {
 fn bad_input_gives_clear_errors() {
     let out = run(&["run", "--backend", "bogus", "--key", "k", "--", "true"]);
     assert_eq!(code(&out), 2, "{}", explain(&out));
-    let out = run(&["run", "--key", "", "--", "true"]);
+    let shared = "redis://127.0.0.1:1";
+    let out = run(&["run", "--backend", shared, "--key", "", "--", "true"]);
     assert_eq!(code(&out), 2, "{}", explain(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid key"));
-    let out = run(&["run", "--key", "k"]);
+    let out = run(&["run", "--backend", shared, "--key", "k"]);
     assert_eq!(
         code(&out),
         2,
@@ -258,5 +267,184 @@ fn child_outliving_a_lost_lease_is_signalled() {
         } else {
             assert!(stderr.contains("SIGKILL"), "{name}: {stderr}");
         }
+    }
+}
+
+/// The first job of the signal tests: a shell that runs, in the foreground, a script that
+/// records which signal it got, takes a second to clean up, and exits. The script is a
+/// grandchild of fencelock, so only a signal sent to the whole process group reaches it, and
+/// fencelock must wait for more than its own child. Its loop ends by itself after a minute,
+/// so a job that never gets the signal does not outlive the test.
+fn first_job(dir: &Path, log: &Path) -> String {
+    let script = dir.join("job.sh");
+    let mut text = String::from("log=\"$1\"\n");
+    for name in ["HUP", "INT", "TERM"] {
+        text.push_str(&format!(
+            "trap 'echo got-{name} >> \"$log\"; sleep 1; echo first-exit >> \"$log\"; exit 0' {name}\n"
+        ));
+    }
+    text.push_str(
+        "echo first-start >> \"$log\"\n\
+         i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done\n",
+    );
+    std::fs::write(&script, text).unwrap();
+    format!("sh {} {}; true", script.display(), log.display())
+}
+
+/// A signal to `fencelock run` reaches the job; the job finishes its clean-up before anyone
+/// else gets the lock, and the lock is released as soon as the job is gone (the second run
+/// waits 30 s for a lock whose ttl is 60 s, so it only gets it through a release).
+fn signal_is_passed_on_and_the_lock_released_after_the_command(signal: Signal) {
+    let server = RedisServer::spawn();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let job = first_job(dir.path(), &log);
+    let first = fencelock()
+        .args(["run", "--backend", &url, "--key", "job", "--ttl", "60s"])
+        .args(["--grace", "20s", "--", "sh", "-c", &job])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(&log, "first-start");
+    let second_job = format!("echo second-start >> {}", log.display());
+    let second = fencelock()
+        .args(["run", "--backend", &url, "--key", "job", "--wait", "30s"])
+        .args(["--", "sh", "-c", &second_job])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    kill(Pid::from_raw(first.id() as i32), signal).unwrap();
+    let first = first.wait_with_output().unwrap();
+    assert_eq!(
+        first.status.code(),
+        Some(128 + signal as i32),
+        "{signal}: log:\n{}\n{}",
+        log_text(),
+        explain(&first)
+    );
+    let second = second.wait_with_output().unwrap();
+    assert_eq!(
+        code(&second),
+        0,
+        "{signal}: log:\n{}\n{}",
+        log_text(),
+        explain(&second)
+    );
+    let name = signal.as_str().trim_start_matches("SIG");
+    let got = format!("got-{name}");
+    let lines: Vec<String> = log_text().lines().map(str::to_owned).collect();
+    assert_eq!(
+        lines,
+        ["first-start", got.as_str(), "first-exit", "second-start"],
+        "{signal}"
+    );
+}
+
+#[test]
+fn sigterm_is_passed_on_and_the_lock_released_after_the_command() {
+    signal_is_passed_on_and_the_lock_released_after_the_command(Signal::SIGTERM);
+}
+
+#[test]
+fn sighup_is_passed_on_and_the_lock_released_after_the_command() {
+    signal_is_passed_on_and_the_lock_released_after_the_command(Signal::SIGHUP);
+}
+
+#[test]
+fn sigint_is_passed_on_and_the_lock_released_after_the_command() {
+    signal_is_passed_on_and_the_lock_released_after_the_command(Signal::SIGINT);
+}
+
+/// A command that ignores the signal is killed after the grace period, and the lock is still
+/// released at once (the next run with `--wait 0s` gets it).
+#[test]
+fn a_command_ignoring_the_signal_is_killed_after_the_grace_period() {
+    let server = RedisServer::spawn();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let job = format!(
+        "trap '' TERM; echo started >> {}; i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done",
+        log.display()
+    );
+    let first = fencelock()
+        .args([
+            "run",
+            "--backend",
+            &url,
+            "--key",
+            "stubborn",
+            "--ttl",
+            "60s",
+        ])
+        .args(["--grace", "500ms", "--", "sh", "-c", &job])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(&log, "started");
+    kill(Pid::from_raw(first.id() as i32), Signal::SIGTERM).unwrap();
+    let out = first.wait_with_output().unwrap();
+    assert_eq!(code(&out), 128 + 15, "{}", explain(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("SIGKILL"),
+        "{}",
+        explain(&out)
+    );
+    let next = run(&["run", "--backend", &url, "--key", "stubborn", "--", "true"]);
+    assert_eq!(code(&next), 0, "{}", explain(&next));
+}
+
+/// Servers that accept connections and never answer.
+fn silent_servers(count: usize) -> Vec<u16> {
+    (0..count)
+        .map(|_| {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = listener.local_addr().unwrap().port();
+            std::thread::spawn(move || {
+                let mut held = Vec::new();
+                for stream in listener.incoming().flatten() {
+                    held.push(stream);
+                }
+            });
+            port
+        })
+        .collect()
+}
+
+/// `--wait` bounds connecting too: against servers that accept and never answer, the run
+/// ends shortly after the wait instead of after the drivers' own connect time-outs (5 to 10 s).
+#[test]
+fn wait_bounds_connecting_too() {
+    let ports = silent_servers(3);
+    let specs = [
+        format!("redis://127.0.0.1:{}", ports[0]),
+        format!("postgres://postgres@127.0.0.1:{}/test", ports[1]),
+        format!(
+            "redlock://127.0.0.1:{},127.0.0.1:{},127.0.0.1:{}",
+            ports[0], ports[1], ports[2]
+        ),
+    ];
+    for spec in &specs {
+        let started = Instant::now();
+        let out = run(&[
+            "run",
+            "--backend",
+            spec,
+            "--key",
+            "k",
+            "--wait",
+            "500ms",
+            "--",
+            "true",
+        ]);
+        let took = started.elapsed();
+        assert_eq!(code(&out), 1, "{spec}: {}", explain(&out));
+        assert!(
+            took < Duration::from_secs(4),
+            "{spec}: took {took:?} with --wait 500ms; {}",
+            explain(&out)
+        );
     }
 }

@@ -1,12 +1,27 @@
 //! Helpers shared by the CLI's end-to-end tests.
 
+#![allow(dead_code)]
+
 use std::process::Command;
+
+/// The `fencelock` binary, with no `FENCELOCK_BACKEND` inherited from the test's environment.
+pub(crate) fn command() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_fencelock"));
+    command.env_remove("FENCELOCK_BACKEND");
+    command
+}
 
 /// Runs the `fencelock` binary with `args`: its exit code (-1 when a signal ended it), stdout
 /// and stderr.
 pub(crate) fn fencelock(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_fencelock"))
+    fencelock_with(args, &[])
+}
+
+/// [`fencelock`] with extra environment variables.
+pub(crate) fn fencelock_with(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = command()
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .expect("the fencelock binary runs");
     (

@@ -1,0 +1,74 @@
+//! The arguments several subcommands share: `--backend` in its two forms, and durations.
+
+use std::time::Duration;
+
+use crate::error::CliError;
+use crate::spec::{BACKEND_ENV, Spec, SpecParser};
+
+/// The `--backend` option of every subcommand but `chaos`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct BackendArg {
+    /// Backend spec: memory:// (in-process, the default), redis://, rediss://, redlock://,
+    /// postgres://.
+    #[arg(
+        long,
+        env = BACKEND_ENV,
+        hide_env_values = true,
+        default_value = "memory://",
+        value_parser = SpecParser
+    )]
+    pub(crate) backend: Spec,
+}
+
+/// The `--backend` of subcommands whose lock must be shared between processes (`run`,
+/// `inspect`, `advance-token`): no default, and never in-process.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct SharedBackendArg {
+    /// Backend spec of a lock shared between processes: redis://, rediss://, redlock://,
+    /// postgres://. Required here (memory:// lives inside one process and excludes nothing
+    /// across processes).
+    #[arg(
+        long,
+        env = BACKEND_ENV,
+        hide_env_values = true,
+        value_parser = SpecParser
+    )]
+    pub(crate) backend: Option<Spec>,
+}
+
+impl SharedBackendArg {
+    /// The spec, if it names a backend shared between processes; `what` is the subcommand.
+    pub(crate) fn shared(&self, what: &str) -> Result<&Spec, CliError> {
+        let advice = format!(
+            "pass --backend SPEC (redis://, rediss://, redlock://, postgres://) or set {BACKEND_ENV}"
+        );
+        match &self.backend {
+            Some(spec) if spec.spec().is_shared() => Ok(spec),
+            Some(spec) => Err(CliError::Input(format!(
+                "{what} needs a lock shared between processes, and {spec} lives inside this one \
+                 process (it would exclude nothing): {advice}"
+            ))),
+            None => Err(CliError::Input(format!(
+                "{what} needs a backend shared between processes: {advice}"
+            ))),
+        }
+    }
+}
+
+/// Parses a duration such as `500ms`, `2s` or `1m`.
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|e| format!("{e} (examples: 500ms, 2s, 1m)"))
+}
+
+/// Parses a lease ttl: a duration of at least [`fencelock::MIN_TTL`]. A backend may ask for
+/// more ([`fencelock::Capabilities::min_ttl`]); that is checked once it is connected.
+pub(crate) fn parse_ttl(text: &str) -> Result<Duration, String> {
+    let ttl = parse_duration(text)?;
+    if ttl < fencelock::MIN_TTL {
+        return Err(format!(
+            "invalid ttl {text}: a lease ttl is at least {}",
+            humantime::format_duration(fencelock::MIN_TTL)
+        ));
+    }
+    Ok(ttl)
+}

@@ -1,0 +1,215 @@
+//! Input the command refuses, and where `--backend` comes from: every input error exits 2 as
+//! the help says, no output ever shows a password, `FENCELOCK_BACKEND` stands in for
+//! `--backend`, and `run`/`inspect` refuse a backend that lives inside one process.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{fencelock, fencelock_with};
+use fencelock_testkit::redis::{RedisServer, free_port};
+
+const PASSWORD: &str = "pw-s3cr3t-9f1";
+
+/// Specs with a password that the command must refuse or fail on.
+fn specs_with_a_password() -> Vec<String> {
+    let dead = free_port().unwrap();
+    vec![
+        // malformed: refused by the argument parser
+        format!("redis://:{PASSWORD}@127.0.0.1:99999"),
+        format!("redis://:{PASSWORD}@"),
+        format!("postgres://postgres:{PASSWORD}@127.0.0.1:{dead}/test?backend=leese"),
+        format!("redlock://u:{PASSWORD}@127.0.0.1:1,,127.0.0.1:2"),
+        format!("nosuch://u:{PASSWORD}@host"),
+        format!("redis://:{}@127.0.0.1:6379/x", PASSWORD.replace('-', "%2D")),
+        // well formed, nothing listening: fails when connecting
+        format!("redis://:{PASSWORD}@127.0.0.1:{dead}"),
+        format!("postgres://postgres:{PASSWORD}@127.0.0.1:{dead}/test"),
+        format!("redlock://u:{PASSWORD}@127.0.0.1:{dead},127.0.0.1:{dead}"),
+    ]
+}
+
+#[test]
+fn no_output_shows_a_password() {
+    for spec in specs_with_a_password() {
+        for line in [
+            vec![
+                "run",
+                "--backend",
+                &spec,
+                "--key",
+                "k",
+                "--wait",
+                "1s",
+                "--",
+                "true",
+            ],
+            vec!["inspect", "--backend", &spec, "k"],
+            vec!["demo", "--backend", &spec],
+            vec!["bench", "--backend", &spec, "--duration", "10ms"],
+            vec!["chaos", "--backend", &spec, "--duration", "1s"],
+        ] {
+            let (code, out, err) = fencelock(&line);
+            assert!(code == 1 || code == 2, "{line:?}: exit {code}\n{err}");
+            assert!(
+                !out.contains(PASSWORD) && !err.contains(PASSWORD),
+                "{line:?} shows the password:\n{out}\n{err}"
+            );
+            assert!(!err.contains("pw-s3cr3t"), "{line:?}: {err}");
+            // The same through the environment.
+            let without: Vec<&str> = line
+                .iter()
+                .copied()
+                .filter(|a| *a != "--backend" && *a != spec)
+                .collect();
+            let (code, out, err) = fencelock_with(&without, &[("FENCELOCK_BACKEND", &spec)]);
+            assert!(code == 1 || code == 2, "{without:?}: exit {code}\n{err}");
+            assert!(
+                !out.contains(PASSWORD) && !err.contains(PASSWORD),
+                "{without:?} with FENCELOCK_BACKEND shows the password:\n{out}\n{err}"
+            );
+        }
+    }
+    // The help shows where --backend comes from, never its value.
+    let spec = format!("redis://:{PASSWORD}@127.0.0.1:6379");
+    for sub in ["run", "inspect", "demo", "bench", "chaos", "advance-token"] {
+        let (code, out, err) = fencelock_with(&[sub, "--help"], &[("FENCELOCK_BACKEND", &spec)]);
+        assert_eq!(code, 0, "{sub}: {err}");
+        assert!(out.contains("FENCELOCK_BACKEND"), "{sub}: {out}");
+        assert!(
+            !out.contains(PASSWORD),
+            "{sub} --help shows the password:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn every_input_error_exits_2_as_the_help_says() {
+    let shared = "redis://127.0.0.1:1";
+    let cases: &[&[&str]] = &[
+        &["run", "--backend", "nosuch://x", "--key", "k", "--", "true"],
+        &[
+            "run",
+            "--backend",
+            "redis://127.0.0.1:99999",
+            "--key",
+            "k",
+            "--",
+            "true",
+        ],
+        &["run", "--backend", shared, "--key", "", "--", "true"],
+        &[
+            "run",
+            "--backend",
+            shared,
+            "--key",
+            "k",
+            "--ttl",
+            "0s",
+            "--",
+            "true",
+        ],
+        &[
+            "run",
+            "--backend",
+            shared,
+            "--key",
+            "k",
+            "--ttl",
+            "soon",
+            "--",
+            "true",
+        ],
+        &["run", "--backend", shared, "--key", "k"],
+        &["run", "--key", "k", "--", "true"],
+        &["run", "--backend", "memory://", "--key", "k", "--", "true"],
+        &["inspect", "--backend", shared, ""],
+        &["inspect", "k"],
+        &[
+            "advance-token",
+            "--backend",
+            shared,
+            "--key",
+            "k",
+            "--to",
+            "0",
+        ],
+        &[
+            "advance-token",
+            "--backend",
+            shared,
+            "--key",
+            "",
+            "--to",
+            "3",
+        ],
+        &["demo", "--ttl", "0s"],
+        &["demo", "--backend", "redis://:6379"],
+        &["bench", "--keys", "0"],
+        &["chaos", "--spawn-redis", "1", "--faults", "flood"],
+        &["chaos", "--backend", "memory://"],
+        &["chaos", "--spawn-redis", "1", "--ttl", "1ms"],
+        &["chaos", "--spawn-redis", "1", "--faults", "terminate"],
+    ];
+    for args in cases {
+        let (code, out, err) = fencelock(args);
+        assert_eq!(code, 2, "{args:?}: stdout {out}\nstderr {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    for sub in ["run", "inspect", "advance-token", "demo", "bench", "chaos"] {
+        let (_, help, _) = fencelock(&[sub, "--help"]);
+        let line = help
+            .lines()
+            .find(|l| l.trim_start().starts_with("2 "))
+            .unwrap_or_else(|| panic!("{sub} --help lists no exit code 2:\n{help}"));
+        assert!(line.contains("bad input"), "{sub}: {line}");
+    }
+}
+
+#[test]
+fn run_and_inspect_refuse_a_backend_inside_one_process() {
+    for args in [
+        &["run", "--key", "k", "--", "true"][..],
+        &["run", "--backend", "memory://", "--key", "k", "--", "true"],
+        &["inspect", "k"],
+        &["inspect", "--backend", "memory://", "k"],
+        &["advance-token", "--key", "k", "--to", "3"],
+    ] {
+        let (code, _, err) = fencelock(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(
+            err.contains("--backend") && err.contains("FENCELOCK_BACKEND"),
+            "{args:?}: {err}"
+        );
+    }
+    let (code, _, err) = fencelock_with(
+        &["run", "--key", "k", "--", "true"],
+        &[("FENCELOCK_BACKEND", "memory://")],
+    );
+    assert_eq!(code, 2, "{err}");
+    // demo and bench keep the in-process default.
+    let (code, out, err) = fencelock(&["demo", "--ttl", "100ms"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("demo on memory://"), "{out}");
+}
+
+#[test]
+fn the_backend_comes_from_the_environment() {
+    let server = RedisServer::spawn();
+    let url = server.url();
+    let env = [("FENCELOCK_BACKEND", url.as_str())];
+    let (code, out, err) = fencelock_with(&["run", "--key", "from-env", "--", "true"], &env);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let (code, out, err) = fencelock_with(&["inspect", "from-env"], &env);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&format!("backend     {url}")), "{out}");
+    assert!(out.contains("last token  1"), "{out}");
+    let (code, out, err) = fencelock_with(&["demo", "--ttl", "200ms"], &env);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&format!("demo on {url}")), "{out}");
+    // --backend wins over the environment.
+    let (code, out, err) =
+        fencelock_with(&["demo", "--backend", "memory://", "--ttl", "100ms"], &env);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("demo on memory://"), "{out}");
+}
