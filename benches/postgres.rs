@@ -5,16 +5,20 @@
 //! Runs against `FENCELOCK_PG_URL` (default `postgres://postgres@127.0.0.1:5432/test`) in a
 //! throwaway schema per backend.
 
-use fencelock_bench::{PgLockKind, Suite};
+use fencelock::postgres::{PgBackendKind, PgConfig};
+use fencelock_bench::Suite;
 use fencelock_testkit::postgres::PgSchema;
 
-async fn setup(kind: PgLockKind) -> fencelock_bench::Result<(Suite, PgSchema)> {
+async fn setup(kind: PgBackendKind) -> fencelock_bench::Result<(Suite, PgSchema)> {
     let schema = PgSchema::create().await;
-    let suite = Suite::postgres(schema.url(), Some(schema.name()), kind).await?;
+    let config = PgConfig::from_url(schema.url())?
+        .schema(schema.name())
+        .with_backend_kind(kind);
+    let suite = Suite::postgres(&config).await?;
     Ok((suite, schema))
 }
 
 fencelock_bench::define_bench!(
-    pg_lease => setup(PgLockKind::Lease),
-    pg_advisory => setup(PgLockKind::Advisory),
+    pg_lease => setup(PgBackendKind::Lease),
+    pg_advisory => setup(PgBackendKind::Advisory),
 );

@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+use fencelock::HostPort;
+use fencelock::redis::{RedisConfig, RedlockConfig};
 use fencelock_bench::{BenchError, Suite};
 use fencelock_testkit::proxy::FaultProxy;
 use fencelock_testkit::redis::RedisServer;
@@ -15,7 +17,7 @@ async fn redlock(
     slowed: Option<Duration>,
 ) -> fencelock_bench::Result<(Suite, (Vec<RedisServer>, Option<FaultProxy>))> {
     let servers: Vec<RedisServer> = (0..nodes).map(|_| RedisServer::spawn()).collect();
-    let mut urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let mut config = RedlockConfig::new(servers.iter().map(RedisServer::url));
     let mut proxy = None;
     if let Some(delay) = slowed {
         let last = servers
@@ -25,13 +27,14 @@ async fn redlock(
             .await
             .map_err(|e| BenchError::Run(format!("proxy: {e}")))?;
         slow.set_delay(delay);
-        if let Some(url) = urls.last_mut() {
-            *url = format!("redis://127.0.0.1:{}", slow.port());
+        let mut hosts = config.hosts();
+        if let Some(host) = hosts.last_mut() {
+            *host = HostPort::new("127.0.0.1", slow.port());
         }
+        config = config.with_hosts(&hosts)?;
         proxy = Some(slow);
     }
-    let storage = urls[0].clone();
-    let mut suite = Suite::redlock(&urls, &storage).await?;
+    let mut suite = Suite::redlock(&config).await?;
     if proxy.is_some() {
         suite.backend = format!("{}-one-slowed", suite.backend);
     }
@@ -41,7 +44,7 @@ async fn redlock(
 fencelock_bench::define_bench!(
     redis => async {
         let server = RedisServer::spawn();
-        let suite = Suite::redis(&server.url()).await?;
+        let suite = Suite::redis(&RedisConfig::from_url(&server.url())?).await?;
         Ok((suite, server))
     },
     redlock_3 => redlock(3, None),

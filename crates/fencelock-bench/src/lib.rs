@@ -18,7 +18,7 @@ pub mod criterion;
 
 pub use backends::memory::MemoryBaseline;
 #[cfg(feature = "postgres")]
-pub use backends::postgres::{PgBaseline, PgLockKind, SqlxAdvisoryLockPeer};
+pub use backends::postgres::{PgBaseline, SqlxAdvisoryLockPeer};
 #[cfg(feature = "redis")]
 pub use backends::redis::RedisBaseline;
 pub use error::{BenchError, Result};

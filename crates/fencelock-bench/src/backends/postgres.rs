@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencelock_core::{FencedStorage, LockBackend, LockKey};
-use fencelock_postgres::advisory_lock_id;
+use fencelock_core::{FencedStorage, LockKey};
+use fencelock_postgres::{PgConfig, advisory_lock_id};
 use sqlx::postgres::{PgAdvisoryLock, PgPool, PgPoolOptions};
 use sqlx::{Either, Executor};
 
@@ -15,32 +15,17 @@ use crate::fenced_subject::FencedSubject;
 use crate::subject::{Baseline, Op, RawTryLock};
 use crate::suite::Suite;
 
-/// Which PostgreSQL lock backend a [`Suite::postgres`] measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum PgLockKind {
-    /// `PgLeaseBackend`.
-    #[default]
-    Lease,
-    /// `PgAdvisoryBackend`.
-    Advisory,
-}
-
 impl Suite {
-    /// The PostgreSQL database at `url` (fencelock's tables in `schema`, default `fencelock`),
-    /// against raw sqlx statements on a pool of its own, and sqlx's `PgAdvisoryLock`.
-    pub async fn postgres(url: &str, schema: Option<&str>, kind: PgLockKind) -> Result<Self> {
-        let mut config = fencelock_postgres::PgConfig::from_url(url)?;
-        let schema = schema.unwrap_or(fencelock_postgres::DEFAULT_SCHEMA);
-        config = config.schema(schema);
-        let db = config.connect().await?;
-        let backend: Arc<dyn LockBackend> = match kind {
-            PgLockKind::Lease => Arc::new(db.lease_backend()),
-            PgLockKind::Advisory => Arc::new(db.advisory_backend()),
-        };
+    /// The PostgreSQL database `config` names, with the lock backend it chose
+    /// ([`PgConfig::backend_kind`], `?backend=lease|advisory`) and fencelock's tables in its
+    /// schema ([`PgConfig::schema_name`], `?schema=`), against raw sqlx statements on a pool
+    /// of its own to the same database, and sqlx's `PgAdvisoryLock`.
+    pub async fn postgres(config: &PgConfig) -> Result<Self> {
+        let db = config.clone().connect().await?;
+        let backend = db.backend();
         let storage: Arc<dyn FencedStorage> = Arc::new(db.storage());
         let name = backend.name();
-        let baseline = PgBaseline::connect(url, schema).await?;
+        let baseline = PgBaseline::connect(config).await?;
         let peer = SqlxAdvisoryLockPeer::new(baseline.pool().clone());
         Ok(Suite::new(
             name,
@@ -49,6 +34,11 @@ impl Suite {
             vec![Arc::new(peer)],
         ))
     }
+}
+
+/// `name` as a quoted SQL identifier.
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 /// Raw sqlx on a pool of its own: `pg_try_advisory_lock` + `pg_advisory_unlock` on one
@@ -60,17 +50,18 @@ pub struct PgBaseline {
 }
 
 impl PgBaseline {
-    /// Connects to `url` and creates the plain table of the write baseline in `schema`
-    /// (removed by [`Baseline::close`]).
-    pub async fn connect(url: &str, schema: &str) -> Result<Self> {
+    /// Connects to the database `config` names, on a pool of its own, and creates the plain
+    /// table of the write baseline in the config's schema (removed by [`Baseline::close`]).
+    /// The schema must exist: [`Suite::postgres`] connects fencelock first, which creates it.
+    pub async fn connect(config: &PgConfig) -> Result<Self> {
         let pool = PgPoolOptions::new()
             .max_connections(10)
-            .connect(url)
+            .connect_with(config.connect_options().clone())
             .await
-            .map_err(|e| BenchError::raw("postgres connect", e))?;
+            .map_err(|e| BenchError::raw(format!("connect to {config}"), e))?;
         let table = format!(
-            "\"{}\".fencelock_bench_plain_{:08x}",
-            schema.replace('"', "\"\""),
+            "{}.fencelock_bench_plain_{:08x}",
+            quote_ident(config.schema_name()),
             rand::random::<u32>()
         );
         pool.execute(

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fencelock_core::LockKey;
+use fencelock_redis::{RedisConfig, RedlockConfig};
 use redis::aio::ConnectionManager;
 
 use crate::error::{BenchError, Result};
@@ -13,11 +14,13 @@ use crate::subject::{Baseline, Op, RawTryLock, TTL};
 use crate::suite::Suite;
 
 impl Suite {
-    /// One Redis server at `url`, against raw commands on a connection of its own.
-    pub async fn redis(url: &str) -> Result<Self> {
-        let backend = fencelock_redis::RedisConfig::new(url).connect().await?;
+    /// fencelock's one-node backend on the server `config` names (its key prefix and
+    /// timeouts), with [`RedisStorage`](fencelock_redis::RedisStorage) on the same server,
+    /// against raw commands on a connection of its own to that server.
+    pub async fn redis(config: &RedisConfig) -> Result<Self> {
+        let backend = config.connect().await?;
         let storage = Arc::new(backend.storage());
-        let baseline = RedisBaseline::connect(url).await?;
+        let baseline = RedisBaseline::connect(config).await?;
         Ok(Suite::new(
             "redis",
             FencedSubject::new(Arc::new(backend), storage),
@@ -26,28 +29,22 @@ impl Suite {
         ))
     }
 
-    /// Redlock over the Redis servers at `nodes`, fenced data on `storage`, against raw
-    /// commands on the first node, with fencelock's one-node Redis backend on that node as a
-    /// peer (the cost of the quorum is Redlock's ratio to it).
-    pub async fn redlock(nodes: &[String], storage: &str) -> Result<Self> {
-        let first = nodes
+    /// Redlock over the nodes of `config`, fenced data on its storage server
+    /// ([`RedlockConfig::storage`], by default the first node), against raw commands on the
+    /// first node, with fencelock's one-node Redis backend on that node (same key prefix) as
+    /// a peer: the cost of the quorum is Redlock's ratio to it.
+    pub async fn redlock(config: &RedlockConfig) -> Result<Self> {
+        let first = config
+            .node_configs()
             .first()
             .ok_or_else(|| BenchError::Run("Redlock needs at least one node".into()))?;
-        let backend = fencelock_redis::RedlockConfig::new(nodes.iter().cloned())
-            .connect()
-            .await?;
-        let storage = Arc::new(
-            fencelock_redis::RedisConfig::new(storage)
-                .connect_storage()
-                .await?,
-        );
-        let one_node = fencelock_redis::RedisConfig::new(first.as_str())
-            .connect()
-            .await?;
+        let backend = config.connect().await?;
+        let storage = Arc::new(config.connect_storage().await?);
+        let one_node = first.clone().prefix(backend.prefix()).connect().await?;
         let one_node_storage = Arc::new(one_node.storage());
         let baseline = RedisBaseline::connect(first).await?;
         Ok(Suite::new(
-            format!("redlock-{}", nodes.len()),
+            format!("redlock-{}", config.node_configs().len()),
             FencedSubject::new(Arc::new(backend), storage),
             Arc::new(baseline),
             vec![Arc::new(FencedSubject::new(
@@ -72,13 +69,14 @@ impl std::fmt::Debug for RedisBaseline {
 }
 
 impl RedisBaseline {
-    /// Connects to `url` with a connection of its own.
-    pub async fn connect(url: &str) -> Result<Self> {
-        let client = redis::Client::open(url).map_err(|e| BenchError::raw("redis URL", e))?;
+    /// Connects to the server `config` names, with a connection of its own.
+    pub async fn connect(config: &RedisConfig) -> Result<Self> {
+        let client = redis::Client::open(config.to_url())
+            .map_err(|e| BenchError::raw(format!("redis URL {config}"), e))?;
         let conn = client
             .get_connection_manager()
             .await
-            .map_err(|e| BenchError::raw("redis connect", e))?;
+            .map_err(|e| BenchError::raw(format!("connect to {config}"), e))?;
         Ok(RedisBaseline { conn })
     }
 }
