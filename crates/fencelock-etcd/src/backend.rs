@@ -510,10 +510,11 @@ impl LockBackend for EtcdLockBackend {
                     })
                     .await?
                     .ttl();
-                if ttl <= 0 {
+                if ttl < 0 {
                     // Expired; the cluster is deleting the key.
                     (None, None)
                 } else {
+                    // etcd reports whole seconds, rounded down (0: under a second left).
                     (Some(holder), Some(Duration::from_secs(ttl.unsigned_abs())))
                 }
             }

@@ -260,4 +260,15 @@ async fn ttls_are_whole_seconds_no_shorter_than_the_cluster_grants() {
         "{remaining:?}"
     );
     assert!(backend.release(&lease).await.unwrap());
+    // A one-second lease has under a second left the moment it is granted (etcd reports 0
+    // whole seconds): its holder is still the holder.
+    let short = backend
+        .try_acquire(&key, Duration::from_secs(1))
+        .await
+        .unwrap()
+        .unwrap();
+    let info = backend.inspect(&key).await.unwrap();
+    assert_eq!(info.holder, Some(short.fence()));
+    assert!(info.remaining.unwrap() <= Duration::from_secs(1));
+    assert!(backend.release(&short).await.unwrap());
 }
