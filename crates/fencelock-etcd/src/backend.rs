@@ -4,9 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{
-    Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
-};
+use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
 use fencelock_core::{
     Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LostReason, OwnerId,
     Result, TimeAuthority, TokenGuarantee, WakeUp, async_trait, valid_until, validate_ttl,
@@ -16,8 +14,10 @@ use tracing::Instrument;
 
 use crate::cluster::Shared;
 use crate::error::{BACKEND, is_lease_not_found, protocol};
+use crate::grant::Grant;
 use crate::keys::{counter_value, holder_value, parse_counter, parse_holder};
 use crate::leases::{LeaseSlot, Leases};
+use crate::reply::{Applied, applied, counter_seen, lost_reason, reads};
 use crate::seen::{CounterSeen, Seen};
 use crate::waiters::Waiters;
 
@@ -65,28 +65,10 @@ const GRANT_ATTEMPTS: usize = 4;
 /// whole seconds on the server (the local `valid_until` still counts the ttl asked for).
 #[derive(Debug, Clone)]
 pub struct EtcdLockBackend {
-    shared: Arc<Shared>,
-    leases: Arc<Leases>,
-    seen: Arc<Seen>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) leases: Arc<Leases>,
+    pub(crate) seen: Arc<Seen>,
     waiters: Arc<Waiters>,
-}
-
-/// What one grant transaction did.
-enum Grant {
-    Granted(Lease),
-    /// Held by another grant; the lease went back to the spares.
-    Held,
-    /// The lock is free but the counter moved (read again now); the lease went back to the
-    /// spares.
-    CounterMoved,
-    /// The spare lease is gone (expired): the grant needs a fresh one.
-    LeaseGone,
-}
-
-/// A transaction's answer, and the `header.revision` at which it applied.
-struct Applied {
-    response: TxnResponse,
-    revision: i64,
 }
 
 impl EtcdLockBackend {
@@ -102,127 +84,6 @@ impl EtcdLockBackend {
     async fn txn(&self, what: &str, txn: Txn) -> Result<Applied> {
         let response = self.shared.txn(what, txn).await?;
         applied(response, what)
-    }
-
-    /// One grant transaction with `lease` (a spare, kept alive beside the transaction, or a
-    /// lease just granted) and the counter as last seen.
-    async fn grant_once(
-        &self,
-        key: &LockKey,
-        owner: OwnerId,
-        (lease, spare): (LeaseSlot, bool),
-        counter: CounterSeen,
-        ttl: Duration,
-    ) -> Result<Grant> {
-        let token = counter
-            .last
-            .checked_add(1)
-            .and_then(FencingToken::new)
-            .ok_or_else(|| Error::Backend {
-                backend: BACKEND,
-                message: format!("the token counter of {key:?} is exhausted"),
-                source: None,
-            })?;
-        let (lock, counter_key) = (self.shared.keys.lock(key), self.shared.keys.counter(key));
-        let txn = Txn::new()
-            .when([
-                Compare::create_revision(lock.clone(), CompareOp::Equal, 0),
-                Compare::mod_revision(counter_key.clone(), CompareOp::Equal, counter.mod_revision),
-            ])
-            .and_then([
-                TxnOp::put(
-                    lock.clone(),
-                    holder_value(owner, token),
-                    Some(PutOptions::new().with_lease(lease.id)),
-                ),
-                TxnOp::put(counter_key.clone(), counter_value(token), None),
-            ])
-            .or_else([TxnOp::get(lock, None), TxnOp::get(counter_key, None)]);
-        let sent = Instant::now();
-        let (reply, refreshed) = if spare {
-            // The spare's keep-alive travels beside the transaction: one round trip.
-            let (reply, refreshed) = tokio::join!(
-                self.shared.call_raw_txn("granting", txn),
-                self.leases.keep_alive(lease.id)
-            );
-            (reply?, Some(refreshed))
-        } else {
-            (self.shared.call_raw_txn("granting", txn).await?, None)
-        };
-        let response = match reply {
-            Ok(response) => response,
-            Err(e) if is_lease_not_found(&e) => return Ok(Grant::LeaseGone),
-            Err(e) => {
-                // The outcome is unknown: the lock may exist on this lease. Revoking the
-                // lease deletes it.
-                self.leases.revoke_in_background(lease.id);
-                return Err(self.shared.error(e, "granting"));
-            }
-        };
-        let Applied { response, revision } = applied(response, "granting")?;
-        let alive_from = match refreshed {
-            None => lease.alive_from,
-            Some(Ok(Ok(()))) => sent,
-            // The keep-alive's fate is unknown: the lease lives from its last refresh.
-            Some(Ok(Err(ref e))) if !is_lease_not_found(e) => lease.alive_from,
-            Some(Err(_)) => lease.alive_from,
-            Some(Ok(Err(_))) => {
-                if response.succeeded() {
-                    // The transaction found the lease, the keep-alive did not: it expired
-                    // in between and the lock goes with it.
-                    return Err(Error::Unavailable {
-                        backend: BACKEND,
-                        message: format!(
-                            "the lease of the grant of {key:?} expired while granting"
-                        ),
-                        source: None,
-                    });
-                }
-                return Ok(Grant::LeaseGone);
-            }
-        };
-        let lease = LeaseSlot {
-            alive_from,
-            ..lease
-        };
-        if response.succeeded() {
-            self.seen.set_counter(
-                key,
-                CounterSeen {
-                    last: token.get(),
-                    mod_revision: revision,
-                },
-            );
-            self.leases.track(key, owner, lease, revision);
-            return Ok(Grant::Granted(Lease {
-                key: key.clone(),
-                owner,
-                token,
-                ttl,
-                valid_until: valid_until(alive_from, ttl),
-            }));
-        }
-        // The compare failed: the lease carries nothing and serves a later grant.
-        self.leases.put_spare(lease);
-        let [lock_kv, counter_kv] = reads(&response, "granting")?;
-        self.seen
-            .set_counter(key, counter_seen(counter_kv.as_ref())?);
-        match lock_kv {
-            Some(_) => {
-                self.seen.set_held_at(key, revision);
-                Ok(Grant::Held)
-            }
-            None => Ok(Grant::CounterMoved),
-        }
-    }
-
-    /// A lease for a grant of `secs` seconds: a spare if there is one (`true`), else a new
-    /// one.
-    async fn lease_for(&self, secs: i64) -> Result<(LeaseSlot, bool)> {
-        match self.leases.take_spare(secs) {
-            Some(spare) => Ok((spare, true)),
-            None => Ok((self.leases.grant(secs).await?, false)),
-        }
     }
 
     /// Moves the lock of `lease` to a new lease of `secs` seconds, if it still carries this
@@ -281,47 +142,6 @@ impl EtcdLockBackend {
             .get("reading the lock", &self.shared.keys.lock(key))
             .await?;
         Ok(response.take_kvs().into_iter().next())
-    }
-}
-
-/// Checks a transaction's reply has a header.
-fn applied(mut response: TxnResponse, what: &str) -> Result<Applied> {
-    let revision = response
-        .take_header()
-        .map(|h| h.revision())
-        .ok_or_else(|| protocol(what))?;
-    Ok(Applied { response, revision })
-}
-
-/// The key-values read by the `N` range requests of the branch a transaction ran.
-fn reads<const N: usize>(response: &TxnResponse, what: &str) -> Result<[Option<KeyValue>; N]> {
-    let reads: Vec<Option<KeyValue>> = response
-        .op_responses()
-        .into_iter()
-        .map(|op| match op {
-            TxnOpResponse::Get(mut get) => Ok(get.take_kvs().into_iter().next()),
-            _ => Err(protocol(what)),
-        })
-        .collect::<Result<_>>()?;
-    reads.try_into().map_err(|_| protocol(what))
-}
-
-/// A counter as read (absent: no token yet).
-fn counter_seen(kv: Option<&KeyValue>) -> Result<CounterSeen> {
-    Ok(match kv {
-        Some(kv) => CounterSeen {
-            last: parse_counter(kv.value())?.get(),
-            mod_revision: kv.mod_revision(),
-        },
-        None => CounterSeen::default(),
-    })
-}
-
-/// Why a grant whose lock key now reads as `kv` is lost.
-fn lost_reason(kv: Option<&KeyValue>) -> LostReason {
-    match kv {
-        None => LostReason::NotHeld,
-        Some(_) => LostReason::Superseded,
     }
 }
 
