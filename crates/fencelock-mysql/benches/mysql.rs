@@ -143,18 +143,24 @@ impl Op for PlainWriter {
 }
 
 /// Drops the run's tables and procedures once the bench is over (its token counters too:
-/// the prefix is the run's own).
-struct Uninstall(fencelock_mysql::MySqlDatabase);
+/// the prefix is the run's own), through a connection of its own: the bench's runtime no
+/// longer runs when this is dropped.
+struct Uninstall(MySqlConfig);
 
 impl Drop for Uninstall {
     fn drop(&mut self) {
-        let db = self.0.clone();
+        let config = self.0.clone().install(false);
         let _ = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .ok()?;
-            runtime.block_on(db.uninstall()).ok()
+            runtime.block_on(async {
+                let db = config.connect().await.ok()?;
+                let dropped = db.uninstall().await.ok();
+                db.close().await;
+                dropped
+            })
         })
         .join();
     }
@@ -168,7 +174,7 @@ async fn setup() -> Result<(Suite, Uninstall), BenchError> {
     let fenced = FencedSubject::new(db.backend(), Arc::new(db.storage()));
     let baseline = RawGetLock::connect(&config, format!("bench_{run}_plain")).await?;
     let suite = Suite::new("mysql", fenced, Arc::new(baseline), vec![]);
-    Ok((suite, Uninstall(db)))
+    Ok((suite, Uninstall(config)))
 }
 
 fencelock_bench::define_bench!(mysql => setup());

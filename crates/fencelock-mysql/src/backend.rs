@@ -25,6 +25,10 @@ const MAX_TTL: Duration = Duration::from_secs(31_536_000);
 /// How long an acquire waits, on the server, for a session it ended with KILL to let go.
 const KILL_WAIT: Duration = Duration::from_millis(500);
 
+/// How long past its bound a waiter waits for the answer of the server-side wait it started.
+/// Giving up earlier is harmless: the caller tries again and waits again.
+const ANSWER_MARGIN: Duration = Duration::from_millis(50);
+
 /// Locks as MySQL/MariaDB user-level locks (`GET_LOCK`), with fencing tokens.
 ///
 /// Each grant takes a connection out of the database's session pool and keeps it for the life
@@ -32,19 +36,20 @@ const KILL_WAIT: Duration = Duration::from_millis(500);
 /// session ends for any reason (release, crash, `KILL`, network loss). One `CALL` per
 /// operation does the rest on the server:
 ///
-/// - **acquire**: `GET_LOCK(name, 0)`, then, on a grant, the key's counter row is bumped and
-///   the session is recorded as holder until `UTC_TIMESTAMP(6) + ttl` (committed before the
-///   grant is returned).
+/// - **acquire**: `GET_LOCK(name, 0)`, then, on a grant, the key's counter row is bumped
+///   (committed before the grant is returned: the backend's only durable write) and the lease
+///   is recorded until `UTC_TIMESTAMP(6) + ttl` in a MEMORY table, which a restart empties as
+///   it ends every session.
 /// - **expiry on the server's clock**: a holder that goes silent (paused, partitioned) keeps
 ///   its session, so the lock has to be taken from it. The next acquire that finds the lock
-///   held by a fencelock session whose lease has run out on the server's clock ends that
-///   session with `KILL` (under the key's row lock, so the holder cannot release and start
-///   another lease in between) and takes the lock. With no contender, the server itself ends
-///   the session after `wait_timeout`, set to the ttl rounded up to whole seconds, so plain
-///   SQL clients waiting in `GET_LOCK` get the lock too. Ending other sessions needs the same
+///   held by a fencelock session whose lease has run out on the server's clock claims that
+///   lease (one conditional `UPDATE` that the holder's extend or release cannot also win), ends
+///   the session with `KILL` and takes the lock. With no contender, the server itself ends the
+///   session after `wait_timeout`, set to the ttl rounded up to whole seconds, so plain SQL
+///   clients waiting in `GET_LOCK` get the lock too. Ending other sessions needs the same
 ///   MySQL account for every fencelock client of a key, or the `CONNECTION ADMIN` privilege.
 /// - **extend** moves the expiry on the holding session (a lease that already ran out is never
-///   revived); **release** clears it and calls `RELEASE_LOCK`.
+///   revived); **release** deletes it and calls `RELEASE_LOCK`.
 /// - **waiting**: one session per key and process blocks in `GET_LOCK` on the server, so a
 ///   release wakes waiters at once.
 ///
@@ -285,6 +290,7 @@ impl LockBackend for MySqlLockBackend {
         tokio::pin!(woken);
         // Registered before the server wait starts, so its end cannot be missed.
         woken.as_mut().enable();
+        let mut bound = max;
         if watch.claim() {
             // The wait runs in a task of its own: a waiter that gives up (a dropped lock
             // request) leaves it to finish, so the connection never goes back mid-statement.
@@ -296,9 +302,10 @@ impl LockBackend for MySqlLockBackend {
                 }
                 watch.finished();
             });
+            // The server's wait returns by `max`; its answer needs a round trip more.
+            bound += ANSWER_MARGIN;
         }
-        // The server wait returns by `max`; the margin covers its round trip.
-        let _ = tokio::time::timeout(max + self.timeout(), woken).await;
+        let _ = tokio::time::timeout(bound, woken).await;
         Ok(())
     }
 

@@ -180,9 +180,10 @@ impl MySqlDatabase {
         MySqlFence::from_statements(self.inner.sql.clone())
     }
 
-    /// Closes both pools: connections in use are closed as they come back, so a lock held by
-    /// this process is let go when its lease is released. Later operations fail with
-    /// [`Error::Unavailable`].
+    /// Closes both pools: later operations fail with [`Error::Unavailable`]. Waits until the
+    /// connections in use are back: a lease still held keeps it waiting until it is released
+    /// or lost, so release first ([`Locker::shutdown`](fencelock_core::Locker::shutdown)
+    /// releases a locker's guards).
     pub async fn close(&self) {
         self.inner.sessions.close().await;
         self.inner.pool.close().await;

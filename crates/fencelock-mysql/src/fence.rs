@@ -15,17 +15,18 @@ pub const STALE_SQLSTATE: &str = "FL001";
 /// tables: the admission and your statements commit or roll back together.
 ///
 /// ```rust,no_run
-/// # async fn demo(db: fencelock_mysql::MySqlDatabase, guard: fencelock_core::LockGuard) -> fencelock_core::Result<()> {
+/// # async fn demo(db: fencelock_mysql::MySqlDatabase, guard: fencelock_core::LockGuard)
+/// # -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 /// use fencelock_core::LockKey;
-/// let fence = db.fence();
+/// use fencelock_mysql::sqlx;
 /// let account = LockKey::new("accounts/10")?;
-/// let mut tx = db.pool().begin().await.map_err(|e| fencelock_mysql::map_sqlx_error("mysql", e))?;
-/// fence.admit(&mut tx, &account, guard.fence()).await?; // Error::Stale: the transaction is rolled back
+/// let mut tx = db.pool().begin().await?;
+/// // Error::Stale: the transaction is rolled back, the debit never happens.
+/// db.fence().admit(&mut tx, &account, guard.fence()).await?;
 /// sqlx::query("UPDATE accounts SET balance = balance - 100 WHERE id = 10")
 ///     .execute(&mut *tx)
-///     .await
-///     .map_err(|e| fencelock_mysql::map_sqlx_error("mysql", e))?;
-/// tx.commit().await.map_err(|e| fencelock_mysql::map_sqlx_error("mysql", e))?;
+///     .await?;
+/// tx.commit().await?;
 /// # Ok(()) }
 /// ```
 ///

@@ -8,6 +8,7 @@ mod database;
 mod error;
 mod fence;
 mod lock_name;
+mod redact;
 mod schema;
 mod session;
 mod storage;

@@ -13,20 +13,24 @@ const PROCEDURE_EXISTS: u16 = 1304;
 /// The tables, in creation order.
 const TABLES: &[(&str, &str)] = &[
     ("locks", include_str!("../sql/locks_table.sql")),
+    ("leases", include_str!("../sql/leases_table.sql")),
     ("storage", include_str!("../sql/storage_table.sql")),
     ("fences", include_str!("../sql/fences_table.sql")),
 ];
 
 /// The procedures, by name without prefix, in creation order.
 const PROCEDURES: &[(&str, &str)] = &[
-    ("acquire_v1", include_str!("../sql/acquire.sql")),
-    ("extend_v1", include_str!("../sql/extend.sql")),
-    ("release_v1", include_str!("../sql/release.sql")),
-    ("wait_v1", include_str!("../sql/wait.sql")),
+    ("acquire_v2", include_str!("../sql/acquire.sql")),
+    ("extend_v2", include_str!("../sql/extend.sql")),
+    ("release_v2", include_str!("../sql/release.sql")),
+    ("wait_v2", include_str!("../sql/wait.sql")),
     ("advance_token_v1", include_str!("../sql/advance_token.sql")),
     ("storage_apply_v1", include_str!("../sql/storage_apply.sql")),
     ("admit_v1", include_str!("../sql/admit.sql")),
 ];
+
+/// Procedures of earlier versions, which `uninstall` drops too.
+const RETIRED: &[&str] = &["acquire_v1", "extend_v1", "release_v1", "wait_v1"];
 
 /// Every statement fencelock runs, for one prefix.
 #[derive(Debug, Clone)]
@@ -55,10 +59,10 @@ impl Statements {
         };
         Ok(Statements {
             prefix: prefix.to_owned(),
-            acquire: call("acquire_v1", 6),
-            extend: call("extend_v1", 6),
-            release: call("release_v1", 4),
-            wait: call("wait_v1", 3),
+            acquire: call("acquire_v2", 6),
+            extend: call("extend_v2", 6),
+            release: call("release_v2", 4),
+            wait: call("wait_v2", 3),
             advance_token: call("advance_token_v1", 2),
             inspect: fill(include_str!("../sql/inspect.sql"), prefix),
             storage_apply: call("storage_apply_v1", 6),
@@ -108,7 +112,8 @@ impl Statements {
 
     /// Drops every table and procedure of this prefix, token counters included.
     pub(crate) async fn uninstall(&self, pool: &MySqlPool) -> Result<()> {
-        for (name, _) in PROCEDURES {
+        let procedures = PROCEDURES.iter().map(|(name, _)| name).chain(RETIRED);
+        for name in procedures {
             let drop = format!("DROP PROCEDURE IF EXISTS {}{name}", self.prefix);
             pool.execute(sqlx::raw_sql(&drop))
                 .await
@@ -149,7 +154,7 @@ mod tests {
             let filled = fill(sql, "p_");
             assert!(!filled.contains('{'), "{filled}");
         }
-        assert_eq!(statements.acquire, "CALL p_acquire_v1(?, ?, ?, ?, ?, ?)");
+        assert_eq!(statements.acquire, "CALL p_acquire_v2(?, ?, ?, ?, ?, ?)");
         let longest = "p".repeat(crate::config::MAX_PREFIX_LEN);
         for name in Statements::new(&longest).unwrap().object_names() {
             assert!(name.len() <= 64, "{name} is longer than 64 characters");
