@@ -27,6 +27,6 @@ pub use histogram::Histogram;
 pub use report::{Measurement, Report, Row};
 pub use run::run_all;
 pub use scenario::{Scenario, Settings};
-pub use subject::{Baseline, Op, RawTryLock, Subject, TTL};
+pub use subject::{Baseline, Cleanup, Op, RawTryLock, Subject, TTL};
 pub use suite::Suite;
 pub use table::format_latency;

@@ -1,7 +1,7 @@
 //! What a run compares, as traits a backend outside this crate implements too: a
 //! [`Subject`] takes and releases locks, a [`Baseline`] is the raw code a user would write
-//! without fencelock, a [`RawTryLock`] makes a subject of a bare try-lock, and an [`Op`] is one
-//! prepared operation.
+//! without fencelock, a [`RawTryLock`] makes a subject of a bare try-lock, an [`Op`] is one
+//! prepared operation, and a [`Cleanup`] removes what a run left on a server.
 
 use std::fmt;
 use std::future::Future;
@@ -129,6 +129,21 @@ where
         tokio::time::sleep(backoff.pause(attempt).min(deadline - now)).await;
         attempt += 1;
     }
+}
+
+/// Removes what the fenced lock left on its servers for the keys of one run: locks, token
+/// counters, stored data.
+///
+/// Every key a run uses starts with the run's [`Suite::key_prefix`](crate::Suite::key_prefix),
+/// which no other run shares, so deleting their token counters is safe even though a
+/// backend never deletes one by itself: nobody holds, and nobody will ever lock, a key of a
+/// finished run again.
+#[async_trait]
+pub trait Cleanup: Send + Sync + fmt::Debug + 'static {
+    /// Deletes every lock, token counter and stored value whose key or resource starts with
+    /// `key_prefix`. Called once by [`Suite::close`](crate::Suite::close), after every lease
+    /// of the run was released.
+    async fn clean(&self, key_prefix: &str) -> Result<()>;
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use fencelock_core::LockKey;
 
 use crate::error::Result;
 use crate::fenced_subject::FencedSubject;
-use crate::subject::{Baseline, Subject};
+use crate::subject::{Baseline, Cleanup, Subject};
 
 /// The first part of every key of every run.
 const KEY_ROOT: &str = "fencelock-bench";
@@ -29,12 +29,17 @@ pub struct Suite {
     pub baseline: Arc<dyn Baseline>,
     /// Other libraries on the same server.
     pub peers: Vec<Arc<dyn Subject>>,
+    cleanup: Option<Arc<dyn Cleanup>>,
     run_id: String,
 }
 
 impl Suite {
     /// A suite from its parts. `backend` names the backend in reports. Each suite gets a
     /// fresh random run id, so its keys are its own (see [`key`](Self::key)).
+    ///
+    /// Without [`with_cleanup`](Self::with_cleanup), [`close`](Self::close) removes only
+    /// what the baseline created: the fenced lock's token counters and stored values for the
+    /// run's keys stay on the server.
     pub fn new(
         backend: impl Into<String>,
         fenced: FencedSubject,
@@ -46,8 +51,16 @@ impl Suite {
             fenced: Arc::new(fenced),
             baseline,
             peers,
+            cleanup: None,
             run_id: format!("{:016x}", rand::random::<u64>()),
         }
+    }
+
+    /// What [`close`](Self::close) runs to remove the fenced lock's state for the run's keys
+    /// (locks, token counters, stored values) from its servers.
+    pub fn with_cleanup(mut self, cleanup: Arc<dyn Cleanup>) -> Self {
+        self.cleanup = Some(cleanup);
+        self
     }
 
     /// `fencelock-bench/<run id>/`: the start of every key of this suite's runs. The run id
@@ -77,9 +90,23 @@ impl Suite {
         all
     }
 
-    /// Removes what the baseline created on the server ([`Baseline::close`]). The fenced
-    /// lock's token counters for the run's keys stay: they are never deleted, by design.
+    /// Removes what the run left on the servers: first the fenced lock's locks, token
+    /// counters and stored values under [`key_prefix`](Self::key_prefix) (with a
+    /// [`Cleanup`]; the suites of this crate have one), then what the baseline created
+    /// ([`Baseline::close`]). Both are tried; the first error is returned. Call it once, after
+    /// the run, whatever the run's outcome.
+    ///
+    /// A backend never deletes a token counter, because a later holder of the same key must
+    /// get a higher token. Deleting the counters of a finished run is safe all the same: its
+    /// keys are under a prefix no one else uses, and no one will ever lock them again. What
+    /// stays is what a backend installs once and every run shares: the PostgreSQL schema
+    /// with fencelock's tables and functions.
     pub async fn close(&self) -> Result<()> {
-        self.baseline.close().await
+        let cleaned = match &self.cleanup {
+            Some(cleanup) => cleanup.clean(&self.key_prefix()).await,
+            None => Ok(()),
+        };
+        let closed = self.baseline.close().await;
+        cleaned.and(closed)
     }
 }

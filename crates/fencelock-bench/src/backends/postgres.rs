@@ -12,7 +12,7 @@ use sqlx::{Either, Executor};
 
 use crate::error::{BenchError, Result};
 use crate::fenced_subject::FencedSubject;
-use crate::subject::{Baseline, Op, RawTryLock};
+use crate::subject::{Baseline, Cleanup, Op, RawTryLock};
 use crate::suite::Suite;
 
 impl Suite {
@@ -27,18 +27,46 @@ impl Suite {
         let name = backend.name();
         let baseline = PgBaseline::connect(config).await?;
         let peer = SqlxAdvisoryLockPeer::new(baseline.pool().clone());
+        let cleanup = PgCleanup {
+            pool: baseline.pool().clone(),
+            delete: PG_CLEANUP.replace("{schema}", &quote_ident(db.schema())),
+        };
         Ok(Suite::new(
             name,
             FencedSubject::new(backend, storage),
             Arc::new(baseline),
             vec![Arc::new(peer)],
-        ))
+        )
+        .with_cleanup(Arc::new(cleanup)))
     }
 }
+
+/// Deletes fencelock's rows for a run's keys (`sql/pg_cleanup.sql`, with the schema filled in).
+const PG_CLEANUP: &str = include_str!("../../sql/pg_cleanup.sql");
 
 /// `name` as a quoted SQL identifier.
 fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// Deletes fencelock's rows for a run's keys in one schema: leases, advisory holders, stored
+/// values, token counters.
+#[derive(Debug)]
+struct PgCleanup {
+    pool: PgPool,
+    delete: String,
+}
+
+#[async_trait]
+impl Cleanup for PgCleanup {
+    async fn clean(&self, key_prefix: &str) -> Result<()> {
+        sqlx::query(&self.delete)
+            .bind(key_prefix)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| BenchError::raw("delete the run's rows", e))?;
+        Ok(())
+    }
 }
 
 /// Raw sqlx on a pool of its own: `pg_try_advisory_lock` + `pg_advisory_unlock` on one

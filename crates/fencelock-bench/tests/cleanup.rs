@@ -1,0 +1,261 @@
+//! A run leaves nothing of its own behind: short suites against the shared Redis
+//! (`FENCELOCK_REDIS_URL`, default `redis://127.0.0.1:6379`) and PostgreSQL
+//! (`FENCELOCK_PG_URL`, default `postgres://postgres@127.0.0.1:5432/test`), checked before
+//! `Suite::close` (the run's keys and rows are there) and after (none is left).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use fencelock_bench::{Settings, Suite, run_all};
+use fencelock_postgres::{PgBackendKind, PgConfig};
+use fencelock_redis::{RedisConfig, RedlockConfig};
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::{Executor, Row};
+
+const SHORT: Settings = Settings {
+    duration: Duration::from_millis(20),
+    concurrency: 2,
+    keys: 4,
+};
+
+fn redis_url() -> String {
+    std::env::var("FENCELOCK_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+fn pg_url() -> String {
+    std::env::var("FENCELOCK_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+fn no_redis(e: impl std::fmt::Display) -> String {
+    format!(
+        "cannot use Redis at {}: {e}\nStart it (`redis-server --port 6379`, or \
+         scripts/test-deps), or set FENCELOCK_REDIS_URL.",
+        redis_url()
+    )
+}
+
+fn no_postgres(e: impl std::fmt::Display) -> String {
+    format!(
+        "cannot use PostgreSQL at {}: {e}\nStart it (scripts/test-deps), or set \
+         FENCELOCK_PG_URL to a server where the user may create schemas.",
+        pg_url()
+    )
+}
+
+async fn run(suite: &Suite) {
+    run_all(suite, SHORT, &mut |_| {})
+        .await
+        .unwrap_or_else(|e| panic!("the run failed: {e}"));
+}
+
+/// Every key on the server at `url` that names a key of the run (fencelock's keys embed it in
+/// their hash tag, the raw baseline's are the run's keys themselves).
+async fn keys_of_run(url: &str, suite: &Suite) -> Vec<String> {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("{}", no_redis(e)));
+    let pattern = format!("*{}*", suite.key_prefix());
+    let mut found = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, names): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        found.extend(names);
+        if next == 0 {
+            return found;
+        }
+        cursor = next;
+    }
+}
+
+#[tokio::test]
+async fn a_redis_run_leaves_no_key() {
+    let config = RedisConfig::from_url(&redis_url()).unwrap();
+    let suite = Suite::redis(&config)
+        .await
+        .unwrap_or_else(|e| panic!("{}", no_redis(e)));
+    run(&suite).await;
+    let before = keys_of_run(&redis_url(), &suite).await;
+    for (what, suffix) in [("token counter", ":token"), ("stored data", ":data")] {
+        assert!(
+            before.iter().any(|k| k.ends_with(suffix)),
+            "no {what} of the run before close: {before:?}"
+        );
+    }
+    let plain = suite.key(0, "write").unwrap();
+    assert!(
+        before.iter().any(|k| k == plain.as_str()),
+        "no plain write of the run before close: {before:?}"
+    );
+
+    suite.close().await.unwrap();
+    let after = keys_of_run(&redis_url(), &suite).await;
+    assert!(after.is_empty(), "left behind: {after:?}");
+}
+
+#[tokio::test]
+async fn a_redlock_run_leaves_no_key_on_its_nodes_or_its_storage() {
+    // One node in database 0, the fenced data in database 9 of the same server: two key
+    // spaces, both to be cleaned.
+    let node = RedisConfig::from_url(&redis_url()).unwrap();
+    let storage_url = format!("{}/9", redis_url().trim_end_matches('/'));
+    let storage = RedisConfig::from_url(&storage_url).unwrap();
+    let config = RedlockConfig::new([node.to_url()]).with_storage(storage);
+    let suite = Suite::redlock(&config)
+        .await
+        .unwrap_or_else(|e| panic!("{}", no_redis(e)));
+    run(&suite).await;
+    let on_node = keys_of_run(&redis_url(), &suite).await;
+    let on_storage = keys_of_run(&storage_url, &suite).await;
+    assert!(
+        on_node.iter().any(|k| k.ends_with(":token")),
+        "no token counter of the run on the node: {on_node:?}"
+    );
+    assert!(
+        on_storage.iter().any(|k| k.ends_with(":data")),
+        "no stored data of the run on the storage server: {on_storage:?}"
+    );
+
+    suite.close().await.unwrap();
+    let left: Vec<String> = keys_of_run(&redis_url(), &suite)
+        .await
+        .into_iter()
+        .chain(keys_of_run(&storage_url, &suite).await)
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// A fresh schema on the test server, dropped by `drop_schema`.
+async fn create_schema() -> (PgPool, String) {
+    let admin = PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect(&pg_url())
+        .await
+        .unwrap_or_else(|e| panic!("{}", no_postgres(e)));
+    let name = format!(
+        "fl_bench_cleanup_{}_{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    );
+    admin
+        .execute(format!("CREATE SCHEMA {name}").as_str())
+        .await
+        .unwrap_or_else(|e| panic!("{}", no_postgres(e)));
+    (admin, name)
+}
+
+/// Rows of every table in `schema` whose text mentions the run's key prefix, by table.
+async fn rows_of_run(admin: &PgPool, schema: &str, suite: &Suite) -> Vec<(String, i64)> {
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables \
+         WHERE table_schema = $1 AND table_type = 'BASE TABLE' ORDER BY 1",
+    )
+    .bind(schema)
+    .fetch_all(admin)
+    .await
+    .unwrap();
+    assert!(!tables.is_empty(), "no table in {schema}");
+    let mut found = Vec::new();
+    for table in tables {
+        let row = sqlx::query(&format!(
+            "SELECT count(*) FROM \"{schema}\".\"{table}\" t WHERE strpos(t::text, $1) > 0"
+        ))
+        .bind(suite.key_prefix())
+        .fetch_one(admin)
+        .await
+        .unwrap();
+        let count: i64 = row.get(0);
+        if count > 0 {
+            found.push((table, count));
+        }
+    }
+    found
+}
+
+/// Drops the schema when the test ends, passed or failed: on a thread and runtime of its own,
+/// since the test's runtime may be unwinding.
+struct DropSchema(String);
+
+impl Drop for DropSchema {
+    fn drop(&mut self) {
+        let schema = self.0.clone();
+        let dropped = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let pool = PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect(&pg_url())
+                    .await?;
+                pool.execute(format!("DROP SCHEMA IF EXISTS {schema} CASCADE").as_str())
+                    .await?;
+                pool.close().await;
+                Ok::<_, sqlx::Error>(())
+            })
+        })
+        .join();
+        if !matches!(dropped, Ok(Ok(()))) && !std::thread::panicking() {
+            panic!("could not drop the test schema {}", self.0);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_postgres_run_leaves_no_row_and_no_table() {
+    let (admin, schema) = create_schema().await;
+    let _drop = DropSchema(schema.clone());
+    check_postgres(admin, schema).await;
+}
+
+async fn check_postgres(admin: PgPool, schema: String) {
+    for kind in [PgBackendKind::Lease, PgBackendKind::Advisory] {
+        let config = PgConfig::from_url(&pg_url())
+            .unwrap()
+            .schema(schema.as_str())
+            .with_backend_kind(kind);
+        let suite = Suite::postgres(&config)
+            .await
+            .unwrap_or_else(|e| panic!("{}", no_postgres(e)));
+        run(&suite).await;
+        let before = rows_of_run(&admin, &schema, &suite).await;
+        for table in ["fencelock_counters", "fencelock_storage"] {
+            assert!(
+                before.iter().any(|(t, _)| t == table),
+                "{kind:?}: no row of the run in {table} before close: {before:?}"
+            );
+        }
+        assert!(
+            before
+                .iter()
+                .any(|(t, _)| t.starts_with("fencelock_bench_plain_")),
+            "{kind:?}: no plain write of the run before close: {before:?}"
+        );
+
+        suite.close().await.unwrap();
+        let after = rows_of_run(&admin, &schema, &suite).await;
+        assert!(after.is_empty(), "{kind:?}: left behind: {after:?}");
+        let plain: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM information_schema.tables \
+             WHERE table_schema = $1 AND table_name LIKE 'fencelock\\_bench\\_plain\\_%'",
+        )
+        .bind(&schema)
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+        assert_eq!(plain, 0, "{kind:?}: the plain table is left");
+    }
+}
