@@ -158,7 +158,9 @@ impl PgFence {
     /// nothing, and the server has aborted the transaction, so roll it back (dropping a sqlx
     /// `Transaction` does). A token above `i64::MAX` is [`Error::InvalidConfig`] before any
     /// I/O. Called on a pool or outside a transaction it still admits and records the fence,
-    /// but fences nothing after it.
+    /// but fences nothing after it. Waiting for another transaction that holds the record
+    /// counts against the [operation time-out](PgDatabase::operation_timeout); past it the
+    /// call is [`Error::Unavailable`] and the transaction should be rolled back.
     ///
     /// **Fenced reads**: admit first, then `SELECT`, in the same transaction. The read then
     /// counts as the holder's (a holder with an older token is refused from then on), which

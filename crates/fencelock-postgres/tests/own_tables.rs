@@ -289,7 +289,7 @@ async fn the_applications_pool_is_used_and_left_open() {
     .fetch_all(&s.pool)
     .await
     .unwrap();
-    assert_eq!(versions, vec![1, 2]);
+    assert_eq!(versions, vec![1, 2, 3]);
 }
 
 /// A failure after the admit rolls everything back, the fence record included: a holder the
@@ -376,6 +376,19 @@ async fn guarding_a_table_without_fence_columns_is_refused() {
         .guard_table_with(&s.pool, "plain", "lock_token", "lock_owner")
         .await
         .unwrap();
+    // The condition is the rule written out on the row's columns, not a function call (a
+    // trigger's condition is prepared for every statement).
+    let condition: String = sqlx::query_scalar(
+        "SELECT pg_get_triggerdef(t.oid) FROM pg_trigger t \
+         WHERE t.tgrelid = 'plain'::regclass AND t.tgname = 'fencelock_guard_update'",
+    )
+    .fetch_one(&s.pool)
+    .await
+    .unwrap();
+    assert!(
+        condition.contains("old.lock_token") && !condition.contains("fencelock_admits"),
+        "{condition}"
+    );
 }
 
 /// A token above `i64::MAX` has no bigint: refused before any I/O, nothing recorded.
@@ -550,4 +563,66 @@ async fn the_strict_rule_admits_each_token_once() {
     let key = LockKey::new("monotonic").unwrap();
     monotonic.admit(&s.pool, &key, once).await.unwrap();
     monotonic.admit(&s.pool, &key, once).await.unwrap();
+}
+
+/// Concurrent admits of one resource wait for each other: the second is decided against what
+/// the first committed (refused after a newer fence committed, admitted after a rollback).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_admits_of_one_resource_wait_for_each_other() {
+    let s = common::split().await;
+    let fence = s.db.fence();
+    let key = LockKey::new("account/10").unwrap();
+    for (round, commit_first) in [(0, true), (1, false)] {
+        let (older, newer) = (fence_of(10 * round + 3), fence_of(10 * round + 4));
+        let before = fence.current(&s.pool, &key).await.unwrap();
+        let mut first = s.pool.begin().await.unwrap();
+        fence.admit(&mut *first, &key, newer).await.unwrap();
+        let mut second = s.pool.acquire().await.unwrap();
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut *second)
+            .await
+            .unwrap();
+        let (f, k) = (fence.clone(), key.clone());
+        let waiting = tokio::spawn(async move {
+            let mut tx = sqlx::Connection::begin(&mut *second).await.unwrap();
+            let outcome = f.admit(&mut *tx, &k, older).await;
+            if outcome.is_ok() {
+                tx.commit().await.unwrap();
+            }
+            outcome
+        });
+        // The second admit is blocked on the fence record's row lock.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let blocked: bool = sqlx::query_scalar(
+                "SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity \
+                 WHERE pid = $1",
+            )
+            .bind(pid)
+            .fetch_one(s.locks.admin())
+            .await
+            .unwrap();
+            if blocked {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the second admit never waited"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!waiting.is_finished());
+        if commit_first {
+            first.commit().await.unwrap();
+            match waiting.await.unwrap() {
+                Err(Error::Stale { current, .. }) => assert_eq!(current, newer),
+                other => panic!("expected Stale after the newer fence committed, got {other:?}"),
+            }
+        } else {
+            first.rollback().await.unwrap();
+            waiting.await.unwrap().unwrap();
+            assert_eq!(fence.current(&s.pool, &key).await.unwrap(), Some(older));
+            assert!(before.is_some(), "the first round committed a fence");
+        }
+    }
 }
