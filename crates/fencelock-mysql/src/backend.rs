@@ -16,7 +16,7 @@ use crate::database::MySqlDatabase;
 use crate::error::{BACKEND, protocol, timed};
 use crate::lock_name::lock_name;
 use crate::session::{Holder, Session, Sessions};
-use crate::wakeups::{Wakeups, seconds};
+use crate::wakeups::{Wakeups, watch_key};
 
 /// The longest ttl: `wait_timeout`, which the server uses to end a silent holder's session,
 /// takes at most 31,536,000 seconds.
@@ -24,10 +24,6 @@ const MAX_TTL: Duration = Duration::from_secs(31_536_000);
 
 /// How long an acquire waits, on the server, for a session it ended with KILL to let go.
 const KILL_WAIT: Duration = Duration::from_millis(500);
-
-/// How long past its bound a waiter waits for the answer of the server-side wait it started.
-/// Giving up earlier is harmless: the caller tries again and waits again.
-const ANSWER_MARGIN: Duration = Duration::from_millis(50);
 
 /// Locks as MySQL/MariaDB user-level locks (`GET_LOCK`), with fencing tokens.
 ///
@@ -132,7 +128,7 @@ impl LockBackend for MySqlLockBackend {
                     .bind(&owner_bytes(owner)[..])
                     .bind(micros(ttl))
                     .bind(idle_seconds(ttl))
-                    .bind(seconds(KILL_WAIT))
+                    .bind(KILL_WAIT.as_secs_f64())
                     .fetch_all(holder.conn()?),
             )
             .await?;
@@ -288,24 +284,17 @@ impl LockBackend for MySqlLockBackend {
         let watch = self.wakeups.watch(&name);
         let woken = watch.notify.notified();
         tokio::pin!(woken);
-        // Registered before the server wait starts, so its end cannot be missed.
+        // Registered before the watcher can start, so its first wake-up cannot be missed.
         woken.as_mut().enable();
-        let mut bound = max;
         if watch.claim() {
-            // The wait runs in a task of its own: a waiter that gives up (a dropped lock
-            // request) leaves it to finish, so the connection never goes back mid-statement.
-            let (db, key, watch) = (self.db.clone(), key.clone(), watch.clone());
-            tokio::spawn(async move {
-                let waited = server_wait(&db, &key, &name, max).await;
-                if let Err(error) = waited {
-                    tracing::debug!(%error, key = %key, "waiting for a release failed");
-                }
-                watch.finished();
-            });
-            // The server's wait returns by `max`; its answer needs a round trip more.
-            bound += ANSWER_MARGIN;
+            tokio::spawn(watch_key(
+                self.db.clone(),
+                key.clone(),
+                name,
+                Arc::downgrade(&watch),
+            ));
         }
-        let _ = tokio::time::timeout(bound, woken).await;
+        let _ = tokio::time::timeout(max, woken).await;
         Ok(())
     }
 
@@ -357,20 +346,4 @@ impl LockBackend for MySqlLockBackend {
             _ => Err(protocol(format!("advance_token answered {rows:?}"))),
         }
     }
-}
-
-/// Blocks in `GET_LOCK` on a session of its own until the lock on `key` may be free, at most
-/// `max` (see `sql/wait.sql`).
-async fn server_wait(db: &MySqlDatabase, key: &LockKey, name: &str, max: Duration) -> Result<()> {
-    let mut conn = timed(db.operation_timeout(), db.sessions().acquire()).await?;
-    timed(
-        max + db.operation_timeout(),
-        sqlx::query(&db.sql().wait)
-            .bind(key.as_str().as_bytes())
-            .bind(name)
-            .bind(seconds(max))
-            .execute(&mut *conn),
-    )
-    .await?;
-    Ok(())
 }

@@ -23,14 +23,20 @@ const PROCEDURES: &[(&str, &str)] = &[
     ("acquire_v2", include_str!("../sql/acquire.sql")),
     ("extend_v2", include_str!("../sql/extend.sql")),
     ("release_v2", include_str!("../sql/release.sql")),
-    ("wait_v2", include_str!("../sql/wait.sql")),
+    ("wait_v3", include_str!("../sql/wait.sql")),
     ("advance_token_v1", include_str!("../sql/advance_token.sql")),
     ("storage_apply_v1", include_str!("../sql/storage_apply.sql")),
     ("admit_v1", include_str!("../sql/admit.sql")),
 ];
 
 /// Procedures of earlier versions, which `uninstall` drops too.
-const RETIRED: &[&str] = &["acquire_v1", "extend_v1", "release_v1", "wait_v1"];
+const RETIRED: &[&str] = &[
+    "acquire_v1",
+    "extend_v1",
+    "release_v1",
+    "wait_v1",
+    "wait_v2",
+];
 
 /// Every statement fencelock runs, for one prefix.
 #[derive(Debug, Clone)]
@@ -62,7 +68,7 @@ impl Statements {
             acquire: call("acquire_v2", 6),
             extend: call("extend_v2", 6),
             release: call("release_v2", 4),
-            wait: call("wait_v2", 3),
+            wait: call("wait_v3", 3),
             advance_token: call("advance_token_v1", 2),
             inspect: fill(include_str!("../sql/inspect.sql"), prefix),
             storage_apply: call("storage_apply_v1", 6),
