@@ -255,6 +255,7 @@ fn with_hosts(spec: BackendSpec, hosts: &[HostPort]) -> Result<BackendSpec> {
         BackendSpec::Redis(config) => BackendSpec::Redis(config.with_hosts(hosts)?),
         BackendSpec::Redlock(config) => BackendSpec::Redlock(config.with_hosts(hosts)?),
         BackendSpec::Postgres(config) => BackendSpec::Postgres(config.with_hosts(hosts)?),
+        BackendSpec::MySql(config) => BackendSpec::MySql(config.with_hosts(hosts)?),
         other => {
             return Err(ChaosError::config(format!(
                 "chaos does not know how to reach the servers of {other}"
@@ -300,6 +301,9 @@ mod tests {
             url.contains("backend=advisory") && url.contains("schema=s"),
             "{url}"
         );
+        let mysql = BackendSpec::parse("mysql://root:pw@db:3306/test").unwrap();
+        let moved = with_hosts(mysql, &through[..1]).unwrap();
+        assert_eq!(moved.hosts(), through[..1]);
         let memory = BackendSpec::parse("memory://").unwrap();
         assert!(with_hosts(memory, &[]).is_err());
     }

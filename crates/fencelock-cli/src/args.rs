@@ -9,7 +9,7 @@ use crate::spec::{BACKEND_ENV, Spec, SpecParser};
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct BackendArg {
     /// Backend spec: memory:// (in-process, the default), redis://, rediss://, redlock://,
-    /// postgres://.
+    /// postgres://, mysql://.
     #[arg(
         long,
         env = BACKEND_ENV,
@@ -25,7 +25,7 @@ pub(crate) struct BackendArg {
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct SharedBackendArg {
     /// Backend spec of a lock shared between processes: redis://, rediss://, redlock://,
-    /// postgres://. Required here (memory:// lives inside one process and excludes nothing
+    /// postgres://, mysql://. Required here (memory:// lives inside one process and excludes nothing
     /// across processes).
     #[arg(
         long,
@@ -40,7 +40,8 @@ impl SharedBackendArg {
     /// The spec, if it names a backend shared between processes; `what` is the subcommand.
     pub(crate) fn shared(&self, what: &str) -> Result<&Spec, CliError> {
         let advice = format!(
-            "pass --backend SPEC (redis://, rediss://, redlock://, postgres://) or set {BACKEND_ENV}"
+            "pass --backend SPEC (redis://, redlock://, postgres://, mysql://, ...) or set \
+             {BACKEND_ENV}"
         );
         match &self.backend {
             Some(spec) if spec.spec().is_shared() => Ok(spec),

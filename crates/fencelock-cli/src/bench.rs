@@ -4,9 +4,8 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use fencelock::postgres::{DEFAULT_SCHEMA, PgBackendKind};
 use fencelock::spec::BackendSpec;
-use fencelock_bench::{PgLockKind, Report, Settings, Suite};
+use fencelock_bench::{Report, Settings, Suite};
 
 use crate::args::BackendArg;
 use crate::error::CliError;
@@ -48,26 +47,9 @@ fn parse_bench_duration(text: &str) -> std::result::Result<Duration, String> {
 async fn suite(spec: &BackendSpec) -> Result<Suite, CliError> {
     match spec {
         BackendSpec::Memory => Ok(Suite::memory()),
-        BackendSpec::Redis(config) => Ok(Suite::redis(&config.to_url()).await?),
-        BackendSpec::Redlock(config) => {
-            let nodes: Vec<String> = config.node_configs().iter().map(|n| n.to_url()).collect();
-            let storage = match config.storage() {
-                Some(storage) => storage.to_url(),
-                None => nodes.first().cloned().unwrap_or_default(),
-            };
-            Ok(Suite::redlock(&nodes, &storage).await?)
-        }
-        BackendSpec::Postgres(config) => {
-            let kind = match config.backend_kind() {
-                PgBackendKind::Advisory => PgLockKind::Advisory,
-                _ => PgLockKind::Lease,
-            };
-            let driver = config
-                .clone()
-                .with_backend_kind(PgBackendKind::Lease)
-                .schema(DEFAULT_SCHEMA);
-            Ok(Suite::postgres(&driver.to_url(), Some(config.schema_name()), kind).await?)
-        }
+        BackendSpec::Redis(config) => Ok(Suite::redis(config).await?),
+        BackendSpec::Redlock(config) => Ok(Suite::redlock(config).await?),
+        BackendSpec::Postgres(config) => Ok(Suite::postgres(config).await?),
         other => Err(CliError::Input(format!(
             "fencelock bench has no baseline for {other} yet"
         ))),

@@ -30,8 +30,8 @@ enum PersistenceArg {
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// Backend spec of servers you run: redis://, redlock://, postgres://...?backend=lease|advisory.
-    /// memory:// is refused: it cannot be shared between worker processes.
+    /// Backend spec of servers you run: redis://, redlock://, postgres://...?backend=lease|advisory,
+    /// mysql://. memory:// is refused: it cannot be shared between worker processes.
     #[arg(
         long,
         env = BACKEND_ENV,

@@ -1,6 +1,8 @@
-//! `fencelock chaos` end to end against real servers: spawned redis-server processes and the
+//! `fencelock chaos` end to end against real servers: spawned redis-server processes, the
 //! Postgres server at FENCELOCK_PG_URL (default postgres://postgres@127.0.0.1:5432/test), in a
-//! throwaway schema. A missing service fails the test with a message; nothing is skipped.
+//! throwaway schema, and the MySQL/MariaDB server at FENCELOCK_MYSQL_URL (default
+//! mysql://root@127.0.0.1:3306/test). A missing service fails the test with a message; nothing
+//! is skipped.
 //!
 //! The runs are serialised (each starts several worker processes) so that a loaded two-core
 //! machine is not asked to run them all at once.
@@ -202,6 +204,41 @@ fn postgres_lease_table_survives_pauses_terminations_and_partitions() {
 #[test]
 fn postgres_advisory_locks_survive_pauses_terminations_and_partitions() {
     pg_run("advisory");
+}
+
+/// The MySQL/MariaDB server at FENCELOCK_MYSQL_URL (default mysql://root@127.0.0.1:3306/test).
+fn mysql_url() -> String {
+    std::env::var("FENCELOCK_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned())
+}
+
+#[test]
+fn mysql_survives_pauses_and_partitions() {
+    let url = mysql_url();
+    let spec = fencelock::spec::BackendSpec::parse(&url).expect("FENCELOCK_MYSQL_URL parses");
+    for host in spec.hosts() {
+        if std::net::TcpStream::connect((host.host.as_str(), host.port)).is_err() {
+            panic!(
+                "no MySQL server at {host}: start MariaDB or MySQL (scripts/test-deps does), or \
+                 set FENCELOCK_MYSQL_URL"
+            );
+        }
+    }
+    assert_passes(
+        &[
+            "--backend",
+            &url,
+            "--faults",
+            "pause,partition",
+            "--workers",
+            "4",
+            "--duration",
+            "12s",
+            "--control-duration",
+            "6s",
+        ],
+        &["pause", "partition"],
+    );
 }
 
 #[test]
