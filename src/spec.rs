@@ -12,6 +12,7 @@
 //! | `redlock://` | `Redlock` over independent Redis servers + `RedisStorage` on one of them (feature `redis`) | `RedlockConfig::from_url` |
 //! | `postgres://`, `postgresql://` | `PgLeaseBackend` or `PgAdvisoryBackend` + `PgStorage` (feature `postgres`) | `PgConfig::from_url` |
 //! | `mysql://`, `mariadb://` | `MySqlLockBackend` (`GET_LOCK`) + `MySqlStorage` (feature `mysql`) | `MySqlConfig::from_url` |
+//! | `etcd://` | `EtcdLockBackend` + `EtcdStorage` on an etcd cluster (feature `etcd`) | `EtcdConfig::from_url` |
 
 use std::fmt;
 use std::sync::Arc;
@@ -28,6 +29,7 @@ const SCHEMES: &[(&str, &str)] = &[
     ("postgresql", "postgres"),
     ("mysql", "mysql"),
     ("mariadb", "mysql"),
+    ("etcd", "etcd"),
 ];
 
 /// A parsed backend spec: the typed config of the backend the URL names. Parsing validates the
@@ -54,6 +56,9 @@ pub enum BackendSpec {
     /// `mysql://` or `mariadb://`: one MySQL or MariaDB database.
     #[cfg(feature = "mysql")]
     MySql(fencelock_mysql::MySqlConfig),
+    /// `etcd://`: an etcd cluster.
+    #[cfg(feature = "etcd")]
+    Etcd(fencelock_etcd::EtcdConfig),
 }
 
 /// A connected backend and its storage.
@@ -101,6 +106,8 @@ impl BackendSpec {
             (_, "postgres") => fencelock_postgres::PgConfig::from_url(spec).map(Self::Postgres),
             #[cfg(feature = "mysql")]
             (_, "mysql") => fencelock_mysql::MySqlConfig::from_url(spec).map(Self::MySql),
+            #[cfg(feature = "etcd")]
+            (_, "etcd") => fencelock_etcd::EtcdConfig::from_url(spec).map(Self::Etcd),
             (_, feature) => Err(not_built(feature)),
         }
     }
@@ -138,6 +145,14 @@ impl BackendSpec {
                     storage: Arc::new(db.storage()),
                 })
             }
+            #[cfg(feature = "etcd")]
+            BackendSpec::Etcd(config) => {
+                let cluster = config.connect().await?;
+                Ok(Connected {
+                    backend: cluster.backend(),
+                    storage: Arc::new(cluster.storage()),
+                })
+            }
         }
     }
 
@@ -158,6 +173,8 @@ impl BackendSpec {
             BackendSpec::Postgres(config) => config.to_url(),
             #[cfg(feature = "mysql")]
             BackendSpec::MySql(config) => config.to_url(),
+            #[cfg(feature = "etcd")]
+            BackendSpec::Etcd(config) => config.to_url(),
         }
     }
 
@@ -173,6 +190,8 @@ impl BackendSpec {
             BackendSpec::Postgres(config) => config.hosts(),
             #[cfg(feature = "mysql")]
             BackendSpec::MySql(config) => config.hosts(),
+            #[cfg(feature = "etcd")]
+            BackendSpec::Etcd(config) => config.hosts(),
         }
     }
 }
@@ -217,6 +236,8 @@ impl fmt::Display for BackendSpec {
             BackendSpec::Postgres(config) => f.write_str(&config.redacted_url()),
             #[cfg(feature = "mysql")]
             BackendSpec::MySql(config) => f.write_str(&config.redacted_url()),
+            #[cfg(feature = "etcd")]
+            BackendSpec::Etcd(config) => f.write_str(&config.redacted_url()),
         }
     }
 }
@@ -315,6 +336,21 @@ mod tests {
         assert!(!spec.to_string().contains("secret"));
         assert_eq!(spec.hosts(), vec![HostPort::new("db", 3307)]);
         refused("mysql://root:secret@db:99999/test");
+    }
+
+    #[cfg(feature = "etcd")]
+    #[test]
+    fn dispatches_etcd_to_its_crate() {
+        let spec = BackendSpec::parse("etcd://e1:2379,e2:2380,e3").unwrap();
+        assert!(matches!(spec, BackendSpec::Etcd(_)));
+        assert_eq!(BackendSpec::parse(&spec.to_url()).unwrap(), spec);
+        assert_eq!(spec.hosts().len(), 3);
+    }
+
+    #[cfg(not(feature = "etcd"))]
+    #[test]
+    fn names_the_missing_etcd_feature() {
+        assert!(refused("etcd://u:secret@e1:2379").contains("`etcd` feature"));
     }
 
     #[cfg(not(feature = "postgres"))]
