@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_bench::{Baseline, BenchError, FencedSubject, Op, RawTryLock, Suite};
+use fencelock_bench::{Baseline, BenchError, FencedSubject, Op, RawTryLock, Subject, Suite};
 use fencelock_core::{LockKey, OwnerId, async_trait};
 use fencelock_mysql::sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 use fencelock_mysql::sqlx::{self, Executor};
@@ -32,6 +32,16 @@ struct RawGetLock {
     table: String,
 }
 
+/// A peer: what a user writes to get a durable counter with the lock, the raw way:
+/// `GET_LOCK`, `INSERT ... ON DUPLICATE KEY UPDATE n = n + 1` (autocommit), `RELEASE_LOCK`.
+/// It pays the same log flush per grant as fencelock's token counter, so the two compare
+/// like for like.
+#[derive(Debug)]
+struct RawCountedGetLock {
+    pool: MySqlPool,
+    counters: String,
+}
+
 impl RawGetLock {
     async fn connect(config: &MySqlConfig, table: String) -> Result<Self, BenchError> {
         let pool = MySqlPoolOptions::new()
@@ -49,7 +59,55 @@ impl RawGetLock {
         )
         .await
         .map_err(|e| raw("create the plain table", e))?;
+        pool.execute(
+            format!(
+                "CREATE TABLE {table}_counters (lock_name VARCHAR(64) PRIMARY KEY, n BIGINT) \
+                 ENGINE = InnoDB"
+            )
+            .as_str(),
+        )
+        .await
+        .map_err(|e| raw("create the counter table", e))?;
         Ok(RawGetLock { pool, table })
+    }
+
+    fn counted(&self) -> RawCountedGetLock {
+        RawCountedGetLock {
+            pool: self.pool.clone(),
+            counters: format!("{}_counters", self.table),
+        }
+    }
+}
+
+#[async_trait]
+impl RawTryLock for RawCountedGetLock {
+    const LABEL: &'static str = "raw GET_LOCK + counter + RELEASE_LOCK";
+
+    async fn try_lock_unlock(&self, key: &LockKey) -> Result<bool, BenchError> {
+        let name = lock_name(key);
+        let mut conn = self.pool.acquire().await.map_err(|e| raw("pool", e))?;
+        let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 0)")
+            .bind(&name)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(|e| raw("GET_LOCK", e))?;
+        if got != Some(1) {
+            return Ok(false);
+        }
+        sqlx::query(&format!(
+            "INSERT INTO {} VALUES (?, 1) ON DUPLICATE KEY UPDATE n = n + 1",
+            self.counters
+        ))
+        .bind(&name)
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| raw("counter", e))?;
+        let _: Option<i64> = sqlx::query_scalar("SELECT RELEASE_LOCK(?)")
+            .bind(&name)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(|e| raw("RELEASE_LOCK", e))?;
+        Ok(true)
     }
 }
 
@@ -113,10 +171,11 @@ impl Baseline for RawGetLock {
     }
 
     async fn close(&self) -> Result<(), BenchError> {
+        let drop = format!("DROP TABLE IF EXISTS {0}, {0}_counters", self.table);
         self.pool
-            .execute(format!("DROP TABLE IF EXISTS {}", self.table).as_str())
+            .execute(drop.as_str())
             .await
-            .map_err(|e| raw("drop the plain table", e))?;
+            .map_err(|e| raw("drop the plain tables", e))?;
         self.pool.close().await;
         Ok(())
     }
@@ -173,7 +232,8 @@ async fn setup() -> Result<(Suite, Uninstall), BenchError> {
     let db = config.connect().await?;
     let fenced = FencedSubject::new(db.backend(), Arc::new(db.storage()));
     let baseline = RawGetLock::connect(&config, format!("bench_{run}_plain")).await?;
-    let suite = Suite::new("mysql", fenced, Arc::new(baseline), vec![]);
+    let peer: Arc<dyn Subject> = Arc::new(baseline.counted());
+    let suite = Suite::new("mysql", fenced, Arc::new(baseline), vec![peer]);
     Ok((suite, Uninstall(config)))
 }
 
