@@ -196,6 +196,32 @@ impl BackendSpec {
     }
 }
 
+impl BackendSpec {
+    /// The same spec pointed at other servers (a fault proxy, a test server), one per entry of
+    /// [`hosts`](Self::hosts) in the same order; a different count is [`Error::InvalidConfig`].
+    /// Only the addresses change: credentials, database, schema and options stay.
+    pub fn with_hosts(self, hosts: &[HostPort]) -> Result<Self> {
+        Ok(match self {
+            BackendSpec::Memory if hosts.is_empty() => BackendSpec::Memory,
+            BackendSpec::Memory => {
+                return Err(Error::config(
+                    "memory:// reaches no server to point elsewhere",
+                ));
+            }
+            #[cfg(feature = "redis")]
+            BackendSpec::Redis(config) => BackendSpec::Redis(config.with_hosts(hosts)?),
+            #[cfg(feature = "redis")]
+            BackendSpec::Redlock(config) => BackendSpec::Redlock(config.with_hosts(hosts)?),
+            #[cfg(feature = "postgres")]
+            BackendSpec::Postgres(config) => BackendSpec::Postgres(config.with_hosts(hosts)?),
+            #[cfg(feature = "mysql")]
+            BackendSpec::MySql(config) => BackendSpec::MySql(config.with_hosts(hosts)?),
+            #[cfg(feature = "etcd")]
+            BackendSpec::Etcd(config) => BackendSpec::Etcd(config.with_hosts(hosts)?),
+        })
+    }
+}
+
 #[cfg(feature = "memory")]
 fn memory() -> Result<Connected> {
     Ok(Connected {
@@ -303,6 +329,12 @@ mod tests {
         assert!(!format!("{spec:?}").contains("secret"));
         assert_eq!(BackendSpec::parse(&spec.to_url()).unwrap(), spec);
         assert_eq!(spec.hosts(), vec![HostPort::new("127.0.0.1", 6380)]);
+        let moved = spec
+            .clone()
+            .with_hosts(&[HostPort::new("proxy", 7000)])
+            .unwrap();
+        assert_eq!(moved.to_url(), "redis://app:secret@proxy:7000/2");
+        assert!(spec.with_hosts(&[]).is_err());
 
         let spec = BackendSpec::parse("redlock://:secret@h1:1,h2:2,h3:3").unwrap();
         assert!(matches!(spec, BackendSpec::Redlock(_)));
@@ -351,6 +383,32 @@ mod tests {
     #[test]
     fn names_the_missing_etcd_feature() {
         assert!(refused("etcd://u:secret@e1:2379").contains("`etcd` feature"));
+    }
+
+    #[cfg(all(feature = "redis", feature = "postgres", feature = "mysql"))]
+    #[test]
+    fn every_backend_is_pointed_at_other_servers() {
+        let through = [HostPort::new("127.0.0.1", 1), HostPort::new("127.0.0.1", 2)];
+        let redlock = BackendSpec::parse("redlock://:pw@a:10,b:20/3").unwrap();
+        let moved = redlock.with_hosts(&through).unwrap();
+        assert_eq!(moved.hosts(), through);
+        assert!(moved.to_url().contains(":pw@"), "{}", moved.to_url());
+        let pg = BackendSpec::parse("postgres://u:pw@db/test?backend=advisory&schema=s").unwrap();
+        let moved = pg.with_hosts(&through[..1]).unwrap();
+        assert_eq!(moved.hosts(), through[..1]);
+        let url = moved.to_url();
+        assert!(
+            url.contains("backend=advisory") && url.contains("schema=s"),
+            "{url}"
+        );
+        let mysql = BackendSpec::parse("mysql://root:pw@db:3306/test").unwrap();
+        let moved = mysql.with_hosts(&through[..1]).unwrap();
+        assert_eq!(moved.hosts(), through[..1]);
+        assert!(BackendSpec::Memory.with_hosts(&through[..1]).is_err());
+        assert_eq!(
+            BackendSpec::Memory.with_hosts(&[]).unwrap(),
+            BackendSpec::Memory
+        );
     }
 
     #[cfg(not(feature = "postgres"))]

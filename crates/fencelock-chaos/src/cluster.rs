@@ -102,7 +102,9 @@ impl Cluster {
             BackendSpec::Redlock(RedlockConfig::new(nodes.iter().map(|n| n.url())))
         };
         let worker_backend = if proxied {
-            with_hosts(direct.clone(), &proxies.in_front_of(&direct.hosts()).await?)?
+            direct
+                .clone()
+                .with_hosts(&proxies.in_front_of(&direct.hosts()).await?)?
         } else {
             direct.clone()
         };
@@ -161,7 +163,8 @@ impl Cluster {
         }
         let mut proxies = Proxies::default();
         let mut worker_backend = if proxied {
-            with_hosts(spec.clone(), &proxies.in_front_of(&spec.hosts()).await?)?
+            spec.clone()
+                .with_hosts(&proxies.in_front_of(&spec.hosts()).await?)?
         } else {
             spec.clone()
         };
@@ -249,21 +252,6 @@ async fn resolve(host: &HostPort) -> Result<SocketAddr> {
         })
 }
 
-/// `spec` pointed at `hosts` instead of its own servers.
-fn with_hosts(spec: BackendSpec, hosts: &[HostPort]) -> Result<BackendSpec> {
-    Ok(match spec {
-        BackendSpec::Redis(config) => BackendSpec::Redis(config.with_hosts(hosts)?),
-        BackendSpec::Redlock(config) => BackendSpec::Redlock(config.with_hosts(hosts)?),
-        BackendSpec::Postgres(config) => BackendSpec::Postgres(config.with_hosts(hosts)?),
-        BackendSpec::MySql(config) => BackendSpec::MySql(config.with_hosts(hosts)?),
-        other => {
-            return Err(ChaosError::config(format!(
-                "chaos does not know how to reach the servers of {other}"
-            )));
-        }
-    })
-}
-
 impl PgAdmin {
     /// One admin session on the server of `config`, and the application name of the run.
     async fn open(config: &PgConfig, run_tag: &str, spec: &BackendSpec) -> Result<Self> {
@@ -285,28 +273,6 @@ impl PgAdmin {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_backend_is_pointed_at_other_servers() {
-        let through = [HostPort::new("127.0.0.1", 1), HostPort::new("127.0.0.1", 2)];
-        let redlock = BackendSpec::parse("redlock://:pw@a:10,b:20/3").unwrap();
-        let moved = with_hosts(redlock, &through).unwrap();
-        assert_eq!(moved.hosts(), through);
-        assert!(moved.to_url().contains(":pw@"), "{}", moved.to_url());
-        let pg = BackendSpec::parse("postgres://u:pw@db/test?backend=advisory&schema=s").unwrap();
-        let moved = with_hosts(pg, &through[..1]).unwrap();
-        assert_eq!(moved.hosts(), through[..1]);
-        let url = moved.to_url();
-        assert!(
-            url.contains("backend=advisory") && url.contains("schema=s"),
-            "{url}"
-        );
-        let mysql = BackendSpec::parse("mysql://root:pw@db:3306/test").unwrap();
-        let moved = with_hosts(mysql, &through[..1]).unwrap();
-        assert_eq!(moved.hosts(), through[..1]);
-        let memory = BackendSpec::parse("memory://").unwrap();
-        assert!(with_hosts(memory, &[]).is_err());
-    }
 
     #[tokio::test]
     async fn unix_sockets_cannot_be_proxied() {
