@@ -127,8 +127,16 @@ fn capabilities() -> impl Strategy<Value = Capabilities> {
 /// The longest ttl any backend of this workspace accepts (the memory backend's year).
 const LONGEST_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 
+/// 256 cases, or `PROPTEST_CASES`.
+fn config() -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok());
+    ProptestConfig::with_cases(cases.unwrap_or(256))
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(config())]
 
     /// Text keys: accepted exactly when the rules allow, unchanged through every way in.
     #[test]
