@@ -309,8 +309,20 @@ impl PgDatabase {
             .execute(&mut *tx)
             .await
             .map_err(|e| map_sqlx_error(BACKEND, e))?;
+        // The migrator's own lock is released before this transaction commits, so a second
+        // process could apply the same migrations before the first one's tables are visible
+        // (duplicate type names). A transaction-level lock per schema, held until commit,
+        // makes the second migrator wait and then see what the first one committed. The
+        // two-key form lives apart from the one-`bigint` ids of advisory locks.
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('fencelock migrations'), hashtext($1))")
+            .bind(&self.inner.schema)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| map_sqlx_error(BACKEND, e))?;
+        // `run_direct` on the connection itself: `run` goes through `Acquire`, whose
+        // higher-ranked bound makes this future (and `connect`'s) not `Send`.
         MIGRATOR
-            .run(&mut *tx)
+            .run_direct(&mut *tx)
             .await
             .map_err(|e| map_sqlx_error(BACKEND, sqlx::Error::Migrate(Box::new(e))))?;
         tx.commit().await.map_err(|e| map_sqlx_error(BACKEND, e))
