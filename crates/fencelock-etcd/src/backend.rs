@@ -39,8 +39,10 @@ const GRANT_ATTEMPTS: usize = 4;
 ///   lease of the ttl rounded up to whole seconds) and put the counter to `token` (its last
 ///   value + 1); *else* read both. When only the counter moved, the reply carries its new
 ///   value and the transaction is sent again; so a grant takes one round trip when this
-///   process saw the counter last, two otherwise. The lease is a spare (see below) kept alive
-///   by a request sent side by side with the transaction, or a fresh `LeaseGrant` first.
+///   process saw the counter last, two otherwise. The lease is a spare (see below), refreshed
+///   by a keep-alive sent beside the transaction when its last refresh is older than a tenth
+///   of the ttl, or a fresh `LeaseGrant` first. `valid_until` counts from the lease's last
+///   confirmed refresh.
 /// - **Tokens**: every change to the counter is a compare-and-set on its `mod_revision`, so
 ///   each grant writes exactly the value it read + 1; the counter is never deleted and only
 ///   [`advance_token`](LockBackend::advance_token) raises it otherwise. Tokens per key
@@ -58,7 +60,8 @@ const GRANT_ATTEMPTS: usize = 4;
 /// - **Leases are reused**: a lease whose lock was released, or that was never attached,
 ///   serves the next grant of the same ttl (see the crate docs for why that is safe).
 /// - **Waiting** watches the lock key for its deletion from the revision at which it was
-///   seen held, so a release (or expiry) in between is not missed.
+///   seen held, so a release (or expiry) in between is not missed; each deletion wakes one
+///   waiter of this backend, the others try again at their next pause.
 ///
 /// etcd grants leases in whole seconds and no shorter than 1.5 election timeouts:
 /// [`Capabilities::min_ttl`] is that minimum, measured at connect, and a ttl is rounded up to
@@ -171,7 +174,7 @@ impl LockBackend for EtcdLockBackend {
         async {
             let secs = self.leases.secs_for(ttl);
             let owner = OwnerId::random();
-            let mut lease = self.lease_for(secs).await?;
+            let mut lease = self.lease_for(ttl, secs).await?;
             for _ in 0..GRANT_ATTEMPTS {
                 let counter = self.seen.counter(key);
                 match self.grant_once(key, owner, lease, counter, ttl).await? {
@@ -180,7 +183,7 @@ impl LockBackend for EtcdLockBackend {
                         return Ok(Some(granted));
                     }
                     Grant::Held => return Ok(None),
-                    Grant::CounterMoved => lease = self.lease_for(secs).await?,
+                    Grant::CounterMoved => lease = self.lease_for(ttl, secs).await?,
                     Grant::LeaseGone => lease = (self.leases.grant(secs).await?, false),
                 }
             }

@@ -27,13 +27,13 @@ pub(crate) enum Grant {
 }
 
 impl EtcdLockBackend {
-    /// One grant transaction with `lease` (a spare, kept alive beside the transaction, or a
-    /// lease just granted) and the counter as last seen.
+    /// One grant transaction with `lease` and the counter as last seen; `refresh`: keep the
+    /// lease alive beside the transaction (a spare last refreshed a while ago).
     pub(crate) async fn grant_once(
         &self,
         key: &LockKey,
         owner: OwnerId,
-        (lease, spare): (LeaseSlot, bool),
+        (lease, refresh): (LeaseSlot, bool),
         counter: CounterSeen,
         ttl: Duration,
     ) -> Result<Grant> {
@@ -62,7 +62,7 @@ impl EtcdLockBackend {
             ])
             .or_else([TxnOp::get(lock, None), TxnOp::get(counter_key, None)]);
         let sent = Instant::now();
-        let (reply, refreshed) = if spare {
+        let (reply, refreshed) = if refresh {
             // The spare's keep-alive travels beside the transaction: one round trip.
             let (reply, refreshed) = tokio::join!(
                 self.shared.call_raw_txn("granting", txn),
@@ -139,11 +139,14 @@ impl EtcdLockBackend {
         }
     }
 
-    /// A lease for a grant of `secs` seconds: a spare if there is one (`true`), else a new
-    /// one.
-    pub(crate) async fn lease_for(&self, secs: i64) -> Result<(LeaseSlot, bool)> {
+    /// A lease for a grant of `ttl` (`secs` seconds on the server), and whether it needs a
+    /// keep-alive beside the grant: a spare refreshed (granted or kept alive) within the
+    /// last tenth of `ttl` is used as it is, and the grant's deadline counts from that
+    /// refresh, at most a tenth shorter than asked; an older spare is refreshed; without a
+    /// spare, a new lease.
+    pub(crate) async fn lease_for(&self, ttl: Duration, secs: i64) -> Result<(LeaseSlot, bool)> {
         match self.leases.take_spare(secs) {
-            Some(spare) => Ok((spare, true)),
+            Some(spare) => Ok((spare, spare.alive_from.elapsed() > ttl / 10)),
             None => Ok((self.leases.grant(secs).await?, false)),
         }
     }

@@ -3,18 +3,23 @@
 //!
 //! A waiter knows a revision at which it saw the lock held (the failed grant's). The watch
 //! reports the lock key's deletions from a start revision on, including past ones still in
-//! etcd's history, so a waiter whose revision is at or after the watch's start misses no
-//! release: it returns when a deletion after its revision was seen. A waiter older than the
-//! watch returns at once (it may have missed one; the caller simply tries again). A watch
-//! stays open a little after its last waiter left, since `Locker` alternates short waits with
-//! tries.
+//! etcd's history, so no release after a waiter's revision goes unseen when the watch started
+//! at or before it; a waiter older than the watch returns at once (it may have missed one;
+//! the caller simply tries again).
+//!
+//! Each deletion wakes **one** waiter of this process (the first in line): all of them would
+//! only race for the lock and all but one find it taken, paying a write each. The others wait
+//! for the next deletion or the end of their pause, as the caller's backoff sets it; a woken
+//! waiter that loses the lock to another process waits again. A watch stays open a little
+//! after its last waiter left, since `Locker` alternates short waits with tries.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use etcd_client::{EventType, WatchFilterType, WatchOptions};
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::cluster::Shared;
@@ -22,11 +27,14 @@ use crate::cluster::Shared;
 /// How long a watch stays open after its last waiter returned.
 const LINGER: Duration = Duration::from_secs(2);
 
-/// What a watch has seen.
-#[derive(Debug, Clone, Copy, Default)]
-struct Seen {
+/// What a watch has seen, and its waiters' queue.
+#[derive(Debug, Default)]
+struct WatchState {
     /// The revision of the last deletion of the key (0: none yet).
-    last_delete: i64,
+    last_delete: AtomicI64,
+    /// The watch ended (its stream broke, or the server cancelled it).
+    ended: AtomicBool,
+    notify: Notify,
 }
 
 /// One open watch on one lock key.
@@ -34,7 +42,7 @@ struct Seen {
 struct KeyWatch {
     /// The first revision the watch reports.
     start: i64,
-    seen: watch::Receiver<Seen>,
+    state: Arc<WatchState>,
     task: tokio::task::AbortHandle,
 }
 
@@ -64,29 +72,30 @@ impl Waiters {
         self.watches.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Waits until `lock_key`, seen held at revision `held_at`, is deleted, or at most `max`.
-    /// Returns early (spuriously) when the watch cannot tell; when no watch can be opened it
-    /// sleeps for `max`, as a polling backend would.
+    /// Waits until `lock_key`, seen held at revision `held_at`, is deleted (this waiter's turn
+    /// to be woken), or at most `max`. Returns early when the watch cannot tell; when no
+    /// watch can be opened it sleeps for `max`, as a polling backend would.
     pub(crate) async fn wait(&self, lock_key: &[u8], held_at: i64, max: Duration) {
         let deadline = Instant::now().checked_add(max);
         let Some(key_watch) = self.open(lock_key, held_at) else {
             return;
         };
-        let mut seen = key_watch.seen.clone();
-        let released = async {
-            loop {
-                if seen.borrow_and_update().last_delete > held_at {
-                    return true;
-                }
-                if seen.changed().await.is_err() {
-                    // The watch ended: a deletion it saw last, or a broken stream.
-                    return seen.borrow().last_delete > held_at;
-                }
+        let state = key_watch.state.clone();
+        let woken = async {
+            let notified = state.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if !state.ended.load(Ordering::Acquire) {
+                notified.await;
             }
+            // Ended: a deletion it saw last (or a cancelled watch) says "try again"; a broken
+            // stream says nothing.
+            !state.ended.load(Ordering::Acquire)
+                || state.last_delete.load(Ordering::Acquire) > held_at
         };
         let outcome = match deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline, released).await.ok(),
-            None => Some(released.await),
+            Some(deadline) => tokio::time::timeout_at(deadline, woken).await.ok(),
+            None => Some(woken.await),
         };
         if outcome == Some(false) {
             // No watch to rely on: wait like a poller would.
@@ -107,37 +116,42 @@ impl Waiters {
     /// `None` when the open watch started after `held_at` (a deletion may have been missed).
     fn open(&self, lock_key: &[u8], held_at: i64) -> Option<Arc<KeyWatch>> {
         let mut watches = self.watches();
-        if let Some(open) = watches.get(lock_key).and_then(Weak::upgrade) {
-            let alive = open.seen.has_changed().is_ok();
-            if alive || open.seen.borrow().last_delete > held_at {
-                return (open.start <= held_at + 1).then_some(open);
-            }
+        if let Some(open) = watches.get(lock_key).and_then(Weak::upgrade)
+            && !open.state.ended.load(Ordering::Acquire)
+        {
+            return (open.start <= held_at + 1).then_some(open);
         }
         watches.retain(|_, w| w.strong_count() > 0);
         let start = held_at + 1;
-        let (sender, seen) = watch::channel(Seen::default());
+        let state = Arc::new(WatchState::default());
         let task = tokio::spawn(run_watch(
             self.shared.clone(),
             lock_key.to_vec(),
             start,
-            sender,
+            state.clone(),
         ))
         .abort_handle();
-        let key_watch = Arc::new(KeyWatch { start, seen, task });
+        let key_watch = Arc::new(KeyWatch { start, state, task });
         watches.insert(lock_key.to_vec(), Arc::downgrade(&key_watch));
         Some(key_watch)
     }
 }
 
-/// Watches `lock_key` for deletions from revision `start` on, reporting each on `sender`,
-/// until the stream ends or the watch is dropped. A watch the server cancels (its start was
-/// compacted away) reports a deletion, so its waiters try again.
-async fn run_watch(
-    shared: Arc<Shared>,
-    lock_key: Vec<u8>,
-    start: i64,
-    sender: watch::Sender<Seen>,
-) {
+/// Watches `lock_key` for deletions from revision `start` on, waking one waiter per deletion,
+/// until the stream ends or the watch is dropped; then every waiter is woken. A watch the
+/// server cancels (its start was compacted away) counts as a deletion, so its waiters try
+/// again.
+async fn run_watch(shared: Arc<Shared>, lock_key: Vec<u8>, start: i64, state: Arc<WatchState>) {
+    /// Marks the watch ended and wakes every waiter, however the task stops (aborted
+    /// included).
+    struct End(Arc<WatchState>);
+    impl Drop for End {
+        fn drop(&mut self) {
+            self.0.ended.store(true, Ordering::Release);
+            self.0.notify.notify_waiters();
+        }
+    }
+    let _end = End(state.clone());
     let mut client = shared.client.watch_client();
     let options = WatchOptions::new()
         .with_start_revision(start)
@@ -152,13 +166,14 @@ async fn run_watch(
     };
     while let Ok(Some(response)) = stream.message().await {
         if response.canceled() {
-            sender.send_modify(|seen| seen.last_delete = i64::MAX);
+            state.last_delete.store(i64::MAX, Ordering::Release);
             return;
         }
         for event in response.events() {
             if event.event_type() == EventType::Delete {
                 let revision = event.kv().map_or(i64::MAX, |kv| kv.mod_revision());
-                sender.send_modify(|seen| seen.last_delete = seen.last_delete.max(revision));
+                state.last_delete.fetch_max(revision, Ordering::AcqRel);
+                state.notify.notify_one();
             }
         }
     }
