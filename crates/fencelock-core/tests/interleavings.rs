@@ -290,16 +290,16 @@ async fn guard_scenario(s: Arc<Schedule>, endings: &[Ending]) {
             *probe.fired.lock().unwrap() = Some((reason, Instant::now()));
         }
     });
-    tokio::spawn(monitor(probe.clone(), scale / 4));
+    let monitor = tokio::spawn(monitor(probe.clone(), scale / 4));
     let weak = Arc::downgrade(&probe);
     wire.on_change(Box::new(move |what| {
         if let Some(probe) = weak.upgrade() {
             probe.check(&format!("server after {what}"));
         }
     }));
-    if s.chance("contender", 40) {
-        tokio::spawn(contender(probe.clone(), scale));
-    }
+    let contender = s
+        .chance("contender", 40)
+        .then(|| tokio::spawn(contender(probe.clone(), scale)));
 
     // The user extends with one ttl per case, never below the lease's: renewals only ever
     // lengthen the lease. (A shorter renewal in flight breaks "held means held" as the code
@@ -376,6 +376,11 @@ async fn guard_scenario(s: Arc<Schedule>, endings: &[Ending]) {
     probe.contender_stop.store(true, Ordering::SeqCst);
     sleep(scale * 30).await;
     probe.stop.store(true, Ordering::SeqCst);
+    // The checking tasks end at their next wake; a panic in one fails the case here.
+    monitor.await.unwrap();
+    if let Some(contender) = contender {
+        contender.await.unwrap();
+    }
     let fired = *probe.fired.lock().unwrap();
     match fired {
         None => s.violation(format!(
