@@ -6,7 +6,7 @@ use std::time::Duration;
 use fencelock_core::Error;
 use tokio::time::{Instant, sleep};
 
-use super::support::{LONG_TTL, PAST_SHORT_TTL, SHORT_TTL, grant, key};
+use super::support::{LONG_TTL, grant, key};
 use crate::Setup;
 
 declare_properties!(__fencelock_conformance_lease, {
@@ -44,12 +44,12 @@ declare_properties!(__fencelock_conformance_lease, {
     pub async fn expiry_hands_over(s: &Setup) {
         let b = &*s.backend;
         let key = key("expiry");
-        let old = grant(b, &key, SHORT_TTL).await;
+        let old = grant(b, &key, s.short_ttl()).await;
         assert!(
             b.try_acquire(&key, LONG_TTL).await.unwrap().is_none(),
             "held lock granted before expiry"
         );
-        sleep(PAST_SHORT_TTL).await;
+        sleep(s.past_short_ttl()).await;
         assert!(!old.is_valid(), "valid_until is later than the ttl");
         let new = grant(b, &key, LONG_TTL).await;
         assert!(new.token > old.token);
@@ -61,8 +61,8 @@ declare_properties!(__fencelock_conformance_lease, {
     pub async fn extend_keeps_lease_and_token(s: &Setup) {
         let b = &*s.backend;
         let key = key("extend");
-        let lease = grant(b, &key, SHORT_TTL).await;
-        sleep(SHORT_TTL / 3).await;
+        let lease = grant(b, &key, s.short_ttl()).await;
+        sleep(s.short_ttl() / 3).await;
         let extended = b.extend(&lease, Duration::from_secs(5)).await.unwrap();
         assert_eq!(extended.token, lease.token, "extend changed the token");
         assert_eq!(extended.owner, lease.owner, "extend changed the owner");
@@ -71,7 +71,7 @@ declare_properties!(__fencelock_conformance_lease, {
             extended.valid_until > lease.valid_until,
             "extend did not move valid_until"
         );
-        sleep(PAST_SHORT_TTL).await;
+        sleep(s.past_short_ttl()).await;
         assert!(
             b.try_acquire(&key, LONG_TTL).await.unwrap().is_none(),
             "extended lock was granted to another client"
@@ -83,8 +83,8 @@ declare_properties!(__fencelock_conformance_lease, {
     pub async fn extend_after_takeover_is_lease_lost(s: &Setup) {
         let b = &*s.backend;
         let key = key("takeover");
-        let old = grant(b, &key, SHORT_TTL).await;
-        sleep(PAST_SHORT_TTL).await;
+        let old = grant(b, &key, s.short_ttl()).await;
+        sleep(s.past_short_ttl()).await;
         let new = grant(b, &key, LONG_TTL).await;
         match b.extend(&old, LONG_TTL).await {
             Err(Error::LeaseLost { .. }) => {}
@@ -111,8 +111,8 @@ declare_properties!(__fencelock_conformance_lease, {
     pub async fn stale_release_is_a_noop(s: &Setup) {
         let b = &*s.backend;
         let key = key("stale-release");
-        let old = grant(b, &key, SHORT_TTL).await;
-        sleep(PAST_SHORT_TTL).await;
+        let old = grant(b, &key, s.short_ttl()).await;
+        sleep(s.past_short_ttl()).await;
         let new = grant(b, &key, LONG_TTL).await;
         assert!(
             !b.release(&old).await.unwrap(),

@@ -7,7 +7,7 @@ use std::time::Duration;
 use fencelock_core::{Error, Locker, LostReason};
 use tokio::time::{Instant, sleep, timeout};
 
-use super::support::{LONG_TTL, PAST_SHORT_TTL, PATIENCE, SHORT_TTL, grant, key, peek};
+use super::support::{LONG_TTL, PATIENCE, grant, key, peek};
 use crate::Setup;
 
 declare_properties!(__fencelock_conformance_locker, {
@@ -65,7 +65,7 @@ declare_properties!(__fencelock_conformance_locker, {
         let held = grant(b, &key, LONG_TTL).await;
         let waiting = locker
             .lock(key.as_str())
-            .ttl(SHORT_TTL)
+            .ttl(s.short_ttl())
             .wait(PATIENCE)
             .watchdog(false);
         assert!(timeout(Duration::from_millis(100), waiting).await.is_err());
@@ -74,12 +74,12 @@ declare_properties!(__fencelock_conformance_locker, {
         for micros in [0u64, 50, 200, 1_000, 5_000] {
             let request = locker
                 .lock(key.as_str())
-                .ttl(SHORT_TTL)
+                .ttl(s.short_ttl())
                 .wait(PATIENCE)
                 .watchdog(false);
             let outcome = timeout(Duration::from_micros(micros), request).await;
             drop(outcome);
-            sleep(PAST_SHORT_TTL).await;
+            sleep(s.past_short_ttl()).await;
             let lease = b
                 .try_acquire(&key, LONG_TTL)
                 .await
@@ -119,7 +119,7 @@ declare_properties!(__fencelock_conformance_locker, {
         let b = &*s.backend;
         let locker = Locker::new(s.backend.clone());
         let key = key("watchdog");
-        let ttl = Duration::from_millis(600);
+        let ttl = Duration::from_millis(600).max(s.short_ttl() * 2);
         let guard = locker.lock(key.as_str()).ttl(ttl).await.unwrap();
         let lost = guard.lost_token();
         let held_until = Instant::now() + ttl * 3 + ttl / 2;
@@ -146,7 +146,7 @@ declare_properties!(__fencelock_conformance_locker, {
         let key = key("lost-takeover");
         let guard = locker
             .lock(key.as_str())
-            .ttl(SHORT_TTL)
+            .ttl(s.short_ttl())
             .watchdog(false)
             .await
             .unwrap();
@@ -155,10 +155,10 @@ declare_properties!(__fencelock_conformance_locker, {
             .expect("lost() did not fire");
         assert_eq!(reason, LostReason::DeadlinePassed);
         assert!(!guard.is_held());
-        sleep(PAST_SHORT_TTL).await;
+        sleep(s.past_short_ttl()).await;
         let new = grant(b, &key, LONG_TTL).await;
         assert!(matches!(
-            guard.extend(SHORT_TTL).await,
+            guard.extend(s.short_ttl()).await,
             Err(Error::LeaseLost { .. })
         ));
         assert!(
@@ -172,7 +172,7 @@ declare_properties!(__fencelock_conformance_locker, {
     pub async fn lost_fires_when_backend_goes_away(s: &Setup) {
         let locker = Locker::new(s.backend.clone());
         let key = key("outage");
-        let ttl = Duration::from_secs(1);
+        let ttl = Duration::from_secs(1).max(s.short_ttl());
         let guard = locker.lock(key.as_str()).ttl(ttl).await.unwrap();
         (s.outage)().await;
         let valid_until = guard.lease().valid_until;

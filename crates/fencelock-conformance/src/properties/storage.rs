@@ -8,7 +8,7 @@ use fencelock_core::{Error, Fence, OwnerId, Snapshot};
 use tokio::time::sleep;
 
 use super::support::{
-    LONG_TTL, PAST_SHORT_TTL, SHORT_TTL, assert_stale, grant, key, peek, successive_fences,
+    LONG_TTL, assert_stale, grant, key, peek, successive_fences,
 };
 use crate::Setup;
 
@@ -18,9 +18,9 @@ declare_properties!(__fencelock_conformance_storage, {
     pub async fn paused_client_is_refused(s: &Setup) {
         let (b, st) = (&*s.backend, &*s.storage);
         let key = key("paused");
-        let first = grant(b, &key, SHORT_TTL).await;
+        let first = grant(b, &key, s.short_ttl()).await;
         assert_eq!(st.read(&key, first.fence()).await.unwrap(), None);
-        sleep(PAST_SHORT_TTL).await; // the pause
+        sleep(s.past_short_ttl()).await; // the pause
         let second = grant(b, &key, LONG_TTL).await;
         st.read(&key, second.fence()).await.unwrap();
         st.write(&key, second.fence(), b"second").await.unwrap();

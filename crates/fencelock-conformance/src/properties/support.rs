@@ -3,16 +3,34 @@
 
 use std::time::Duration;
 
+use crate::Setup;
 use fencelock_core::{Error, Fence, FencedStorage, Lease, LockBackend, LockKey, OwnerId, Snapshot};
 
-/// A ttl short enough to wait out in a test.
-pub(super) const SHORT_TTL: Duration = Duration::from_millis(300);
-/// Waiting this long after a [`SHORT_TTL`] grant is past its expiry on any honest backend.
-pub(super) const PAST_SHORT_TTL: Duration = Duration::from_millis(900);
+/// A ttl short enough to wait out in a test, on a backend that accepts it.
+const SHORT_TTL: Duration = Duration::from_millis(300);
 /// A ttl no test outlives.
 pub(super) const LONG_TTL: Duration = Duration::from_secs(30);
 /// How long a test waits for something that should happen "at once".
 pub(super) const PATIENCE: Duration = Duration::from_secs(10);
+
+impl Setup {
+    /// A ttl short enough to wait out: [`SHORT_TTL`], or the backend's
+    /// [`min_ttl`](fencelock_core::Capabilities::min_ttl) where that is longer (etcd grants
+    /// whole seconds), so every property runs on every backend instead of being skipped.
+    pub(super) fn short_ttl(&self) -> Duration {
+        short_ttl(&*self.backend)
+    }
+
+    /// Waiting this long after a [`short_ttl`](Self::short_ttl) grant is past its expiry on
+    /// any honest backend: three times the ttl.
+    pub(super) fn past_short_ttl(&self) -> Duration {
+        self.short_ttl() * 3
+    }
+}
+
+fn short_ttl(backend: &dyn LockBackend) -> Duration {
+    SHORT_TTL.max(backend.capabilities().min_ttl)
+}
 
 /// A key no other call uses, so properties may share a server.
 pub(super) fn key(name: &str) -> LockKey {
@@ -30,7 +48,7 @@ pub(super) async fn grant(backend: &dyn LockBackend, key: &LockKey, ttl: Duratio
 /// Two grants of the same key, the first expired before the second: fences with increasing
 /// tokens and different owners, as a paused client and its successor would hold.
 pub(super) async fn successive_fences(backend: &dyn LockBackend, key: &LockKey) -> (Fence, Fence) {
-    let old = grant(backend, key, SHORT_TTL).await;
+    let old = grant(backend, key, short_ttl(backend)).await;
     assert!(backend.release(&old).await.unwrap());
     let new = grant(backend, key, LONG_TTL).await;
     assert!(new.token > old.token, "token did not increase");

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use fencelock_core::FencingToken;
 use tokio::time::sleep;
 
-use super::support::{LONG_TTL, PAST_SHORT_TTL, SHORT_TTL, grant, key};
+use super::support::{LONG_TTL, grant, key};
 use crate::Setup;
 
 declare_properties!(__fencelock_conformance_tokens, {
@@ -47,9 +47,9 @@ declare_properties!(__fencelock_conformance_tokens, {
         let released = grant(b, &key, LONG_TTL).await;
         note(released.token, "first grant");
         b.release(&released).await.unwrap();
-        let expired = grant(b, &key, SHORT_TTL).await;
+        let expired = grant(b, &key, s.short_ttl()).await;
         note(expired.token, "release");
-        sleep(PAST_SHORT_TTL).await;
+        sleep(s.past_short_ttl()).await;
         let after_expiry = grant(b, &key, LONG_TTL).await;
         note(after_expiry.token, "expiry");
         b.release(&after_expiry).await.unwrap();
