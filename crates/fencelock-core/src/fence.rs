@@ -116,7 +116,8 @@ impl FromStr for OwnerId {
     type Err = Error;
     /// Parses the 32-digit hexadecimal form that `Display` writes.
     fn from_str(s: &str) -> Result<Self> {
-        if s.len() != 32 {
+        // `from_str_radix` alone would also take a leading `+`: a second spelling of one id.
+        if s.len() != 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(Error::config(format!(
                 "owner id {s:?} is not 32 hex digits"
             )));

@@ -125,6 +125,9 @@ impl Held {
             Renewal::Watchdog { .. } => lease.ttl,
         };
         let sent = Instant::now();
+        // The server may process this renewal the moment it arrives and count its ttl from
+        // then, so while it is in flight the lease is only known to last until `sent + ttl`.
+        self.cap_deadline(sent, ttl);
         match self.backend.extend(&lease, ttl).await {
             Ok(renewed) => {
                 self.store(renewed, sent);
@@ -161,8 +164,16 @@ impl Held {
     /// last, its lease ends no earlier than `sent + ttl`, so the deadline moves no later than
     /// that.
     fn unconfirmed(&self, sent: Instant, ttl: Duration) {
+        {
+            let mut state = self.state();
+            state.unconfirmed_ttl = Some(state.unconfirmed_ttl.map_or(ttl, |t| t.min(ttl)));
+        }
+        self.cap_deadline(sent, ttl);
+    }
+
+    /// Moves the stored deadline no later than that of a renewal with `ttl` sent at `sent`.
+    fn cap_deadline(&self, sent: Instant, ttl: Duration) {
         let mut state = self.state();
-        state.unconfirmed_ttl = Some(state.unconfirmed_ttl.map_or(ttl, |t| t.min(ttl)));
         let cap = lease::valid_until(sent, ttl);
         if cap < state.lease.valid_until {
             state.lease.valid_until = cap;

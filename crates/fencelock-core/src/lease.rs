@@ -47,9 +47,15 @@ pub fn drift_margin(ttl: Duration) -> Duration {
 }
 
 /// The conservative deadline of a lease whose request was sent at `sent_at`:
-/// `sent_at + ttl - drift_margin(ttl)`, never before `sent_at`.
+/// `sent_at + ttl - drift_margin(ttl)`, never before `sent_at`. A ttl too long for the clock
+/// to represent gives a deadline about 30 years ahead, instead of overflowing.
 pub fn valid_until(sent_at: Instant, ttl: Duration) -> Instant {
-    sent_at + ttl.saturating_sub(drift_margin(ttl))
+    const FAR: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
+    let validity = ttl.saturating_sub(drift_margin(ttl));
+    sent_at
+        .checked_add(validity)
+        .or_else(|| sent_at.checked_add(FAR.min(validity)))
+        .unwrap_or(sent_at)
 }
 
 /// What a backend reports about a key, for operators ([`LockBackend::inspect`](crate::LockBackend::inspect)).

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::{Instant, sleep_until, timeout_at};
+use tokio::time::{Instant, sleep, sleep_until};
 use tracing::Instrument;
 
 use crate::error::{Error, LostReason};
@@ -52,31 +52,51 @@ pub(crate) fn renew_at(stored_at: Instant, valid_until: Instant) -> Instant {
 }
 
 /// Renews once (unless another renewal was stored after the one numbered `seen`), retrying
-/// failed attempts until the lease's deadline.
+/// failed attempts, until the lease's deadline: the stored one, which a user's shorter
+/// `extend` may move earlier while this runs.
 async fn renew_once(held: &Held, seen: u64) -> Result<(), LostReason> {
+    tokio::select! {
+        outcome = renew_retrying(held, seen) => outcome,
+        _ = deadline_passed(held) => Err(LostReason::DeadlinePassed),
+    }
+}
+
+async fn renew_retrying(held: &Held, seen: u64) -> Result<(), LostReason> {
     loop {
         let lease = held.lease();
-        if !lease.is_valid() {
-            return Err(LostReason::DeadlinePassed);
-        }
         let span = tracing::debug_span!(
             "fencelock.extend",
             backend = held.backend.name(),
             key = %lease.key,
             token = lease.token.get(),
         );
-        let attempt = timeout_at(lease.valid_until, held.renew(Renewal::Watchdog { seen }));
-        match attempt.instrument(span).await {
-            Ok(Ok(_)) => return Ok(()),
-            Ok(Err(Error::LeaseLost { reason, .. })) => return Err(reason),
-            Ok(Err(e)) => {
+        match held
+            .renew(Renewal::Watchdog { seen })
+            .instrument(span)
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(Error::LeaseLost { reason, .. }) => return Err(reason),
+            Err(e) => {
                 tracing::debug!(key = %lease.key, error = %e, "renewal failed, retrying");
                 let pause =
                     (lease.ttl / 10).clamp(Duration::from_millis(1), Duration::from_secs(1));
-                let valid_until = held.lease().valid_until;
-                sleep_until((Instant::now() + pause).min(valid_until)).await;
+                sleep(pause).await;
             }
-            Err(_) => return Err(LostReason::DeadlinePassed),
+        }
+    }
+}
+
+/// Completes once the stored deadline has passed, following every change to it.
+async fn deadline_passed(held: &Held) {
+    loop {
+        let lease = held.lease();
+        if !lease.is_valid() {
+            return;
+        }
+        tokio::select! {
+            _ = sleep_until(lease.valid_until) => {}
+            _ = held.changed.notified() => {}
         }
     }
 }

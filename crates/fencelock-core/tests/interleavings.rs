@@ -301,17 +301,16 @@ async fn guard_scenario(s: Arc<Schedule>, endings: &[Ending]) {
         .chance("contender", 40)
         .then(|| tokio::spawn(contender(probe.clone(), scale)));
 
-    // The user extends with one ttl per case, never below the lease's: renewals only ever
-    // lengthen the lease. (A shorter renewal in flight breaks "held means held" as the code
-    // stands: the guard keeps the longer deadline of the last stored reply until the shorter
-    // one's reply arrives, while the server already counts the shorter one.)
-    let long = s.pick("extend ttl", &[scale, scale * 3, scale * 10]);
+    // The user extends with ttls shorter and longer than the lease's: a shorter renewal in
+    // flight must not leave the guard believing in the longer deadline the server dropped.
+    let shortest = (scale / 3).max(fencelock_core::MIN_TTL);
+    let ttls = [shortest, scale, scale * 3, scale * 10];
     let mut extends: Vec<JoinHandle<()>> = Vec::new();
     for _ in 0..s.below("steps", 6) {
         if s.chance("step is a pause", 40) {
             sleep(s.delay("pause", scale)).await;
         } else {
-            let ttl = long;
+            let ttl = s.pick("extend ttl", &ttls);
             let call = match s.below("extend call", 3) {
                 0 => Call::Awaited,
                 1 => Call::Spawned,
