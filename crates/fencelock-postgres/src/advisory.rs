@@ -17,6 +17,7 @@ use tracing::Instrument;
 use crate::PgDatabase;
 use crate::codec::{micros, millis_setting, owner_bytes, token_param};
 use crate::error::timed;
+use crate::exec::Arg;
 use crate::hash::advisory_lock_id;
 use crate::lease_table::{advance_token, lock_info};
 
@@ -42,8 +43,13 @@ const ABANDONED_GRACE: Duration = Duration::from_secs(1);
 /// Tokens come from the same never-deleted counter rows as [`PgLeaseBackend`](crate::PgLeaseBackend),
 /// so they survive restarts; held locks do not (a restart ends every session).
 /// A lease can be extended and released only through the backend (or a clone of it) that
-/// granted it, because that is where its connection lives. Needs a direct connection, not a
-/// transaction-mode pooler.
+/// granted it, because that is where its connection lives.
+///
+/// Needs a direct connection (or a session-mode pooler): a transaction-mode pooler such as
+/// PgBouncer in `pool_mode = transaction` hands the session to other clients between
+/// transactions, so no lock could be held. Behind one (`?pooler=transaction`, or detected,
+/// see [`PgPooler`](crate::PgPooler)) every acquire fails with [`Error::InvalidConfig`]
+/// saying to use the lease backend or a direct connection.
 #[derive(Debug, Clone)]
 pub struct PgAdvisoryBackend {
     db: PgDatabase,
@@ -174,6 +180,7 @@ impl LockBackend for PgAdvisoryBackend {
 
     async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
         validate_ttl(ttl, &self.capabilities())?;
+        self.db.advisory_allowed().await?;
         self.sweep_abandoned();
         let lock_id = advisory_lock_id(key);
         let span = tracing::debug_span!(
@@ -192,7 +199,7 @@ impl LockBackend for PgAdvisoryBackend {
             let (got, token, _armed): (Option<bool>, Option<i64>, Option<String>) = timed(
                 BACKEND,
                 self.timeout(),
-                sqlx::query_as(&self.db.sql().advisory_acquire)
+                sqlx::query_as(self.db.sql().advisory_acquire.text())
                     .bind(lock_id)
                     .bind(key.as_str())
                     .bind(&owner_bytes(owner)[..])
@@ -257,7 +264,7 @@ impl LockBackend for PgAdvisoryBackend {
                 timed(
                     BACKEND,
                     self.timeout(),
-                    sqlx::query_scalar(&self.db.sql().advisory_extend)
+                    sqlx::query_scalar(self.db.sql().advisory_extend.text())
                         .bind(lease.key.as_str())
                         .bind(&owner_bytes(lease.owner)[..])
                         .bind(token_param(BACKEND, lease.token)?)
@@ -315,7 +322,7 @@ impl LockBackend for PgAdvisoryBackend {
                 timed(
                     BACKEND,
                     self.timeout(),
-                    sqlx::query_as(&self.db.sql().advisory_release)
+                    sqlx::query_as(self.db.sql().advisory_release.text())
                         .bind(advisory_lock_id(&lease.key))
                         .bind(lease.key.as_str())
                         .bind(&owner_bytes(lease.owner)[..])
@@ -351,12 +358,15 @@ impl LockBackend for PgAdvisoryBackend {
             // sends no notification.
             Some(left) => max.min(left + Duration::from_millis(5)),
             None => {
+                let protocol = self.db.protocol().await?;
                 let held: bool = timed(
                     BACKEND,
                     self.timeout(),
-                    sqlx::query_scalar(&self.db.sql().advisory_held)
-                        .bind(advisory_lock_id(key))
-                        .fetch_one(self.db.pool()),
+                    self.db.sql().advisory_held.scalar_one(
+                        protocol,
+                        self.db.pool(),
+                        &[Arg::Int8(advisory_lock_id(key))],
+                    ),
                 )
                 .await?;
                 if !held {
@@ -374,12 +384,15 @@ impl LockBackend for PgAdvisoryBackend {
     }
 
     async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
+        let protocol = self.db.protocol().await?;
         let row = timed(
             BACKEND,
             self.timeout(),
-            sqlx::query_as(&self.db.sql().advisory_inspect)
-                .bind(key.as_str())
-                .fetch_one(self.db.pool()),
+            self.db.sql().advisory_inspect.fetch_one(
+                protocol,
+                self.db.pool(),
+                &[Arg::Text(key.as_str())],
+            ),
         )
         .await?;
         lock_info(BACKEND, key, row)

@@ -59,6 +59,69 @@ impl PgBackendKind {
     }
 }
 
+/// Whether connections go through a transaction-mode pooler (`?pooler=`), which decides how
+/// fencelock sends its statements and whether the advisory backend can work at all.
+///
+/// Behind PgBouncer in transaction mode (before 1.21, or without `max_prepared_statements`)
+/// named prepared statements do not survive from one transaction to the next, and a session
+/// is only one's own for the length of a transaction. With [`Transaction`](Self::Transaction)
+/// every fencelock statement is sent as one simple-protocol message (its parameters written
+/// into the text as inert hex and number literals), which runs whole on one server connection;
+/// release wake-ups poll instead of `LISTEN`ing; and the advisory backend refuses to work,
+/// since it holds each lock in a session. On a direct connection prepared statements are
+/// kept: they are the fast path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum PgPooler {
+    /// `detect` (default): find out on first use. Two fresh connections each ask the server
+    /// for their session's process id; on a direct connection two open sessions never share
+    /// one, so the same id twice proves a transaction pooler. Different ids do not prove its
+    /// absence (a busy pooler may hand out two server connections): say what you have.
+    #[default]
+    Detect,
+    /// `none`: a direct connection (or a session-mode pooler); named prepared statements.
+    None,
+    /// `transaction`: a transaction-mode pooler such as PgBouncer `pool_mode = transaction`.
+    Transaction,
+}
+
+impl PgPooler {
+    /// Every setting, in the order the docs list them.
+    pub const ALL: &'static [PgPooler] = &[PgPooler::Detect, PgPooler::None, PgPooler::Transaction];
+
+    /// The name used in `?pooler=`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PgPooler::Detect => "detect",
+            PgPooler::None => "none",
+            PgPooler::Transaction => "transaction",
+        }
+    }
+}
+
+impl fmt::Display for PgPooler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for PgPooler {
+    type Err = Error;
+
+    /// `detect`, `none` or `transaction`; anything else is [`Error::InvalidConfig`].
+    fn from_str(s: &str) -> Result<Self> {
+        PgPooler::ALL
+            .iter()
+            .copied()
+            .find(|mode| mode.as_str() == s)
+            .ok_or_else(|| {
+                Error::config(format!(
+                    "unknown pooler mode {s:?}: use `detect`, `none` or `transaction`"
+                ))
+            })
+    }
+}
+
 impl fmt::Display for PgBackendKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -87,10 +150,12 @@ impl FromStr for PgBackendKind {
 /// The URL grammar (`from_url` / `to_url`):
 ///
 /// ```text
-/// postgres[ql]://[user[:password]@]host[:port][/database][?backend=lease|advisory][&schema=name][&<driver options>]
+/// postgres[ql]://[user[:password]@]host[:port][/database][?backend=lease|advisory][&schema=name][&pooler=detect|none|transaction][&<driver options>]
 /// ```
 ///
 /// - `backend` chooses the lock backend ([`PgBackendKind`], default `lease`);
+/// - `pooler` says whether the connections go through a transaction-mode pooler such as
+///   PgBouncer ([`PgPooler`], default `detect`);
 /// - `schema` names the schema of fencelock's tables (default `fencelock`; see
 ///   [`schema`](Self::schema) for the allowed names);
 /// - driver options are passed to `sqlx` and kept as written: `sslmode`, `sslrootcert`,
@@ -125,6 +190,7 @@ pub struct PgConfig {
     pub(crate) options: PgConnectOptions,
     pub(crate) backend: PgBackendKind,
     pub(crate) schema: String,
+    pub(crate) pooler: PgPooler,
     pub(crate) pool_size: u32,
     pub(crate) holder_pool_size: u32,
     pub(crate) operation_timeout: Duration,
@@ -138,6 +204,7 @@ impl PartialEq for PgConfig {
             && self.driver == other.driver
             && self.backend == other.backend
             && self.schema == other.schema
+            && self.pooler == other.pooler
             && self.pool_size == other.pool_size
             && self.holder_pool_size == other.holder_pool_size
             && self.operation_timeout == other.operation_timeout
@@ -152,6 +219,7 @@ impl fmt::Debug for PgConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PgConfig")
             .field("url", &self.redacted_url())
+            .field("pooler", &self.pooler)
             .field("pool_size", &self.pool_size)
             .field("holder_pool_size", &self.holder_pool_size)
             .field("operation_timeout", &self.operation_timeout)
@@ -212,6 +280,7 @@ impl PgConfig {
         }
         let mut backend = None;
         let mut schema = None;
+        let mut pooler = None;
         let mut driver = Vec::new();
         for (name, value) in parsed.query_pairs() {
             match &*name {
@@ -220,7 +289,8 @@ impl PgConfig {
                     validate_schema(&value)?;
                     schema = Some(value.into_owned());
                 }
-                "backend" | "schema" => {
+                "pooler" if pooler.is_none() => pooler = Some(value.parse()?),
+                "backend" | "schema" | "pooler" => {
                     return Err(Error::config(format!(
                         "Postgres URL {shown} repeats option `{name}`"
                     )));
@@ -236,7 +306,7 @@ impl PgConfig {
                 other => {
                     return Err(Error::config(format!(
                         "Postgres URL {shown}: unknown option `{other}` (fencelock reads \
-                         `backend` and `schema`; the driver reads {})",
+                         `backend`, `schema` and `pooler`; the driver reads {})",
                         DRIVER_OPTIONS.join(", ")
                     )));
                 }
@@ -251,6 +321,7 @@ impl PgConfig {
             options,
             backend: backend.unwrap_or_default(),
             schema: schema.unwrap_or_else(|| DEFAULT_SCHEMA.to_owned()),
+            pooler: pooler.unwrap_or_default(),
             ..Self::defaults(PgConnectOptions::new_without_pgpass())
         })
     }
@@ -284,6 +355,7 @@ impl PgConfig {
             options,
             backend: PgBackendKind::default(),
             schema: DEFAULT_SCHEMA.to_owned(),
+            pooler: PgPooler::default(),
             pool_size: 10,
             holder_pool_size: 64,
             operation_timeout: Duration::from_secs(5),
@@ -319,6 +391,9 @@ impl PgConfig {
         }
         if self.schema != DEFAULT_SCHEMA {
             pairs.push(("schema", &self.schema));
+        }
+        if self.pooler != PgPooler::default() {
+            pairs.push(("pooler", self.pooler.as_str()));
         }
         if !pairs.is_empty() {
             url.query_pairs_mut().extend_pairs(pairs);
@@ -375,6 +450,18 @@ impl PgConfig {
     pub fn with_backend_kind(mut self, kind: PgBackendKind) -> Self {
         self.backend = kind;
         self
+    }
+
+    /// Says whether the connections go through a transaction-mode pooler (the URL's
+    /// `?pooler=`; see [`PgPooler`]).
+    pub fn with_pooler(mut self, pooler: PgPooler) -> Self {
+        self.pooler = pooler;
+        self
+    }
+
+    /// The pooler setting (`?pooler=`, default [`PgPooler::Detect`]).
+    pub fn pooler(&self) -> PgPooler {
+        self.pooler
     }
 
     /// The lock backend this config chooses (`?backend=`, default [`PgBackendKind::Lease`]).
@@ -599,6 +686,9 @@ mod tests {
             "postgres://h/db?schema=fencelock&backend=advisory",
             "postgres://h/db?options=-c%20statement_timeout%3D5s&options%5Bwork_mem%5D=4MB",
             "postgres://h/db?ssl-mode=prefer&statement-cache-capacity=10&schema=x_1",
+            "postgres://h:6432/db?pooler=transaction",
+            "postgres://h/db?backend=advisory&pooler=none&schema=s",
+            "postgres://h/db?pooler=detect",
         ] {
             let config = PgConfig::from_url(url).unwrap();
             let again = PgConfig::from_url(&config.to_url()).unwrap();
@@ -674,6 +764,14 @@ mod tests {
             ("postgres://db/test?schema=a-b", "invalid schema name"),
             ("postgres://db/test?foo=1", "unknown option `foo`"),
             (
+                "postgres://db/test?pooler=pgbouncer",
+                "unknown pooler mode \"pgbouncer\"",
+            ),
+            (
+                "postgres://db/test?pooler=none&pooler=transaction",
+                "repeats option `pooler`",
+            ),
+            (
                 "postgres://db/test?host=other",
                 "give `host` in the URL itself",
             ),
@@ -748,6 +846,32 @@ mod tests {
             .unwrap()
             .with_backend_kind(PgBackendKind::Advisory);
         assert_eq!(config.to_url(), "postgres://db/test?backend=advisory");
+    }
+
+    #[test]
+    fn pooler_modes_parse_print_and_round_trip() {
+        for mode in PgPooler::ALL {
+            assert_eq!(mode.as_str().parse::<PgPooler>().unwrap(), *mode);
+            let config = PgConfig::from_url("postgres://db/test")
+                .unwrap()
+                .with_pooler(*mode);
+            assert_eq!(config.pooler(), *mode);
+            assert_eq!(PgConfig::from_url(&config.to_url()).unwrap(), config);
+        }
+        let config = PgConfig::from_url("postgres://db:6432/test?pooler=transaction").unwrap();
+        assert_eq!(config.pooler(), PgPooler::Transaction);
+        assert_eq!(
+            config.to_url(),
+            "postgres://db:6432/test?pooler=transaction"
+        );
+        let default = PgConfig::from_url("postgres://db/test?pooler=detect").unwrap();
+        assert_eq!(default.pooler(), PgPooler::Detect);
+        assert_eq!(default.to_url(), "postgres://db/test");
+        assert!(format!("{config:?}").contains("Transaction"));
+        assert_ne!(
+            config,
+            PgConfig::from_url("postgres://db:6432/test?pooler=none").unwrap()
+        );
     }
 
     #[test]

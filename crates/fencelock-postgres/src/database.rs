@@ -6,14 +6,17 @@ use std::time::Duration;
 
 use fencelock_core::{Error, LockBackend, Result};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{PgConnection, PgPool};
+use sqlx::{Executor, PgConnection, PgPool};
 use tokio::sync::OnceCell;
 use tracing::Instrument;
 
 use crate::error::{map_sqlx_error, timed};
+use crate::exec::{Arg, Protocol, Sql};
 use crate::statements::{Statements, quote_ident};
 use crate::wakeups::Wakeups;
-use crate::{PgAdvisoryBackend, PgBackendKind, PgConfig, PgFence, PgLeaseBackend, PgStorage};
+use crate::{
+    PgAdvisoryBackend, PgBackendKind, PgConfig, PgFence, PgLeaseBackend, PgPooler, PgStorage,
+};
 
 /// The migrations, embedded at compile time.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!();
@@ -28,9 +31,16 @@ impl PgConfig {
     /// Connections get no startup options from fencelock: every fencelock object is
     /// schema-qualified, so the connections work through a transaction-mode pooler and keep
     /// the server's (or the URL's) `search_path` for the caller's own SQL.
+    ///
+    /// With `?backend=advisory` behind a transaction-mode pooler (`?pooler=transaction`, or
+    /// detected with the default `?pooler=detect`) this fails with [`Error::InvalidConfig`]:
+    /// advisory locks live in a session, which such a pooler does not keep.
     pub async fn connect(self) -> Result<PgDatabase> {
         if self.pool_size == 0 || self.holder_pool_size == 0 {
             return Err(Error::config("pool sizes must be at least 1"));
+        }
+        if self.backend == PgBackendKind::Advisory && self.pooler == PgPooler::Transaction {
+            return Err(advisory_behind_pooler(self.pooler));
         }
         if self.operation_timeout.is_zero() {
             return Err(Error::config("operation timeout must be greater than zero"));
@@ -52,6 +62,7 @@ impl PgConfig {
                 timeout: self.operation_timeout,
                 holder_pool_size: self.holder_pool_size,
                 owns_pool: true,
+                pooler: self.pooler,
             },
         )?;
         let span = tracing::debug_span!("fencelock.pg.connect", schema = %db.inner.schema);
@@ -62,7 +73,8 @@ impl PgConfig {
                 timed(
                     BACKEND,
                     db.inner.timeout,
-                    sqlx::query("SELECT 1").execute(&db.inner.pool),
+                    // Simple protocol: nothing is prepared, whatever is between here and the server.
+                    db.inner.pool.execute(sqlx::raw_sql("SELECT 1")),
                 )
                 .await
                 .map(drop)
@@ -70,8 +82,34 @@ impl PgConfig {
         }
         .instrument(span)
         .await?;
+        if db.inner.backend == PgBackendKind::Advisory {
+            db.advisory_allowed().await?;
+        }
         Ok(db)
     }
+}
+
+/// The protocol a pooler setting implies, unless it is left to detection.
+fn known(pooler: PgPooler) -> OnceCell<Protocol> {
+    match pooler {
+        PgPooler::None => OnceCell::new_with(Some(Protocol::Prepared)),
+        PgPooler::Transaction => OnceCell::new_with(Some(Protocol::Simple)),
+        _ => OnceCell::new(),
+    }
+}
+
+/// Why the advisory backend cannot work through a transaction-mode pooler, and what to do.
+pub(crate) fn advisory_behind_pooler(pooler: PgPooler) -> Error {
+    let how = match pooler {
+        PgPooler::Transaction => "the URL says ?pooler=transaction",
+        _ => "one was detected: two sessions reported the same server process",
+    };
+    Error::config(format!(
+        "the Postgres advisory backend holds each lock in a database session, which a \
+         transaction-mode pooler (PgBouncer pool_mode = transaction) hands to other clients \
+         between transactions ({how}): use backend=lease, or connect the advisory backend \
+         directly to PostgreSQL (or through a session-mode pooler)"
+    ))
 }
 
 /// What [`PgDatabase::build`] needs besides the pool.
@@ -80,6 +118,7 @@ struct Settings {
     timeout: Duration,
     holder_pool_size: u32,
     owns_pool: bool,
+    pooler: PgPooler,
 }
 
 /// fencelock on one Postgres database: the schema of its tables, the pool it runs on, and the
@@ -103,6 +142,9 @@ struct Inner {
     channel: String,
     timeout: Duration,
     owns_pool: bool,
+    pooler: PgPooler,
+    /// The protocol fencelock's statements use, once known (see [`PgPooler`]).
+    protocol: OnceCell<Protocol>,
     wakeups: OnceCell<Wakeups>,
 }
 
@@ -113,6 +155,7 @@ impl fmt::Debug for PgDatabase {
             .field("database", &self.inner.options.get_database())
             .field("schema", &self.inner.schema)
             .field("backend", &self.inner.backend)
+            .field("pooler", &self.inner.pooler)
             .finish_non_exhaustive()
     }
 }
@@ -129,7 +172,8 @@ impl PgDatabase {
     /// before using it. The lease backend, the storage, transactions and [`PgFence`] use
     /// `pool`; the advisory backend's held sessions and the release listener open their own
     /// connections with `pool`'s connect options. Default lock backend: lease; per-call
-    /// time-out 5 s.
+    /// time-out 5 s; whether `pool` goes through a transaction-mode pooler is detected on
+    /// first use ([`PgPooler::Detect`]; say it with [`with_pooler`](Self::with_pooler)).
     ///
     /// ```no_run
     /// # async fn demo(pool: sqlx::PgPool) -> fencelock_core::Result<()> {
@@ -151,6 +195,7 @@ impl PgDatabase {
                 timeout,
                 holder_pool_size: 64,
                 owns_pool: false,
+                pooler: PgPooler::default(),
             },
         )
     }
@@ -177,9 +222,82 @@ impl PgDatabase {
                 backend: settings.backend,
                 timeout: settings.timeout,
                 owns_pool: settings.owns_pool,
+                pooler: settings.pooler,
+                protocol: known(settings.pooler),
                 wakeups: OnceCell::new(),
             }),
         })
+    }
+
+    /// The same database, its connections said to go (or not) through a transaction-mode
+    /// pooler ([`PgPooler`]; the URL's `?pooler=`). For [`from_pool`](Self::from_pool), where
+    /// there is no URL; call it before anything else uses the database.
+    pub fn with_pooler(self, pooler: PgPooler) -> Self {
+        let inner = &self.inner;
+        PgDatabase {
+            inner: Arc::new(Inner {
+                pool: inner.pool.clone(),
+                holders: inner.holders.clone(),
+                options: inner.options.clone(),
+                schema: inner.schema.clone(),
+                sql: inner.sql.clone(),
+                backend: inner.backend,
+                channel: inner.channel.clone(),
+                timeout: inner.timeout,
+                owns_pool: inner.owns_pool,
+                pooler,
+                protocol: known(pooler),
+                wakeups: OnceCell::new(),
+            }),
+        }
+    }
+
+    /// The pooler setting this database was made with ([`PgPooler`]).
+    pub fn pooler(&self) -> PgPooler {
+        self.inner.pooler
+    }
+
+    /// Whether fencelock treats the connections as going through a transaction-mode pooler:
+    /// as configured, or, with [`PgPooler::Detect`], as found by the probe it runs on first
+    /// use (and here, if nothing ran yet).
+    pub async fn behind_transaction_pooler(&self) -> Result<bool> {
+        Ok(self.protocol().await? == Protocol::Simple)
+    }
+
+    /// The protocol of fencelock's statements, probing for a pooler the first time when the
+    /// setting is [`PgPooler::Detect`].
+    pub(crate) async fn protocol(&self) -> Result<Protocol> {
+        let inner = &self.inner;
+        inner
+            .protocol
+            .get_or_try_init(|| async {
+                let detected = timed(BACKEND, inner.timeout, probe_pooler(&inner.options)).await?;
+                if detected {
+                    tracing::warn!(
+                        "a transaction-mode pooler was detected: fencelock sends its statements \
+                         unprepared; say ?pooler=transaction to skip the probe"
+                    );
+                    Ok(Protocol::Simple)
+                } else {
+                    Ok(Protocol::Prepared)
+                }
+            })
+            .await
+            .copied()
+    }
+
+    /// The protocol, if known without a probe.
+    pub(crate) fn known_protocol(&self) -> Option<Protocol> {
+        self.inner.protocol.get().copied()
+    }
+
+    /// `Ok` unless the connections go through a transaction-mode pooler, where the advisory
+    /// backend cannot hold a lock.
+    pub(crate) async fn advisory_allowed(&self) -> Result<()> {
+        if self.protocol().await? == Protocol::Simple {
+            return Err(advisory_behind_pooler(self.inner.pooler));
+        }
+        Ok(())
     }
 
     /// The schema that holds fencelock's tables.
@@ -263,17 +381,21 @@ impl PgDatabase {
     /// goes back to the pool unchanged. A failed migration closes its connection.
     pub async fn migrate(&self) -> Result<()> {
         let inner = &self.inner;
-        let exists: bool = timed(
-            BACKEND,
-            inner.timeout,
-            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
-                .bind(&inner.schema)
-                .fetch_one(&inner.pool),
-        )
-        .await?;
+        let protocol = self.protocol().await?;
+        let exists: bool =
+            timed(
+                BACKEND,
+                inner.timeout,
+                Sql::new("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
+                    .scalar_one(protocol, &inner.pool, &[Arg::Text(&inner.schema)]),
+            )
+            .await?;
         if !exists {
-            let create = format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(&inner.schema));
-            match tokio::time::timeout(inner.timeout, sqlx::query(&create).execute(&inner.pool))
+            let create = Sql::new(&format!(
+                "CREATE SCHEMA IF NOT EXISTS {}",
+                quote_ident(&inner.schema)
+            ));
+            match tokio::time::timeout(inner.timeout, create.execute(protocol, &inner.pool, &[]))
                 .await
             {
                 Ok(Ok(_)) => {}
@@ -287,26 +409,28 @@ impl PgDatabase {
         // Migrations may wait for another process migrating the same database, so they get
         // a more generous bound than one call.
         let bound = inner.timeout.saturating_mul(6);
-        let outcome = match tokio::time::timeout(bound, self.migrate_on(&mut conn)).await {
+        let outcome = match tokio::time::timeout(bound, self.migrate_on(&mut conn, protocol)).await
+        {
             Ok(outcome) => outcome,
             Err(_) => Err(crate::error::timed_out(BACKEND, bound)),
         };
-        if outcome.is_err() {
-            // The migrator's session-level advisory lock may still be held: do not pool it.
+        if outcome.is_err() || protocol == Protocol::Simple {
+            // After a failure the migrator's session-level advisory lock may still be held:
+            // do not pool the connection. Behind a transaction pooler, its cache names
+            // statements that were deallocated before the commit: do not pool it either.
             let _ = conn.close().await;
         }
         outcome
     }
 
-    async fn migrate_on(&self, conn: &mut PgConnection) -> Result<()> {
+    async fn migrate_on(&self, conn: &mut PgConnection, protocol: Protocol) -> Result<()> {
         let mut tx = sqlx::Connection::begin(conn)
             .await
             .map_err(|e| map_sqlx_error(BACKEND, e))?;
         // pg_temp last, so a temporary table can never stand in for one of fencelock's.
         let path = format!("{}, pg_temp", quote_ident(&self.inner.schema));
-        sqlx::query("SELECT set_config('search_path', $1, true)")
-            .bind(path)
-            .execute(&mut *tx)
+        Sql::new("SELECT set_config('search_path', $1, true)")
+            .execute(protocol, &mut *tx, &[Arg::Text(&path)])
             .await
             .map_err(|e| map_sqlx_error(BACKEND, e))?;
         // The migrator's own lock is released before this transaction commits, so a second
@@ -314,9 +438,8 @@ impl PgDatabase {
         // (duplicate type names). A transaction-level lock per schema, held until commit,
         // makes the second migrator wait and then see what the first one committed. The
         // two-key form lives apart from the one-`bigint` ids of advisory locks.
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('fencelock migrations'), hashtext($1))")
-            .bind(&self.inner.schema)
-            .execute(&mut *tx)
+        Sql::new("SELECT pg_advisory_xact_lock(hashtext('fencelock migrations'), hashtext($1))")
+            .execute(protocol, &mut *tx, &[Arg::Text(&self.inner.schema)])
             .await
             .map_err(|e| map_sqlx_error(BACKEND, e))?;
         // `run_direct` on the connection itself: `run` goes through `Acquire`, whose
@@ -325,12 +448,31 @@ impl PgDatabase {
             .run_direct(&mut *tx)
             .await
             .map_err(|e| map_sqlx_error(BACKEND, sqlx::Error::Migrate(Box::new(e))))?;
+        if protocol == Protocol::Simple {
+            // The migrator prepares named statements. Behind a transaction pooler they would
+            // stay on this server connection after the commit, where another client's
+            // statement of the same name would collide with them: drop them while the
+            // transaction still holds the connection.
+            (&mut *tx)
+                .execute(sqlx::raw_sql("DEALLOCATE ALL"))
+                .await
+                .map_err(|e| map_sqlx_error(BACKEND, e))?;
+        }
         tx.commit().await.map_err(|e| map_sqlx_error(BACKEND, e))
     }
 
     /// The release wake-ups, starting the shared listener on first use.
     pub(crate) async fn wakeups(&self, backend: &'static str) -> Result<&Wakeups> {
         let inner = &self.inner;
+        if self.protocol().await? == Protocol::Simple {
+            // A LISTEN lives in a session: a transaction pooler gives the server connection
+            // to other clients as soon as it is done, and the notifications go nowhere.
+            return Err(Error::Unavailable {
+                backend,
+                message: "no release notifications through a transaction-mode pooler".into(),
+                source: None,
+            });
+        }
         inner
             .wakeups
             .get_or_try_init(|| {
@@ -343,4 +485,37 @@ impl PgDatabase {
             })
             .await
     }
+}
+
+/// Whether the connections of `options` go through a transaction-mode pooler: two sessions
+/// open at once that report the same server process can only be a pooler's clients sharing
+/// one server connection (a pooler in transaction mode hands the most recently released
+/// server connection out first). Sent with the simple protocol, so the probe leaves nothing
+/// on a pooler's server connections.
+fn probe_pooler(options: &PgConnectOptions) -> crate::exec::BoxFuture<'_, bool> {
+    Box::pin(probe(options))
+}
+
+async fn probe(options: &PgConnectOptions) -> Result<bool, sqlx::Error> {
+    use sqlx::{ConnectOptions, Connection, Executor};
+    async fn pid(conn: &mut PgConnection) -> Result<i32, sqlx::Error> {
+        let row = conn
+            .fetch_one(sqlx::raw_sql("SELECT pg_backend_pid()"))
+            .await?;
+        sqlx::Row::try_get::<i32, _>(&row, 0)
+    }
+    let mut first = options.connect().await?;
+    let mut second = options.connect().await?;
+    // A session's own process changing between two statements proves it too.
+    let mut shared = false;
+    let mut seen = None;
+    for _ in 0..2 {
+        let a = pid(&mut first).await?;
+        let b = pid(&mut second).await?;
+        shared |= a == b || seen.is_some_and(|earlier| earlier != a);
+        seen = Some(a);
+    }
+    let _ = first.close().await;
+    let _ = second.close().await;
+    Ok(shared)
 }

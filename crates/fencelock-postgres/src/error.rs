@@ -47,7 +47,10 @@ pub fn map_sqlx_error(backend: &'static str, error: sqlx::Error) -> Error {
             {
                 return stale;
             }
-            let message = format!("SQLSTATE {code}: {}", db.message());
+            let mut message = format!("SQLSTATE {code}: {}", db.message());
+            if prepared_statement_lost(&code, db.message()) {
+                message.push_str(POOLER_HINT);
+            }
             if connection_gone(&code) {
                 Error::Unavailable {
                     backend,
@@ -76,6 +79,17 @@ pub fn map_sqlx_error(backend: &'static str, error: sqlx::Error) -> Error {
             source: Some(Box::new(other)),
         },
     }
+}
+
+/// Said after the error a named prepared statement gets behind a transaction-mode pooler.
+const POOLER_HINT: &str = " (prepared statements do not survive between transactions here: \
+     if this goes through a transaction-mode pooler such as PgBouncer, add ?pooler=transaction \
+     to the URL, or PgDatabase::with_pooler(PgPooler::Transaction))";
+
+/// A duplicate (`42P05`), missing (`26000`) or mismatched (`08P01`) prepared statement of
+/// sqlx's naming: what sqlx's statement cache meets when its server session changes under it.
+fn prepared_statement_lost(code: &str, message: &str) -> bool {
+    matches!(code, "42P05" | "26000" | "08P01") && message.contains("prepared statement \"sqlx_s_")
 }
 
 /// SQLSTATEs meaning the session is gone or could not be opened: the server may be back later.

@@ -4,12 +4,13 @@
 use std::time::Duration;
 
 use fencelock_core::{Error, Fence, FenceRule, LockKey, Result};
-use sqlx::PgExecutor;
+use sqlx::{Acquire, Postgres};
 use tracing::Instrument;
 
 use crate::PgDatabase;
 use crate::codec::{fence_from, owner_bytes};
 use crate::error::{sqlstate, timed};
+use crate::exec::Arg;
 
 const BACKEND: &str = "pg-fence";
 
@@ -167,7 +168,7 @@ impl PgFence {
     /// is what a read-compute-write needs.
     pub async fn admit<'e>(
         &self,
-        executor: impl PgExecutor<'e>,
+        executor: impl Acquire<'e, Database = Postgres> + Send,
         resource: &LockKey,
         fence: Fence,
     ) -> Result<()> {
@@ -178,15 +179,20 @@ impl PgFence {
             token = fence.token.get(),
         );
         async {
+            let protocol = self.db.protocol().await?;
             let outcome = timed(
                 BACKEND,
                 self.timeout(),
-                sqlx::query(&self.db.sql().fence_admit)
-                    .bind(resource.as_str())
-                    .bind(params.token)
-                    .bind(params.owner)
-                    .bind(self.strict())
-                    .execute(executor),
+                self.db.sql().fence_admit.execute(
+                    protocol,
+                    executor,
+                    &[
+                        Arg::Text(resource.as_str()),
+                        Arg::Int8(params.token),
+                        Arg::Bytea(&params.owner),
+                        Arg::Bool(self.strict()),
+                    ],
+                ),
             )
             .await;
             match &outcome {
@@ -207,15 +213,18 @@ impl PgFence {
     /// none was.
     pub async fn current<'e>(
         &self,
-        executor: impl PgExecutor<'e>,
+        executor: impl Acquire<'e, Database = Postgres> + Send,
         resource: &LockKey,
     ) -> Result<Option<Fence>> {
+        let protocol = self.db.protocol().await?;
         let row: Option<(i64, Vec<u8>)> = timed(
             BACKEND,
             self.timeout(),
-            sqlx::query_as(&self.db.sql().fence_current)
-                .bind(resource.as_str())
-                .fetch_optional(executor),
+            self.db.sql().fence_current.fetch_optional(
+                protocol,
+                executor,
+                &[Arg::Text(resource.as_str())],
+            ),
         )
         .await?;
         row.map(|(token, owner)| fence_from(BACKEND, token, &owner))
@@ -226,15 +235,21 @@ impl PgFence {
     /// checks a `DELETE` against (a deleted row has no new fence columns to carry it). A
     /// `DELETE` of a guarded row in a transaction that presented no fence fails with SQLSTATE
     /// [`NO_FENCE_SQLSTATE`]. Transaction-local: nothing outlives the transaction.
-    pub async fn present<'e>(&self, executor: impl PgExecutor<'e>, fence: Fence) -> Result<()> {
+    pub async fn present<'e>(
+        &self,
+        executor: impl Acquire<'e, Database = Postgres> + Send,
+        fence: Fence,
+    ) -> Result<()> {
         let params = FenceParams::try_from(fence)?;
+        let protocol = self.db.protocol().await?;
         timed(
             BACKEND,
             self.timeout(),
-            sqlx::query(&self.db.sql().fence_present)
-                .bind(params.token)
-                .bind(params.owner)
-                .execute(executor),
+            self.db.sql().fence_present.execute(
+                protocol,
+                executor,
+                &[Arg::Int8(params.token), Arg::Bytea(&params.owner)],
+            ),
         )
         .await
         .map(drop)
@@ -243,7 +258,11 @@ impl PgFence {
     /// Installs the row guard on `table` with the fence columns `fence_token bigint` and
     /// `fence_owner bytea` ([`DEFAULT_FENCE_COLUMNS`]). See
     /// [`guard_table_with`](Self::guard_table_with).
-    pub async fn guard_table<'e>(&self, executor: impl PgExecutor<'e>, table: &str) -> Result<()> {
+    pub async fn guard_table<'e>(
+        &self,
+        executor: impl Acquire<'e, Database = Postgres> + Send,
+        table: &str,
+    ) -> Result<()> {
         let (token, owner) = DEFAULT_FENCE_COLUMNS;
         self.guard_table_with(executor, table, token, owner).await
     }
@@ -268,19 +287,24 @@ impl PgFence {
     /// [`Error::InvalidConfig`] naming what is missing, and nothing changes.
     pub async fn guard_table_with<'e>(
         &self,
-        executor: impl PgExecutor<'e>,
+        executor: impl Acquire<'e, Database = Postgres> + Send,
         table: &str,
         token_column: &str,
         owner_column: &str,
     ) -> Result<()> {
+        let protocol = self.db.protocol().await?;
         let outcome = timed_raw(
             self.timeout(),
-            sqlx::query(&self.db.sql().guard_table)
-                .bind(table)
-                .bind(token_column)
-                .bind(owner_column)
-                .bind(self.strict())
-                .execute(executor),
+            self.db.sql().guard_table.execute(
+                protocol,
+                executor,
+                &[
+                    Arg::Text(table),
+                    Arg::Text(token_column),
+                    Arg::Text(owner_column),
+                    Arg::Bool(self.strict()),
+                ],
+            ),
         )
         .await;
         table_outcome(outcome, table)
@@ -289,14 +313,16 @@ impl PgFence {
     /// Removes the row guard from `table` (nothing happens if it has none).
     pub async fn unguard_table<'e>(
         &self,
-        executor: impl PgExecutor<'e>,
+        executor: impl Acquire<'e, Database = Postgres> + Send,
         table: &str,
     ) -> Result<()> {
+        let protocol = self.db.protocol().await?;
         let outcome = timed_raw(
             self.timeout(),
-            sqlx::query(&self.db.sql().unguard_table)
-                .bind(table)
-                .execute(executor),
+            self.db
+                .sql()
+                .unguard_table
+                .execute(protocol, executor, &[Arg::Text(table)]),
         )
         .await;
         table_outcome(outcome, table)

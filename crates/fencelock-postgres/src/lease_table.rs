@@ -13,6 +13,7 @@ use tracing::Instrument;
 use crate::PgDatabase;
 use crate::codec::{fence_from, micros, owner_bytes, remaining, token_param};
 use crate::error::timed;
+use crate::exec::{Arg, Protocol};
 
 const BACKEND: &str = "pg-lease";
 const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -20,7 +21,8 @@ const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 /// Locks as rows of a lease table, expired by the server's clock (`clock_timestamp()`).
 ///
 /// Acquire, extend and release are one statement each, and no connection is held between
-/// calls, so it works behind a transaction-mode pooler and scales to many held locks. Leases
+/// calls, so it works behind a transaction-mode pooler (see [`PgPooler`](crate::PgPooler):
+/// there its statements go unprepared and waiters poll) and scales to many held locks. Leases
 /// and token counters are ordinary rows: both survive a server restart.
 ///
 /// ```no_run
@@ -68,10 +70,15 @@ impl LockBackend for PgLeaseBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
+        // Through a transaction pooler there is no LISTEN: waiters poll.
+        let wake_up = match self.db.known_protocol() {
+            Some(Protocol::Simple) => WakeUp::Poll,
+            _ => WakeUp::Notify,
+        };
         Capabilities::new(
             TokenGuarantee::Durable,
             TimeAuthority::Server,
-            WakeUp::Notify,
+            wake_up,
             MAX_TTL,
         )
         .with_locks_survive_restart(true)
@@ -81,16 +88,21 @@ impl LockBackend for PgLeaseBackend {
         validate_ttl(ttl, &self.capabilities())?;
         let span = tracing::debug_span!("fencelock.pg.acquire", backend = BACKEND, key = %key);
         async {
+            let protocol = self.db.protocol().await?;
             let owner = OwnerId::random();
             let sent_at = Instant::now();
             let token: Option<i64> = timed(
                 BACKEND,
                 self.timeout(),
-                sqlx::query_scalar(&self.db.sql().lease_acquire)
-                    .bind(key.as_str())
-                    .bind(&owner_bytes(owner)[..])
-                    .bind(micros(ttl))
-                    .fetch_optional(self.db.pool()),
+                self.db.sql().lease_acquire.scalar_optional(
+                    protocol,
+                    self.db.pool(),
+                    &[
+                        Arg::Text(key.as_str()),
+                        Arg::Bytea(&owner_bytes(owner)),
+                        Arg::Float8(micros(ttl)),
+                    ],
+                ),
             )
             .await?;
             let Some(token) = token else {
@@ -120,16 +132,22 @@ impl LockBackend for PgLeaseBackend {
             token = lease.token.get()
         );
         async {
+            let protocol = self.db.protocol().await?;
+            let token = token_param(BACKEND, lease.token)?;
             let sent_at = Instant::now();
             let (extended, superseded): (bool, bool) = timed(
                 BACKEND,
                 self.timeout(),
-                sqlx::query_as(&self.db.sql().lease_extend)
-                    .bind(lease.key.as_str())
-                    .bind(&owner_bytes(lease.owner)[..])
-                    .bind(token_param(BACKEND, lease.token)?)
-                    .bind(micros(ttl))
-                    .fetch_one(self.db.pool()),
+                self.db.sql().lease_extend.fetch_one(
+                    protocol,
+                    self.db.pool(),
+                    &[
+                        Arg::Text(lease.key.as_str()),
+                        Arg::Bytea(&owner_bytes(lease.owner)),
+                        Arg::Int8(token),
+                        Arg::Float8(micros(ttl)),
+                    ],
+                ),
             )
             .await?;
             match (extended, superseded) {
@@ -154,14 +172,20 @@ impl LockBackend for PgLeaseBackend {
             token = lease.token.get()
         );
         async {
+            let protocol = self.db.protocol().await?;
+            let token = token_param(BACKEND, lease.token)?;
             let live: Option<bool> = timed(
                 BACKEND,
                 self.timeout(),
-                sqlx::query_scalar(&self.db.sql().lease_release)
-                    .bind(lease.key.as_str())
-                    .bind(&owner_bytes(lease.owner)[..])
-                    .bind(token_param(BACKEND, lease.token)?)
-                    .fetch_optional(self.db.pool()),
+                self.db.sql().lease_release.scalar_optional(
+                    protocol,
+                    self.db.pool(),
+                    &[
+                        Arg::Text(lease.key.as_str()),
+                        Arg::Bytea(&owner_bytes(lease.owner)),
+                        Arg::Int8(token),
+                    ],
+                ),
             )
             .await?;
             Ok(live.unwrap_or(false))
@@ -188,12 +212,15 @@ impl LockBackend for PgLeaseBackend {
     }
 
     async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
+        let protocol = self.db.protocol().await?;
         let row: (Option<i64>, Option<Vec<u8>>, Option<i64>, Option<i64>) = timed(
             BACKEND,
             self.timeout(),
-            sqlx::query_as(&self.db.sql().lease_inspect)
-                .bind(key.as_str())
-                .fetch_one(self.db.pool()),
+            self.db.sql().lease_inspect.fetch_one(
+                protocol,
+                self.db.pool(),
+                &[Arg::Text(key.as_str())],
+            ),
         )
         .await?;
         lock_info(BACKEND, key, row)
@@ -237,13 +264,15 @@ pub(crate) async fn advance_token(
     floor: FencingToken,
 ) -> Result<FencingToken> {
     let floor = token_param(backend, floor)?;
+    let protocol = db.protocol().await?;
     let value: i64 = timed(
         backend,
         db.operation_timeout(),
-        sqlx::query_scalar(&db.sql().advance_token)
-            .bind(key.as_str())
-            .bind(floor)
-            .fetch_one(db.pool()),
+        db.sql().advance_token.scalar_one(
+            protocol,
+            db.pool(),
+            &[Arg::Text(key.as_str()), Arg::Int8(floor)],
+        ),
     )
     .await?;
     FencingToken::from_backend(backend, value)

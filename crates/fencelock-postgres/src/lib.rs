@@ -6,6 +6,7 @@ mod codec;
 mod config;
 mod database;
 mod error;
+mod exec;
 mod fence;
 mod hash;
 mod lease_table;
@@ -15,7 +16,7 @@ mod transaction;
 mod wakeups;
 
 pub use advisory::PgAdvisoryBackend;
-pub use config::{DEFAULT_PORT, DEFAULT_SCHEMA, MAX_SCHEMA_LEN, PgBackendKind, PgConfig};
+pub use config::{DEFAULT_PORT, DEFAULT_SCHEMA, MAX_SCHEMA_LEN, PgBackendKind, PgConfig, PgPooler};
 pub use database::PgDatabase;
 pub use error::map_sqlx_error;
 pub use fence::{DEFAULT_FENCE_COLUMNS, FenceParams, NO_FENCE_SQLSTATE, PgFence, STALE_SQLSTATE};

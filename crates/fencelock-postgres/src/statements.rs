@@ -7,29 +7,30 @@
 //! the caller's tables.
 
 use crate::config::validate_schema;
+use crate::exec::Sql;
 use fencelock_core::Result;
 
 /// Every statement, rendered for one schema.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Statements {
-    pub(crate) advance_token: String,
-    pub(crate) advisory_acquire: String,
-    pub(crate) advisory_extend: String,
-    pub(crate) advisory_held: String,
-    pub(crate) advisory_inspect: String,
-    pub(crate) advisory_release: String,
-    pub(crate) lease_acquire: String,
-    pub(crate) lease_extend: String,
-    pub(crate) lease_inspect: String,
-    pub(crate) lease_release: String,
-    pub(crate) storage_apply: String,
-    pub(crate) storage_peek: String,
-    pub(crate) xact_lock: String,
-    pub(crate) fence_admit: String,
-    pub(crate) fence_current: String,
-    pub(crate) fence_present: String,
-    pub(crate) guard_table: String,
-    pub(crate) unguard_table: String,
+    pub(crate) advance_token: Sql,
+    pub(crate) advisory_acquire: Sql,
+    pub(crate) advisory_extend: Sql,
+    pub(crate) advisory_held: Sql,
+    pub(crate) advisory_inspect: Sql,
+    pub(crate) advisory_release: Sql,
+    pub(crate) lease_acquire: Sql,
+    pub(crate) lease_extend: Sql,
+    pub(crate) lease_inspect: Sql,
+    pub(crate) lease_release: Sql,
+    pub(crate) storage_apply: Sql,
+    pub(crate) storage_peek: Sql,
+    pub(crate) xact_lock: Sql,
+    pub(crate) fence_admit: Sql,
+    pub(crate) fence_current: Sql,
+    pub(crate) fence_present: Sql,
+    pub(crate) guard_table: Sql,
+    pub(crate) unguard_table: Sql,
 }
 
 impl Statements {
@@ -37,7 +38,7 @@ impl Statements {
     pub(crate) fn new(schema: &str) -> Result<Self> {
         validate_schema(schema)?;
         let quoted = quote_ident(schema);
-        let render = |sql: &str| sql.replace("{schema}", &quoted);
+        let render = |sql: &str| Sql::new(&sql.replace("{schema}", &quoted));
         Ok(Statements {
             advance_token: render(include_str!("../sql/advance_token.sql")),
             advisory_acquire: render(include_str!("../sql/advisory_acquire.sql")),
@@ -84,6 +85,7 @@ mod tests {
             &sql.fence_admit,
             &sql.guard_table,
         ] {
+            let statement = statement.text();
             assert!(!statement.contains("{schema}"), "{statement}");
             for (at, _) in statement.match_indices("fencelock_") {
                 let before = &statement[..at];
@@ -95,5 +97,25 @@ mod tests {
             }
         }
         assert!(Statements::new("Bad-Name").is_err());
+    }
+
+    #[test]
+    fn dollar_signs_are_placeholders_only() {
+        // The simple protocol writes parameters in at every `$n`: a `$` anywhere else (dollar
+        // quoting, a literal) would be cut wrongly.
+        for file in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/sql")).unwrap() {
+            let path = file.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            for line in text.lines().filter(|l| !l.trim_start().starts_with("--")) {
+                for (at, _) in line.match_indices('$') {
+                    let next = line[at + 1..].chars().next();
+                    assert!(
+                        next.is_some_and(|c| c.is_ascii_digit() && c != '0'),
+                        "{}: a `$` that is not a placeholder: {line}",
+                        path.display()
+                    );
+                }
+            }
+        }
     }
 }

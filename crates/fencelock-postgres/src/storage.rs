@@ -6,12 +6,13 @@ use async_trait::async_trait;
 use fencelock_core::{
     Error, Fence, FenceRule, FencedStorage, LockKey, Result, Snapshot, validate_value,
 };
-use sqlx::PgExecutor;
+use sqlx::{Acquire, Postgres};
 use tracing::Instrument;
 
 use crate::PgDatabase;
 use crate::codec::{fence_from, owner_bytes, token_param};
 use crate::error::timed;
+use crate::exec::Arg;
 
 pub(crate) const BACKEND: &str = "pg-storage";
 /// The default largest value: 16 MiB.
@@ -77,15 +78,18 @@ impl PgStorage {
     /// sees its own writes).
     pub(crate) async fn peek_on<'e>(
         &self,
-        executor: impl PgExecutor<'e>,
+        executor: impl Acquire<'e, Database = Postgres> + Send,
         resource: &LockKey,
     ) -> Result<Option<Snapshot>> {
+        let protocol = self.db.protocol().await?;
         let row: Option<(Option<Vec<u8>>, i64, Vec<u8>)> = timed(
             BACKEND,
             self.timeout(),
-            sqlx::query_as(&self.db.sql().storage_peek)
-                .bind(resource.as_str())
-                .fetch_optional(executor),
+            self.db.sql().storage_peek.fetch_optional(
+                protocol,
+                executor,
+                &[Arg::Text(resource.as_str())],
+            ),
         )
         .await?;
         row.map(|(value, token, owner)| {
@@ -99,7 +103,7 @@ impl PgStorage {
 
     pub(crate) async fn apply<'e>(
         &self,
-        executor: impl PgExecutor<'e>,
+        executor: impl Acquire<'e, Database = Postgres> + Send,
         resource: &LockKey,
         fence: Fence,
         value: Option<&[u8]>,
@@ -115,18 +119,23 @@ impl PgStorage {
         );
         async {
             let token = token_param(BACKEND, fence.token)?;
+            let protocol = self.db.protocol().await?;
             let (admitted, cur_token, cur_owner, cur_value): (bool, i64, Vec<u8>, Option<Vec<u8>>) =
                 timed(
                     BACKEND,
                     self.timeout(),
-                    sqlx::query_as(&self.db.sql().storage_apply)
-                        .bind(resource.as_str())
-                        .bind(token)
-                        .bind(&owner_bytes(fence.owner)[..])
-                        .bind(self.rule == FenceRule::Strict)
-                        .bind(value.is_some())
-                        .bind(value)
-                        .fetch_one(executor),
+                    self.db.sql().storage_apply.fetch_one(
+                        protocol,
+                        executor,
+                        &[
+                            Arg::Text(resource.as_str()),
+                            Arg::Int8(token),
+                            Arg::Bytea(&owner_bytes(fence.owner)),
+                            Arg::Bool(self.rule == FenceRule::Strict),
+                            Arg::Bool(value.is_some()),
+                            Arg::OptBytea(value),
+                        ],
+                    ),
                 )
                 .await?;
             if admitted {

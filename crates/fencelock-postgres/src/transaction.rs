@@ -12,6 +12,7 @@ use tracing::Instrument;
 use crate::PgStorage;
 use crate::codec::millis_setting;
 use crate::error::{map_sqlx_error, sqlstate, timed};
+use crate::exec::{Arg, Sql};
 use crate::hash::advisory_lock_id;
 use crate::storage::BACKEND;
 
@@ -138,24 +139,29 @@ impl PgStorage {
 
     async fn begin_locked(&self, key: &LockKey, wait: Duration) -> Result<FencedTransaction> {
         let started = Instant::now();
+        let protocol = self.database().protocol().await?;
         let mut tx = timed(BACKEND, self.timeout(), self.database().pool().begin()).await?;
         // lock_timeout = 0 would mean "wait forever".
         let wait = wait.max(Duration::from_millis(1));
+        let setting = millis_setting(wait);
         timed(
             BACKEND,
             self.timeout(),
-            sqlx::query("SELECT set_config('lock_timeout', $1, true)")
-                .bind(millis_setting(wait))
-                .execute(&mut *tx),
+            Sql::new("SELECT set_config('lock_timeout', $1, true)").execute(
+                protocol,
+                &mut *tx,
+                &[Arg::Text(&setting)],
+            ),
         )
         .await?;
         let bound = wait.saturating_add(self.timeout());
         let outcome = tokio::time::timeout(
             bound,
-            sqlx::query_scalar::<_, i64>(&self.database().sql().xact_lock)
-                .bind(advisory_lock_id(key))
-                .bind(key.as_str())
-                .fetch_one(&mut *tx),
+            self.database().sql().xact_lock.scalar_one::<i64, _>(
+                protocol,
+                &mut *tx,
+                &[Arg::Int8(advisory_lock_id(key)), Arg::Text(key.as_str())],
+            ),
         )
         .await;
         let token = match outcome {

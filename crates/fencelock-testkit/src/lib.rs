@@ -5,6 +5,8 @@
 //! re-exported under the same paths.
 
 pub mod etcd;
+pub mod pgbouncer;
+pub use pgbouncer::PgBouncer;
 pub mod postgres;
 pub mod proxy;
 pub mod redis;

@@ -1,6 +1,7 @@
 //! Shared set-up: every test gets a throwaway schema on the server at `FENCELOCK_PG_URL`.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod bouncer;
 pub mod own_tables;
 
 use std::sync::Arc;
