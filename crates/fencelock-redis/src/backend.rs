@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use fencelock_core::{
-    Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LostReason, OwnerId,
-    Result, TimeAuthority, TokenGuarantee, WakeUp, valid_until, validate_ttl,
+    Capabilities, Error, FencingToken, Lease, LockInfo, LockKey, LostReason, OwnerId, Result,
+    TimeAuthority, TokenGuarantee, WakeUp, valid_until, validate_ttl,
 };
+use redis::aio::ConnectionManager;
 use tokio::time::Instant;
 use tracing::Instrument;
 use tracing::field::Empty;
@@ -20,7 +20,7 @@ use crate::fence::RedisFence;
 use crate::outcome::{finish, finish_grant};
 use crate::scripts::SCRIPTS;
 use crate::storage::RedisStorage;
-use crate::waiters::Waiters;
+use crate::waiters::{Waiters, poll_release};
 
 /// A [`LockBackend`] on one Redis server.
 ///
@@ -53,15 +53,27 @@ use crate::waiters::Waiters;
 /// ```
 #[derive(Debug, Clone)]
 pub struct RedisLockBackend {
-    conn: Connection,
-    waiters: Arc<Waiters>,
+    locks: Locks,
+    manager: ConnectionManager,
 }
 
 impl RedisLockBackend {
-    pub(crate) fn new(conn: Connection) -> Self {
+    pub(crate) fn new(conn: Connection, manager: ConnectionManager) -> Self {
+        let server_persists = conn.settings.persists();
+        let capabilities = Capabilities::new(
+            TokenGuarantee::DurableIfServerPersists { server_persists },
+            TimeAuthority::Server,
+            WakeUp::Notify,
+            MAX_TTL,
+        )
+        .with_locks_survive_restart(server_persists == Some(true));
         RedisLockBackend {
-            waiters: Arc::new(Waiters::new(conn.clone())),
-            conn,
+            locks: Locks {
+                wake: Wake::Notify(Arc::new(Waiters::new(conn.clone()))),
+                conn,
+                capabilities,
+            },
+            manager,
         }
     }
 
@@ -74,7 +86,7 @@ impl RedisLockBackend {
     /// limit.
     pub fn storage(&self) -> RedisStorage {
         RedisStorage::on(
-            self.conn.clone(),
+            self.locks.conn.clone(),
             fencelock_core::FenceRule::Monotonic,
             crate::config::DEFAULT_MAX_VALUE_LEN,
         )
@@ -82,15 +94,13 @@ impl RedisLockBackend {
 
     /// A [`RedisFence`] on the same connection, key prefix and call timeout: fenced batches
     /// on keys of your own, guarded by the fences of this backend's grants.
-    pub fn fence(&self) -> RedisFence<redis::aio::ConnectionManager> {
-        RedisFence::new(self.conn.manager.clone())
-            .prefix(self.conn.keys.prefix())
-            .call_timeout(self.conn.call_timeout)
+    pub fn fence(&self) -> RedisFence<ConnectionManager> {
+        self.locks.fence(self.manager.clone())
     }
 
     /// The key prefix.
     pub fn prefix(&self) -> &str {
-        self.conn.keys.prefix()
+        self.locks.conn.keys.prefix()
     }
 }
 
@@ -100,31 +110,106 @@ impl RedisConfig {
     /// [`allow_eviction`](Self::allow_eviction) is set. An unreachable server, refused
     /// credentials and a service that is not Redis are reported naming the server.
     pub async fn connect(&self) -> Result<RedisLockBackend> {
-        let connection = Connection::open(self, BACKEND, "server").await?;
-        Ok(RedisLockBackend::new(connection))
+        let (connection, manager) = Connection::open_node(self, BACKEND, "server").await?;
+        Ok(RedisLockBackend::new(connection, manager))
     }
 }
 
-#[async_trait]
-impl LockBackend for RedisLockBackend {
-    fn name(&self) -> &'static str {
-        BACKEND
+/// Implements [`LockBackend`] for `$backend`, a struct with a `locks: Locks` field, by
+/// handing every call to it.
+macro_rules! delegate_lock_backend {
+    ($backend:ty) => {
+        #[async_trait::async_trait]
+        impl fencelock_core::LockBackend for $backend {
+            fn name(&self) -> &'static str {
+                self.locks.conn.backend
+            }
+
+            fn capabilities(&self) -> fencelock_core::Capabilities {
+                self.locks.capabilities
+            }
+
+            async fn try_acquire(
+                &self,
+                key: &fencelock_core::LockKey,
+                ttl: std::time::Duration,
+            ) -> fencelock_core::Result<Option<fencelock_core::Lease>> {
+                self.locks.try_acquire(key, ttl).await
+            }
+
+            async fn extend(
+                &self,
+                lease: &fencelock_core::Lease,
+                ttl: std::time::Duration,
+            ) -> fencelock_core::Result<fencelock_core::Lease> {
+                self.locks.extend(lease, ttl).await
+            }
+
+            async fn release(&self, lease: &fencelock_core::Lease) -> fencelock_core::Result<bool> {
+                self.locks.release(lease).await
+            }
+
+            async fn wait_for_release(
+                &self,
+                key: &fencelock_core::LockKey,
+                max: std::time::Duration,
+            ) -> fencelock_core::Result<()> {
+                self.locks.wait_for_release(key, max).await
+            }
+
+            async fn inspect(
+                &self,
+                key: &fencelock_core::LockKey,
+            ) -> fencelock_core::Result<fencelock_core::LockInfo> {
+                self.locks.inspect(key).await
+            }
+
+            async fn advance_token(
+                &self,
+                key: &fencelock_core::LockKey,
+                floor: fencelock_core::FencingToken,
+            ) -> fencelock_core::Result<fencelock_core::FencingToken> {
+                self.locks.advance_token(key, floor).await
+            }
+        }
+    };
+}
+pub(crate) use delegate_lock_backend;
+
+delegate_lock_backend!(RedisLockBackend);
+
+/// How waiters learn of a release: one server's pub/sub, or polling the lock's ttl (a
+/// cluster).
+#[derive(Debug, Clone)]
+pub(crate) enum Wake {
+    Notify(Arc<Waiters>),
+    Poll,
+}
+
+/// The lock operations on one connection, each one Lua script (one server's, or a cluster's,
+/// where every key of a lock shares the slot its hash tag names).
+#[derive(Debug, Clone)]
+pub(crate) struct Locks {
+    pub(crate) conn: Connection,
+    pub(crate) wake: Wake,
+    pub(crate) capabilities: Capabilities,
+}
+
+impl Locks {
+    /// A [`RedisFence`] on `conn` with this connection's key prefix and call timeout.
+    pub(crate) fn fence<C>(&self, conn: C) -> RedisFence<C>
+    where
+        C: redis::aio::ConnectionLike + Send,
+    {
+        RedisFence::new(conn)
+            .prefix(self.conn.keys.prefix())
+            .call_timeout(self.conn.call_timeout)
     }
 
-    fn capabilities(&self) -> Capabilities {
-        let server_persists = self.conn.settings.persists();
-        Capabilities::new(
-            TokenGuarantee::DurableIfServerPersists { server_persists },
-            TimeAuthority::Server,
-            WakeUp::Notify,
-            MAX_TTL,
-        )
-        .with_locks_survive_restart(server_persists == Some(true))
-    }
-
-    async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
-        validate_ttl(ttl, &self.capabilities())?;
-        let span = tracing::debug_span!("try_acquire", backend = BACKEND, key = %key, ?ttl, token = Empty, outcome = Empty);
+    pub(crate) async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
+        validate_ttl(ttl, &self.capabilities)?;
+        let backend = self.conn.backend;
+        let span = tracing::debug_span!("try_acquire", backend, key = %key, ?ttl, token = Empty, outcome = Empty);
         let result = async {
             let owner = OwnerId::random();
             let mut invocation = SCRIPTS.acquire.prepare_invoke();
@@ -133,7 +218,7 @@ impl LockBackend for RedisLockBackend {
                 .key(self.conn.keys.token(key))
                 .arg(owner.to_string())
                 .arg(ttl_millis(ttl));
-            let mut conn = self.conn.manager.clone();
+            let mut conn = self.conn.link.clone();
             let sent_at = Instant::now();
             let reply: Option<String> = self
                 .conn
@@ -142,7 +227,7 @@ impl LockBackend for RedisLockBackend {
             let Some(token) = reply else {
                 return Ok(None);
             };
-            let token = parse_token(BACKEND, &token)?;
+            let token = parse_token(self.conn.backend, &token)?;
             Ok(Some(Lease {
                 key: key.clone(),
                 owner,
@@ -156,16 +241,16 @@ impl LockBackend for RedisLockBackend {
         finish_grant(&span, result)
     }
 
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
-        validate_ttl(ttl, &self.capabilities())?;
-        let span = tracing::debug_span!("extend", backend = BACKEND, key = %lease.key, token = lease.token.get(), ?ttl, outcome = Empty);
+    pub(crate) async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        validate_ttl(ttl, &self.capabilities)?;
+        let span = tracing::debug_span!("extend", backend = self.conn.backend, key = %lease.key, token = lease.token.get(), ?ttl, outcome = Empty);
         let result = async {
             let mut invocation = SCRIPTS.extend.prepare_invoke();
             invocation
                 .key(self.conn.keys.lock(&lease.key))
                 .arg(lock_value(lease.owner, lease.token))
                 .arg(ttl_millis(ttl));
-            let mut conn = self.conn.manager.clone();
+            let mut conn = self.conn.link.clone();
             let sent_at = Instant::now();
             let reply: i64 = self
                 .conn
@@ -179,7 +264,10 @@ impl LockBackend for RedisLockBackend {
                 }),
                 0 => Err(Error::lease_lost(&lease.key, LostReason::NotHeld)),
                 -1 => Err(Error::lease_lost(&lease.key, LostReason::Superseded)),
-                other => Err(protocol(BACKEND, format!("extend script answered {other}"))),
+                other => Err(protocol(
+                    self.conn.backend,
+                    format!("extend script answered {other}"),
+                )),
             }
         }
         .instrument(span.clone())
@@ -187,15 +275,15 @@ impl LockBackend for RedisLockBackend {
         finish(&span, result, "ok")
     }
 
-    async fn release(&self, lease: &Lease) -> Result<bool> {
-        let span = tracing::debug_span!("release", backend = BACKEND, key = %lease.key, token = lease.token.get(), outcome = Empty);
+    pub(crate) async fn release(&self, lease: &Lease) -> Result<bool> {
+        let span = tracing::debug_span!("release", backend = self.conn.backend, key = %lease.key, token = lease.token.get(), outcome = Empty);
         let result = async {
             let mut invocation = SCRIPTS.release.prepare_invoke();
             invocation
                 .key(self.conn.keys.lock(&lease.key))
                 .arg(lock_value(lease.owner, lease.token))
                 .arg(self.conn.keys.channel(&lease.key));
-            let mut conn = self.conn.manager.clone();
+            let mut conn = self.conn.link.clone();
             let reply: i64 = self
                 .conn
                 .call("release", invocation.invoke_async(&mut conn))
@@ -204,7 +292,7 @@ impl LockBackend for RedisLockBackend {
                 1 => Ok(true),
                 0 => Ok(false),
                 other => Err(protocol(
-                    BACKEND,
+                    self.conn.backend,
                     format!("release script answered {other}"),
                 )),
             }
@@ -214,26 +302,30 @@ impl LockBackend for RedisLockBackend {
         finish(&span, result, "ok")
     }
 
-    async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {
-        let span = tracing::debug_span!("wait_for_release", backend = BACKEND, key = %key, ?max);
-        self.waiters.wait(key, max).instrument(span).await
+    pub(crate) async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {
+        let span =
+            tracing::debug_span!("wait_for_release", backend = self.conn.backend, key = %key, ?max);
+        match &self.wake {
+            Wake::Notify(waiters) => waiters.wait(key, max).instrument(span).await,
+            Wake::Poll => poll_release(&self.conn, key, max).instrument(span).await,
+        }
     }
 
-    async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
-        let span = tracing::debug_span!("inspect", backend = BACKEND, key = %key, outcome = Empty);
+    pub(crate) async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
+        let span = tracing::debug_span!("inspect", backend = self.conn.backend, key = %key, outcome = Empty);
         let result = async {
             let mut invocation = SCRIPTS.inspect.prepare_invoke();
             invocation
                 .key(self.conn.keys.lock(key))
                 .key(self.conn.keys.token(key));
-            let mut conn = self.conn.manager.clone();
+            let mut conn = self.conn.link.clone();
             let (value, pttl, last): (Option<String>, i64, Option<String>) = self
                 .conn
                 .call("inspect", invocation.invoke_async(&mut conn))
                 .await?;
             let holder = value
                 .as_deref()
-                .map(|v| parse_lock_value(BACKEND, v))
+                .map(|v| parse_lock_value(self.conn.backend, v))
                 .transpose()?;
             let remaining = if holder.is_some() && pttl >= 0 {
                 Some(Duration::from_millis(pttl.unsigned_abs()))
@@ -246,7 +338,7 @@ impl LockBackend for RedisLockBackend {
                 remaining,
                 last_token: last
                     .as_deref()
-                    .map(|t| parse_token(BACKEND, t))
+                    .map(|t| parse_token(self.conn.backend, t))
                     .transpose()?,
             })
         }
@@ -255,25 +347,29 @@ impl LockBackend for RedisLockBackend {
         finish(&span, result, "ok")
     }
 
-    async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
+    pub(crate) async fn advance_token(
+        &self,
+        key: &LockKey,
+        floor: FencingToken,
+    ) -> Result<FencingToken> {
         if i64::try_from(floor.get()).is_err() {
             return Err(Error::config(format!(
                 "token floor {floor} is above the range of a Redis counter ({})",
                 i64::MAX
             )));
         }
-        let span = tracing::debug_span!("advance_token", backend = BACKEND, key = %key, floor = floor.get(), outcome = Empty);
+        let span = tracing::debug_span!("advance_token", backend = self.conn.backend, key = %key, floor = floor.get(), outcome = Empty);
         let result = async {
             let mut invocation = SCRIPTS.advance_token.prepare_invoke();
             invocation
                 .key(self.conn.keys.token(key))
                 .arg(floor.get().to_string());
-            let mut conn = self.conn.manager.clone();
+            let mut conn = self.conn.link.clone();
             let reply: String = self
                 .conn
                 .call("advance_token", invocation.invoke_async(&mut conn))
                 .await?;
-            parse_token(BACKEND, &reply)
+            parse_token(self.conn.backend, &reply)
         }
         .instrument(span.clone())
         .await;

@@ -1,6 +1,6 @@
-//! `Connection`: one server's connection, shared by a backend or a storage and its clones,
-//! and what connecting finds out about the server (persistence, eviction) or says when it
-//! fails (which server, and why, in one line).
+//! `Connection`: one server's (or one Redis Cluster's) connection, shared by a backend or a
+//! storage and its clones, and what connecting finds out about the server (persistence,
+//! eviction) or says when it fails (which server, and why, in one line).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -15,16 +15,18 @@ use tracing::Instrument;
 use crate::config::RedisConfig;
 use crate::error::{bounded, map_error};
 use crate::keys::KeySpace;
+use crate::link::Link;
 
-/// One server's connection, shared by a backend or a storage and its clones.
+/// One server's (or cluster's) connection, shared by a backend or a storage and its clones.
 #[derive(Clone)]
 pub(crate) struct Connection {
     /// The name of the backend using it, for errors and spans.
     pub(crate) backend: &'static str,
     /// The server's role and address (`server 127.0.0.1:6379`), for errors.
     pub(crate) server: String,
-    pub(crate) client: Client,
-    pub(crate) manager: ConnectionManager,
+    /// The client of one server, for pub/sub connections; `None` on a cluster.
+    pub(crate) client: Option<Client>,
+    pub(crate) link: Link,
     pub(crate) keys: KeySpace,
     pub(crate) call_timeout: Duration,
     pub(crate) connect_timeout: Duration,
@@ -55,6 +57,32 @@ pub(crate) struct ServerSettings {
 }
 
 impl ServerSettings {
+    /// What several servers (a cluster's masters) make together: persisted only if every one
+    /// persists, evicting if any one evicts.
+    pub(crate) fn all(servers: &[ServerSettings]) -> ServerSettings {
+        let appendfsync_always = if servers.iter().any(|s| s.appendfsync_always == Some(false)) {
+            Some(false)
+        } else if servers.iter().all(|s| s.appendfsync_always == Some(true)) {
+            Some(true)
+        } else {
+            None
+        };
+        let evicting = servers
+            .iter()
+            .find(|s| s.evicts() == Some(true))
+            .or_else(|| servers.iter().find(|s| s.eviction_policy.is_none()))
+            .or_else(|| servers.first());
+        ServerSettings {
+            appendfsync_always,
+            eviction_policy: evicting.and_then(|s| s.eviction_policy.clone()),
+        }
+    }
+
+    /// The eviction policy, when the server said.
+    pub(crate) fn eviction_policy(&self) -> Option<&str> {
+        self.eviction_policy.as_deref()
+    }
+
     /// Whether the server may delete keys under memory pressure.
     pub(crate) fn evicts(&self) -> Option<bool> {
         self.eviction_policy.as_deref().map(|p| p != "noeviction")
@@ -80,6 +108,17 @@ impl Connection {
         backend: &'static str,
         role: &str,
     ) -> Result<Connection> {
+        Self::open_node(config, backend, role)
+            .await
+            .map(|(connection, _)| connection)
+    }
+
+    /// [`open`](Self::open), also giving the server's connection manager itself.
+    pub(crate) async fn open_node(
+        config: &RedisConfig,
+        backend: &'static str,
+        role: &str,
+    ) -> Result<(Connection, ConnectionManager)> {
         let (client, keys) = config.validate()?;
         let server = format!("{role} {}", config.server_label());
         let call_timeout = config.call_limit();
@@ -116,28 +155,20 @@ impl Connection {
             Ok(Err(e)) => return Err(failed(e).await),
             Err(_) => return Err(no_answer(backend, &server, call_timeout)),
         }
-        let settings = read_settings(&manager, backend, call_timeout).await;
-        if let Some(policy) = &settings.eviction_policy
-            && settings.evicts() == Some(true)
-            && !config.evictions_allowed()
-        {
-            return Err(Error::config(format!(
-                "{server} may evict keys (maxmemory-policy {policy}): under memory pressure it \
-                 can delete token counters, fence records and held locks, which lets a stale \
-                 holder in; set `maxmemory-policy noeviction` on the server, or accept the \
-                 risk with allow_eviction(true) (`?allow_eviction=true` in the URL)"
-            )));
-        }
-        Ok(Connection {
+        let mut link = Link::Node(manager.clone());
+        let settings = read_settings(&mut link, backend, call_timeout).await;
+        refuse_eviction(&settings, &server, config.evictions_allowed())?;
+        let connection = Connection {
             backend,
             server,
-            client,
-            manager,
+            client: Some(client),
+            link,
             keys,
             call_timeout,
             connect_timeout,
             settings,
-        })
+        };
+        Ok((connection, manager))
     }
 
     /// One call to the server, bounded by the call timeout; errors name the server.
@@ -153,14 +184,37 @@ impl Connection {
 
     /// A fresh connection for pub/sub.
     pub(crate) async fn pubsub(&self) -> Result<redis::aio::PubSub> {
+        let Some(client) = &self.client else {
+            return Err(in_context(
+                Error::config("a Redis Cluster connection has no pub/sub of this kind"),
+                &self.server,
+            ));
+        };
         bounded(
             self.backend,
             self.connect_timeout + self.call_timeout,
             "pub/sub connect",
-            self.client.get_async_pubsub(),
+            client.get_async_pubsub(),
         )
         .await
         .map_err(|e| in_context(e, &self.server))
+    }
+}
+
+/// Refuses a server (`server` names it) that may evict keys, unless that is allowed.
+pub(crate) fn refuse_eviction(
+    settings: &ServerSettings,
+    server: &str,
+    allowed: bool,
+) -> Result<()> {
+    match settings.eviction_policy() {
+        Some(policy) if settings.evicts() == Some(true) && !allowed => Err(Error::config(format!(
+            "{server} may evict keys (maxmemory-policy {policy}): under memory pressure it \
+                 can delete token counters, fence records and held locks, which lets a stale \
+                 holder in; set `maxmemory-policy noeviction` on the server, or accept the \
+                 risk with allow_eviction(true) (`?allow_eviction=true` in the URL)"
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -193,7 +247,7 @@ pub(crate) fn in_context(e: Error, context: &str) -> Error {
     }
 }
 
-fn no_answer(backend: &'static str, server: &str, limit: Duration) -> Error {
+pub(crate) fn no_answer(backend: &'static str, server: &str, limit: Duration) -> Error {
     Error::Unavailable {
         backend,
         message: format!("{server}: no answer within {limit:?}"),
@@ -201,8 +255,9 @@ fn no_answer(backend: &'static str, server: &str, limit: Duration) -> Error {
     }
 }
 
-/// Why connecting to `server` failed, in one line a user can act on.
-async fn connect_failure(
+/// Why connecting to `server` failed, in one line a user can act on. `client` (one server's)
+/// is asked what the server says to refused credentials.
+pub(crate) async fn connect_failure(
     backend: &'static str,
     server: &str,
     client: &Client,
@@ -270,12 +325,7 @@ async fn auth_reply(client: &Client, limit: Duration) -> Option<String> {
 
 /// `CONFIG GET` of the settings that bear on fencing, in one round trip; whatever the server
 /// refuses (managed services often rename or forbid `CONFIG`) stays unknown.
-async fn read_settings(
-    manager: &ConnectionManager,
-    backend: &'static str,
-    limit: Duration,
-) -> ServerSettings {
-    let mut conn = manager.clone();
+async fn read_settings(link: &mut Link, backend: &'static str, limit: Duration) -> ServerSettings {
     let mut pipe = redis::pipe();
     pipe.cmd("CONFIG")
         .arg("GET")
@@ -284,16 +334,26 @@ async fn read_settings(
         .arg("GET")
         .arg("maxmemory-policy");
     let read: Result<(HashMap<String, String>, HashMap<String, String>)> =
-        bounded(backend, limit, "CONFIG GET", pipe.query_async(&mut conn)).await;
-    let Ok((append, memory)) = read else {
-        return ServerSettings::default();
-    };
-    ServerSettings {
-        appendfsync_always: match (append.get("appendonly"), append.get("appendfsync")) {
-            (Some(only), Some(fsync)) => Some(only == "yes" && fsync == "always"),
-            _ => None,
-        },
-        eviction_policy: memory.get("maxmemory-policy").cloned(),
+        bounded(backend, limit, "CONFIG GET", pipe.query_async(link)).await;
+    match read {
+        Ok((append, memory)) => ServerSettings::from_replies(&append, &memory),
+        Err(_) => ServerSettings::default(),
+    }
+}
+
+impl ServerSettings {
+    /// The settings in the replies to `CONFIG GET append*` and `CONFIG GET maxmemory-policy`.
+    pub(crate) fn from_replies(
+        append: &HashMap<String, String>,
+        memory: &HashMap<String, String>,
+    ) -> ServerSettings {
+        ServerSettings {
+            appendfsync_always: match (append.get("appendonly"), append.get("appendfsync")) {
+                (Some(only), Some(fsync)) => Some(only == "yes" && fsync == "always"),
+                _ => None,
+            },
+            eviction_policy: memory.get("maxmemory-policy").cloned(),
+        }
     }
 }
 

@@ -9,6 +9,8 @@ use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 /// The one-node backend's and the storage's name.
 pub(crate) const REDIS: &str = "redis";
+/// The Redis Cluster backend's name.
+pub(crate) const REDIS_CLUSTER: &str = "redis-cluster";
 /// Redlock's name.
 pub(crate) const REDLOCK: &str = "redlock";
 

@@ -5,6 +5,7 @@
 mod codec;
 mod error;
 mod keys;
+mod link;
 mod outcome;
 mod redact;
 mod redis_url;
@@ -17,10 +18,12 @@ mod fence;
 mod waiters;
 
 mod backend;
+mod cluster;
 mod redlock;
 mod storage;
 
 pub use backend::RedisLockBackend;
+pub use cluster::{RedisClusterBackend, RedisClusterConfig};
 pub use codec::MAX_TTL;
 pub use config::{
     DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_VALUE_LEN, RedisConfig,

@@ -61,6 +61,11 @@ impl Endpoint {
         self.port = other.port;
     }
 
+    /// Whether the server is reached over TLS (`rediss://`).
+    pub(crate) fn is_tls(&self) -> bool {
+        self.tls
+    }
+
     /// `/db`, or nothing.
     pub(crate) fn path(&self) -> String {
         self.db.map(|db| format!("/{db}")).unwrap_or_default()

@@ -4,6 +4,7 @@
 //! The fenced scripts (`storage_apply.lua`, `fence_apply.lua`) are `admit.lua` followed by
 //! their own text, so the fence rule of DESIGN section 2 is written once in Lua.
 
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use redis::Script;
@@ -21,6 +22,16 @@ pub(crate) struct Scripts {
     pub(crate) redlock_extend: Script,
     pub(crate) redlock_release: Script,
     pub(crate) redlock_settle: Script,
+    /// Every script's text by its SHA-1, for sending a script as `EVAL` to a node that does
+    /// not have it cached.
+    texts: HashMap<String, String>,
+}
+
+impl Scripts {
+    /// The text of the script whose SHA-1 (lower-case hex) is `sha`.
+    pub(crate) fn text(&self, sha: &str) -> Option<&str> {
+        self.texts.get(sha).map(String::as_str)
+    }
 }
 
 /// The acquire script's text, for callers that send it whole with `EVAL`.
@@ -29,20 +40,29 @@ pub(crate) const ACQUIRE: &str = include_str!("../scripts/acquire.lua");
 /// `admit()`, the fence rule, prepended to every fenced script.
 const ADMIT: &str = include_str!("../scripts/admit.lua");
 
-fn fenced(body: &str) -> Script {
-    Script::new(&format!("{ADMIT}\n{body}"))
+fn fenced(body: &str) -> String {
+    format!("{ADMIT}\n{body}")
 }
 
-pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    acquire: Script::new(ACQUIRE),
-    extend: Script::new(include_str!("../scripts/extend.lua")),
-    release: Script::new(include_str!("../scripts/release.lua")),
-    inspect: Script::new(include_str!("../scripts/inspect.lua")),
-    advance_token: Script::new(include_str!("../scripts/advance_token.lua")),
-    storage_apply: fenced(include_str!("../scripts/storage_apply.lua")),
-    fence_apply: fenced(include_str!("../scripts/fence_apply.lua")),
-    fence_peek: Script::new(include_str!("../scripts/fence_peek.lua")),
-    redlock_extend: Script::new(include_str!("../scripts/redlock_extend.lua")),
-    redlock_release: Script::new(include_str!("../scripts/redlock_release.lua")),
-    redlock_settle: Script::new(include_str!("../scripts/redlock_settle.lua")),
+pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
+    let mut texts = HashMap::new();
+    let mut script = |text: String| {
+        let script = Script::new(&text);
+        texts.insert(script.get_hash().to_owned(), text);
+        script
+    };
+    Scripts {
+        acquire: script(ACQUIRE.to_owned()),
+        extend: script(include_str!("../scripts/extend.lua").to_owned()),
+        release: script(include_str!("../scripts/release.lua").to_owned()),
+        inspect: script(include_str!("../scripts/inspect.lua").to_owned()),
+        advance_token: script(include_str!("../scripts/advance_token.lua").to_owned()),
+        storage_apply: script(fenced(include_str!("../scripts/storage_apply.lua"))),
+        fence_apply: script(fenced(include_str!("../scripts/fence_apply.lua"))),
+        fence_peek: script(include_str!("../scripts/fence_peek.lua").to_owned()),
+        redlock_extend: script(include_str!("../scripts/redlock_extend.lua").to_owned()),
+        redlock_release: script(include_str!("../scripts/redlock_release.lua").to_owned()),
+        redlock_settle: script(include_str!("../scripts/redlock_settle.lua").to_owned()),
+        texts,
+    }
 });

@@ -169,7 +169,7 @@ impl RedisStorage {
         } else {
             "fenced read"
         };
-        let mut conn = server.manager.clone();
+        let mut conn = server.link.clone();
         let mut reply: Vec<Option<Vec<u8>>> = server
             .call(operation, invocation.invoke_async(&mut conn))
             .await?;
@@ -238,7 +238,7 @@ impl FencedStorage for RedisStorage {
 
     async fn peek(&self, resource: &LockKey) -> Result<Option<Snapshot>> {
         let server = self.source.connection().await?;
-        let mut conn = server.manager.clone();
+        let mut conn = server.link.clone();
         let reply: Vec<Option<Vec<u8>>> = server
             .call(
                 "peek",

@@ -10,3 +10,4 @@ pub use pgbouncer::PgBouncer;
 pub mod postgres;
 pub mod proxy;
 pub mod redis;
+pub mod redis_cluster;

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::link::Link;
 use fencelock_core::{LockKey, Result};
-use redis::aio::ConnectionManager;
 use redis::{FromRedisValue, Script};
 
 use super::node::Node;
@@ -81,7 +81,7 @@ impl NodeCall {
             let call = Arc::clone(&call);
             let decode = Arc::clone(&decode);
             async move {
-                let mut conn = link.conn.manager.clone();
+                let mut conn = link.conn.link.clone();
                 let reply: R = call
                     .send(&link.conn.keys, &mut conn)
                     .await
@@ -94,7 +94,7 @@ impl NodeCall {
     async fn send<R: FromRedisValue>(
         &self,
         keys: &KeySpace,
-        conn: &mut ConnectionManager,
+        conn: &mut Link,
     ) -> redis::RedisResult<R> {
         let names = self.keys.iter().map(|k| k.of(keys, &self.key));
         let args = self.args.iter().map(|arg| match arg {

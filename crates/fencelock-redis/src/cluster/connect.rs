@@ -1,0 +1,224 @@
+//! Connecting to a Redis Cluster: the driver's cluster connection, a check that it answers,
+//! and what every master says about eviction and persistence.
+
+use std::collections::HashMap;
+
+use fencelock_core::{Error, Result};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{Client, FromRedisValue};
+use tracing::Instrument;
+
+use super::config::RedisClusterConfig;
+use crate::connection::{
+    Connection, ServerSettings, connect_failure, in_context, no_answer, refuse_eviction,
+};
+use crate::error::{REDIS_CLUSTER as BACKEND, bounded};
+use crate::link::Link;
+
+/// What connecting learned about the cluster's shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Topology {
+    /// `host:port` of every master serving slots.
+    pub(crate) masters: Vec<(String, u16)>,
+    /// Whether any master has a replica, which a failover may promote.
+    pub(crate) replicated: bool,
+}
+
+/// Connects to the cluster `config` names: checks that it answers, reads the topology, and
+/// refuses it if any master may evict keys (unless allowed). Returns the connection for the
+/// backend and storage code, the driver's own connection (for `RedisFence`), and the
+/// topology.
+pub(crate) async fn open(
+    config: &RedisClusterConfig,
+) -> Result<(Connection, ClusterConnection, Topology)> {
+    let keys = config.validate()?;
+    let seeds: Vec<String> = config
+        .seeds()
+        .iter()
+        .map(|s| s.host_port().to_string())
+        .collect();
+    let server = format!("redis cluster {}", seeds.join(","));
+    let call_timeout = config.call_limit();
+    let connect_timeout = config.connect_limit();
+    let urls: Vec<String> = config.seeds().iter().map(|s| s.render(false)).collect();
+    let client = ClusterClientBuilder::new(urls.clone())
+        .connection_timeout(connect_timeout)
+        .response_timeout(call_timeout)
+        .build()
+        .map_err(|e| Error::InvalidConfig {
+            message: format!("{} is not usable: {e}", config.redacted_url()),
+            source: Some(Box::new(e)),
+        })?;
+    // One seed's plain client, to ask what the server says to refused credentials.
+    let seed = Client::open(urls[0].as_str()).map_err(|e| Error::InvalidConfig {
+        message: format!("{} is not usable: {e}", config.redacted_url()),
+        source: Some(Box::new(e)),
+    })?;
+    let failed = |e| connect_failure(BACKEND, &server, &seed, call_timeout, e);
+    let span = tracing::debug_span!("connect", backend = BACKEND, server = %server);
+    let limit = connect_timeout + call_timeout;
+    let cluster = match tokio::time::timeout(limit, client.get_async_connection())
+        .instrument(span)
+        .await
+    {
+        Ok(Ok(cluster)) => cluster,
+        Ok(Err(e)) => return Err(failed(e).await),
+        Err(_) => return Err(no_answer(BACKEND, &server, limit)),
+    };
+    let mut probe = cluster.clone();
+    let nodes = match tokio::time::timeout(
+        call_timeout,
+        probe.route_command(
+            redis::cmd("CLUSTER").arg("NODES").clone(),
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+        ),
+    )
+    .await
+    {
+        Ok(Ok(reply)) => String::from_redis_value(reply).map_err(|e| Error::Backend {
+            backend: BACKEND,
+            message: format!("{server}: CLUSTER NODES answered something unexpected: {e}"),
+            source: None,
+        })?,
+        Ok(Err(e)) => return Err(failed(e).await),
+        Err(_) => return Err(no_answer(BACKEND, &server, call_timeout)),
+    };
+    let topology = parse_topology(&nodes);
+    if topology.masters.is_empty() {
+        return Err(Error::config(format!(
+            "{server}: the cluster has no master serving slots (is it created?)"
+        )));
+    }
+    let mut per_master = Vec::with_capacity(topology.masters.len());
+    for (host, port) in &topology.masters {
+        let settings = read_settings(&cluster, host, *port, call_timeout).await;
+        refuse_eviction(
+            &settings,
+            &format!("redis cluster master {host}:{port}"),
+            config.evictions_allowed(),
+        )?;
+        per_master.push(settings);
+    }
+    let connection = Connection {
+        backend: BACKEND,
+        server,
+        client: None,
+        link: Link::Cluster(cluster.clone()),
+        keys,
+        call_timeout,
+        connect_timeout,
+        settings: ServerSettings::all(&per_master),
+    };
+    Ok((connection, cluster, topology))
+}
+
+/// `CONFIG GET` of the settings that bear on fencing on the master at `host:port`; whatever
+/// it refuses stays unknown.
+async fn read_settings(
+    cluster: &ClusterConnection,
+    host: &str,
+    port: u16,
+    limit: std::time::Duration,
+) -> ServerSettings {
+    let read = |pattern: &'static str| {
+        let mut conn = cluster.clone();
+        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+            host: host.to_owned(),
+            port,
+        });
+        async move {
+            let reply = bounded(
+                BACKEND,
+                limit,
+                "CONFIG GET",
+                conn.route_command(
+                    redis::cmd("CONFIG").arg("GET").arg(pattern).clone(),
+                    routing,
+                ),
+            )
+            .await
+            .map_err(|e| in_context(e, &format!("{host}:{port}")))?;
+            HashMap::<String, String>::from_redis_value(reply).map_err(|e| Error::Backend {
+                backend: BACKEND,
+                message: e.to_string(),
+                source: None,
+            })
+        }
+    };
+    let append = read("append*").await;
+    let memory = read("maxmemory-policy").await;
+    match (append, memory) {
+        (Ok(append), Ok(memory)) => ServerSettings::from_replies(&append, &memory),
+        (Ok(append), Err(_)) => ServerSettings::from_replies(&append, &HashMap::new()),
+        (Err(_), Ok(memory)) => ServerSettings::from_replies(&HashMap::new(), &memory),
+        (Err(_), Err(_)) => ServerSettings::default(),
+    }
+}
+
+/// The masters serving slots, and whether any has a live replica, from `CLUSTER NODES`:
+/// `<id> <ip:port@cport[,hostname]> <flags> <master-id> <ping> <pong> <epoch> <link> <slots>...`.
+pub(crate) fn parse_topology(nodes: &str) -> Topology {
+    let mut masters = Vec::new();
+    let mut master_ids = Vec::new();
+    let mut replicas_of = Vec::new();
+    for line in nodes.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() < 8 {
+            continue;
+        }
+        let flags: Vec<&str> = fields[2].split(',').collect();
+        if flags
+            .iter()
+            .any(|f| matches!(*f, "fail" | "fail?" | "noaddr" | "handshake"))
+        {
+            continue;
+        }
+        let address = fields[1].split(['@', ',']).next().unwrap_or_default();
+        let Some((host, port)) = address.rsplit_once(':') else {
+            continue;
+        };
+        let Ok(port) = port.parse::<u16>() else {
+            continue;
+        };
+        if flags.contains(&"master") && fields.len() > 8 {
+            masters.push((host.trim_matches(['[', ']']).to_owned(), port));
+            master_ids.push(fields[0]);
+        } else if flags.contains(&"slave") || flags.contains(&"replica") {
+            replicas_of.push(fields[3]);
+        }
+    }
+    let replicated = replicas_of.iter().any(|id| master_ids.contains(id));
+    Topology {
+        masters,
+        replicated,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masters_and_replicas_are_read_from_cluster_nodes() {
+        let nodes = "\
+a1 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460
+b2 127.0.0.1:7001@17001,host-b master - 0 1 2 connected 5461-10922
+c3 127.0.0.1:7002@17002 master,fail - 0 1 3 disconnected 10923-16383
+d4 127.0.0.1:7003@17003 slave a1 0 1 1 connected
+e5 127.0.0.1:7004@17004 master - 0 1 0 connected
+";
+        let topology = parse_topology(nodes);
+        assert_eq!(
+            topology.masters,
+            vec![
+                ("127.0.0.1".to_owned(), 7000),
+                ("127.0.0.1".to_owned(), 7001)
+            ]
+        );
+        assert!(topology.replicated);
+        let without = parse_topology(&nodes.replace("slave a1", "slave c3"));
+        assert!(!without.replicated);
+    }
+}
