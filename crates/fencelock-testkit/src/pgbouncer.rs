@@ -101,8 +101,9 @@ impl PgBouncer {
     pub fn try_spawn(pool_size: u32) -> io::Result<Self> {
         let mut last_error = None;
         // A free port can be taken between probing and binding; try a few times.
+        let bin = pgbouncer_bin();
         for _ in 0..5 {
-            match Self::start(pool_size) {
+            match Self::start(pool_size, &bin) {
                 Ok(bouncer) => return Ok(bouncer),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(e),
                 Err(e) => last_error = Some(e),
@@ -111,8 +112,7 @@ impl PgBouncer {
         Err(last_error.unwrap_or_else(|| io::Error::other("pgbouncer did not start")))
     }
 
-    fn start(pool_size: u32) -> io::Result<Self> {
-        let bin = pgbouncer_bin();
+    fn start(pool_size: u32, bin: &Path) -> io::Result<Self> {
         let dir = tempfile::Builder::new().prefix("fl-pgbouncer-").tempdir()?;
         let port = free_port()?;
         let upstream = pg_addr();
@@ -144,7 +144,7 @@ impl PgBouncer {
             ),
         )?;
         fs::write(&userlist, format!("\"{user}\" \"\"\n"))?;
-        let mut command = Command::new(&bin);
+        let mut command = Command::new(bin);
         // PgBouncer refuses to run as root: drop to the server's own account, which must be
         // able to write the log into the directory.
         if running_as_root() {
@@ -299,4 +299,22 @@ fn running_as_root() -> bool {
 fn account_ids(name: &str) -> Option<(u32, u32)> {
     let user = nix::unistd::User::from_name(name).ok()??;
     Some((user.uid.as_raw(), user.gid.as_raw()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_binary_says_what_to_install() {
+        let error = PgBouncer::start(1, Path::new("/nonexistent/pgbouncer"))
+            .err()
+            .map(|e| (e.kind(), e.to_string()));
+        let Some((kind, message)) = error else {
+            panic!("a missing pgbouncer binary started");
+        };
+        assert_eq!(kind, io::ErrorKind::NotFound);
+        assert!(message.contains("scripts/test-deps"), "{message}");
+        assert!(message.contains("apt-get install pgbouncer"), "{message}");
+    }
 }
