@@ -8,8 +8,9 @@ use async_trait::async_trait;
 
 use crate::capabilities::Capabilities;
 use crate::error::{Error, Result};
-use crate::fence::FencingToken;
+use crate::fence::{FencingToken, OwnerId};
 use crate::key::LockKey;
+use crate::kinds::ReadPhase;
 use crate::lease::{Lease, LockInfo};
 
 /// The shortest ttl any backend accepts (a backend may ask for more with
@@ -39,6 +40,18 @@ pub const MIN_TTL: Duration = Duration::from_millis(10);
 ///   [`Error::LeaseLost`] and changes nothing.
 /// - **Release** deletes the lock only if this lease still holds it; it returns `false`
 ///   when the lease was already lost, and never releases another owner's lock.
+/// - **Shared (reader) locks** are optional ([`Capabilities::kinds`]`.shared`; the default
+///   methods return [`Error::Unsupported`]). A backend that offers them keeps readers and the
+///   exclusive lock of a key in one state: an exclusive grant (a writer) is refused while any
+///   reader's lease is valid, and a reader is refused while an exclusive lease is valid.
+///   Overlapping readers form a **read phase** that has one fence: the first reader of a phase
+///   takes a new token from the key's counter (the one exclusive grants use) and draws the
+///   phase's owner; every reader that joins while the phase lives gets that same token and
+///   owner in its [`Lease`], so [`FencedStorage`](crate::FencedStorage) admits them all, and a
+///   writer granted after the phase has a greater token and fences them out. A phase ends
+///   when its last reader's lease ends; the next reader starts a new phase with a new token.
+///   Each reader is told apart by its own `reader` id (drawn by the caller), which extend
+///   and release of that reader carry.
 /// - **Input** is checked first: a ttl below [`Capabilities::min_ttl`] (never less than
 ///   [`MIN_TTL`]) or above [`Capabilities::max_ttl`] is [`Error::InvalidTtl`] and touches
 ///   nothing; [`validate_ttl`] does that check.
@@ -69,14 +82,54 @@ pub trait LockBackend: Send + Sync + Debug + 'static {
         Ok(())
     }
 
-    /// The current holder, its token and remaining time, and the key's last token.
+    /// The current holder, its token and remaining time, and the key's last token. During a
+    /// read phase the holder is the phase's shared fence.
     async fn inspect(&self, key: &LockKey) -> Result<LockInfo>;
+
+    /// Joins (or starts) the read phase of `key` as `reader`, without waiting. `Ok(None)`
+    /// while an exclusive lease is valid. The lease carries the phase's shared token and
+    /// owner; asked again by a reader already in the live phase, it renews that reader.
+    /// Default: [`Error::Unsupported`].
+    async fn try_acquire_shared(
+        &self,
+        key: &LockKey,
+        reader: OwnerId,
+        ttl: Duration,
+    ) -> Result<Option<Lease>> {
+        let _ = (key, reader, ttl);
+        Err(Error::unsupported(self.name(), SHARED))
+    }
+
+    /// Renews `reader`'s lease in the phase of `lease`; [`Error::LeaseLost`] when the reader
+    /// is no longer in that phase. Never re-creates a reader or a phase that is gone.
+    /// Default: [`Error::Unsupported`].
+    async fn extend_shared(&self, lease: &Lease, reader: OwnerId, ttl: Duration) -> Result<Lease> {
+        let _ = (lease, reader, ttl);
+        Err(Error::unsupported(self.name(), SHARED))
+    }
+
+    /// Removes `reader` from the phase of `lease`; `Ok(false)` when it was no longer in it.
+    /// Default: [`Error::Unsupported`].
+    async fn release_shared(&self, lease: &Lease, reader: OwnerId) -> Result<bool> {
+        let _ = (lease, reader);
+        Err(Error::unsupported(self.name(), SHARED))
+    }
+
+    /// The live read phase of `key`, if any: its fence, how many readers, the longest time
+    /// left. Default: [`Error::Unsupported`].
+    async fn inspect_shared(&self, key: &LockKey) -> Result<Option<ReadPhase>> {
+        let _ = key;
+        Err(Error::unsupported(self.name(), SHARED))
+    }
 
     /// Raises the key's token counter to at least `floor`, so the next grant carries a token
     /// greater than `floor`. Returns the counter's value afterwards. Used to recover after a
     /// counter was lost (for example a Redis restart without persistence).
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken>;
 }
+
+/// What [`Error::Unsupported`] names for a backend without shared locks.
+const SHARED: &str = "shared (reader) locks";
 
 /// Checks `ttl` against the backend's bounds: at least [`Capabilities::min_ttl`] (and never
 /// less than [`MIN_TTL`]), at most [`Capabilities::max_ttl`]. The error names the bound.
@@ -127,6 +180,23 @@ macro_rules! forward_lock_backend {
             }
             async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
                 (**self).advance_token(key, floor).await
+            }
+            async fn try_acquire_shared(
+                &self,
+                key: &LockKey,
+                reader: OwnerId,
+                ttl: Duration,
+            ) -> Result<Option<Lease>> {
+                (**self).try_acquire_shared(key, reader, ttl).await
+            }
+            async fn extend_shared(&self, lease: &Lease, reader: OwnerId, ttl: Duration) -> Result<Lease> {
+                (**self).extend_shared(lease, reader, ttl).await
+            }
+            async fn release_shared(&self, lease: &Lease, reader: OwnerId) -> Result<bool> {
+                (**self).release_shared(lease, reader).await
+            }
+            async fn inspect_shared(&self, key: &LockKey) -> Result<Option<ReadPhase>> {
+                (**self).inspect_shared(key).await
             }
         }
     )*};

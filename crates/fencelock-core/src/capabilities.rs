@@ -41,6 +41,43 @@ pub enum WakeUp {
     Poll,
 }
 
+/// The kinds of lock a backend offers, read by [`RwLocker`](crate::RwLocker) users and by the
+/// conformance suite (which checks each kind a backend claims, and that one it does not claim
+/// is refused with [`Error::Unsupported`](crate::Error::Unsupported)).
+///
+/// [`Semaphore`](crate::Semaphore) and [`Election`](crate::Election) are built in
+/// fencelock-core on exclusive locks, so every backend offers them; shared (reader) locks need
+/// a primitive of the backend's own ([`LockBackend::try_acquire_shared`](crate::LockBackend::try_acquire_shared)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct LockKinds {
+    /// Exclusive locks ([`Locker`](crate::Locker)); the writer side of a read/write lock.
+    pub exclusive: bool,
+    /// Shared (reader) locks whose overlapping readers share one read fence.
+    pub shared: bool,
+    /// Semaphores of N permits, a slot of exclusive locks each.
+    pub semaphore: bool,
+    /// Leader election, a campaign being an exclusive lock held with the watchdog.
+    pub election: bool,
+}
+
+impl LockKinds {
+    /// What every backend offers through fencelock-core: exclusive locks, semaphores and
+    /// elections.
+    pub const GENERIC: LockKinds = LockKinds {
+        exclusive: true,
+        shared: false,
+        semaphore: true,
+        election: true,
+    };
+
+    /// These kinds and shared (reader) locks.
+    pub const fn with_shared(mut self) -> Self {
+        self.shared = true;
+        self
+    }
+}
+
 /// A backend's guarantees. Built with [`Capabilities::new`] and the `with_*` setters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -57,6 +94,8 @@ pub struct Capabilities {
     pub max_ttl: Duration,
     /// Whether held locks survive a restart of the server.
     pub locks_survive_restart: bool,
+    /// The kinds of lock offered; [`LockKinds::GENERIC`] unless the backend says more.
+    pub kinds: LockKinds,
 }
 
 impl Capabilities {
@@ -75,6 +114,7 @@ impl Capabilities {
             min_ttl: MIN_TTL,
             max_ttl,
             locks_survive_restart: false,
+            kinds: LockKinds::GENERIC,
         }
     }
 
@@ -86,6 +126,12 @@ impl Capabilities {
         } else {
             MIN_TTL
         };
+        self
+    }
+
+    /// Sets [`kinds`](Self::kinds).
+    pub const fn with_kinds(mut self, kinds: LockKinds) -> Self {
+        self.kinds = kinds;
         self
     }
 

@@ -151,6 +151,16 @@ pub enum Error {
         #[source]
         source: Option<BoxError>,
     },
+    /// The backend does not offer this kind of lock or operation
+    /// ([`Capabilities::kinds`](crate::Capabilities::kinds) says which it offers). Nothing was
+    /// changed.
+    #[error("{backend} does not support {what}")]
+    Unsupported {
+        /// The backend's name.
+        backend: &'static str,
+        /// What was asked for (`shared (reader) locks`, ...).
+        what: &'static str,
+    },
     /// The backend answered with an error or with something the protocol does not allow.
     #[error("{backend} error: {message}")]
     Backend {
@@ -180,6 +190,11 @@ impl Error {
             key: key.to_string(),
             reason,
         }
+    }
+
+    /// A [`Error::Unsupported`]: `backend` does not offer `what`.
+    pub fn unsupported(backend: &'static str, what: &'static str) -> Self {
+        Error::Unsupported { backend, what }
     }
 
     /// A [`Error::InvalidConfig`] without a source.

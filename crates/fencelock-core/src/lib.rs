@@ -10,6 +10,7 @@ mod guard;
 mod held;
 mod host;
 mod key;
+mod kinds;
 mod lease;
 mod locker;
 mod registry;
@@ -19,12 +20,16 @@ mod watchdog;
 
 pub use backend::{LockBackend, MIN_TTL, validate_ttl};
 pub use backoff::Backoff;
-pub use capabilities::{Capabilities, TimeAuthority, TokenGuarantee, WakeUp};
+pub use capabilities::{Capabilities, LockKinds, TimeAuthority, TokenGuarantee, WakeUp};
 pub use error::{BoxError, Error, LostReason, NodeReport, Result};
 pub use fence::{Fence, FenceRule, FencingToken, OwnerId};
 pub use guard::LockGuard;
 pub use host::HostPort;
 pub use key::LockKey;
+pub use kinds::{
+    CampaignRequest, Election, LeaderChange, Leadership, Observer, PermitGuard, PermitRequest,
+    ReadGuard, ReadPhase, ReadRequest, RwLocker, Semaphore,
+};
 pub use lease::{Lease, LockInfo, drift_margin, valid_until};
 pub use locker::{LockOptions, LockRequest, Locker};
 pub use storage::{FencedStorage, Snapshot, validate_value};

@@ -118,6 +118,21 @@ impl Locker {
         }
     }
 
+    /// A locker with this one's options and guard list over another backend: the adapters of
+    /// the lock kinds (readers, permits) go through the same waiting and `shutdown`.
+    pub(crate) fn over(&self, backend: Arc<dyn LockBackend>) -> Locker {
+        Locker {
+            backend,
+            options: self.options,
+            registry: self.registry.clone(),
+        }
+    }
+
+    /// The default options of this locker's requests.
+    pub fn options(&self) -> LockOptions {
+        self.options
+    }
+
     /// How many guards from this locker (and its clones) are alive or still releasing.
     pub fn live_guards(&self) -> usize {
         self.registry.len()

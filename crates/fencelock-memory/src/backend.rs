@@ -1,13 +1,15 @@
 //! `MemoryLockBackend`.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use fencelock_core::{
-    Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LostReason, OwnerId,
-    Result, TimeAuthority, TokenGuarantee, WakeUp, valid_until, validate_ttl,
+    Capabilities, Error, Fence, FencingToken, Lease, LockBackend, LockInfo, LockKey, LockKinds,
+    LostReason, OwnerId, ReadPhase, Result, TimeAuthority, TokenGuarantee, WakeUp, valid_until,
+    validate_ttl,
 };
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -21,8 +23,24 @@ const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 #[derive(Debug, Default)]
 struct Entry {
     holder: Option<Holder>,
+    /// The read phase: readers that overlap share its token and owner.
+    readers: Option<Readers>,
     last_token: u64,
     released: Arc<Notify>,
+}
+
+#[derive(Debug)]
+struct Readers {
+    fence: Fence,
+    /// Each reader's own deadline.
+    expiries: HashMap<OwnerId, Instant>,
+}
+
+impl Readers {
+    /// The latest deadline of a reader still live at `now`.
+    fn live_until(&self, now: Instant) -> Option<Instant> {
+        self.expiries.values().copied().filter(|t| *t > now).max()
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -36,6 +54,27 @@ impl Entry {
     /// The holder whose lease has not expired at `now`.
     fn live_holder(&self, now: Instant) -> Option<Holder> {
         self.holder.filter(|h| h.expires_at > now)
+    }
+
+    /// The read phase if a reader of it is still live at `now`, with its latest deadline.
+    fn live_readers(&self, now: Instant) -> Option<(&Readers, Instant)> {
+        let readers = self.readers.as_ref()?;
+        readers.live_until(now).map(|until| (readers, until))
+    }
+
+    /// When the key stops being held by anyone (a writer or the last reader), if it is held.
+    fn held_until(&self, now: Instant) -> Option<Instant> {
+        let writer = self.live_holder(now).map(|h| h.expires_at);
+        let readers = self.live_readers(now).map(|(_, until)| until);
+        writer.max(readers)
+    }
+
+    /// The next token, recorded as the last one.
+    fn next_token(&mut self) -> Result<FencingToken> {
+        let next = self.last_token.checked_add(1).ok_or_else(exhausted)?;
+        let token = FencingToken::new(next).ok_or_else(exhausted)?;
+        self.last_token = next;
+        Ok(token)
     }
 }
 
@@ -109,6 +148,7 @@ impl LockBackend for MemoryLockBackend {
             WakeUp::Notify,
             MAX_TTL,
         )
+        .with_kinds(LockKinds::GENERIC.with_shared())
     }
 
     async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
@@ -121,13 +161,12 @@ impl LockBackend for MemoryLockBackend {
             Some(entry) => entry,
             None => shard.entry(key.clone()).or_default(),
         };
-        if entry.live_holder(now).is_some() {
+        if entry.held_until(now).is_some() {
             return Ok(None);
         }
-        let next = entry.last_token.checked_add(1).ok_or_else(exhausted)?;
-        let token = FencingToken::new(next).ok_or_else(exhausted)?;
+        let token = entry.next_token()?;
         let owner = OwnerId::random();
-        entry.last_token = next;
+        entry.readers = None;
         entry.holder = Some(Holder {
             owner,
             token,
@@ -201,8 +240,8 @@ impl LockBackend for MemoryLockBackend {
         let expires_at = {
             let now = Instant::now();
             let shard = self.entries.lock(key);
-            match shard.get(key).and_then(|e| e.live_holder(now)) {
-                Some(h) => h.expires_at,
+            match shard.get(key).and_then(|e| e.held_until(now)) {
+                Some(until) => until,
                 None => return Ok(()),
             }
         };
@@ -222,12 +261,118 @@ impl LockBackend for MemoryLockBackend {
         let shard = self.entries.lock(key);
         let entry = shard.get(key);
         let holder = entry.and_then(|e| e.live_holder(now));
+        let readers = entry.and_then(|e| e.live_readers(now));
+        let (holder, remaining) = match (holder, readers) {
+            (Some(h), _) => (Some(Fence::new(h.token, h.owner)), Some(h.expires_at - now)),
+            (None, Some((readers, until))) => (Some(readers.fence), Some(until - now)),
+            (None, None) => (None, None),
+        };
         Ok(LockInfo {
             key: key.clone(),
-            holder: holder.map(|h| fencelock_core::Fence::new(h.token, h.owner)),
-            remaining: holder.map(|h| h.expires_at - now),
+            holder,
+            remaining,
             last_token: entry.and_then(|e| FencingToken::new(e.last_token)),
         })
+    }
+
+    async fn try_acquire_shared(
+        &self,
+        key: &LockKey,
+        reader: OwnerId,
+        ttl: Duration,
+    ) -> Result<Option<Lease>> {
+        validate_ttl(ttl, &self.capabilities())?;
+        self.open()?;
+        let now = Instant::now();
+        let mut shard = self.entries.lock(key);
+        let entry = match shard.get_mut(key) {
+            Some(entry) => entry,
+            None => shard.entry(key.clone()).or_default(),
+        };
+        if entry.live_holder(now).is_some() {
+            return Ok(None);
+        }
+        if entry.live_readers(now).is_none() {
+            // The first reader of a phase: a new token, a new shared owner.
+            let token = entry.next_token()?;
+            entry.holder = None;
+            entry.readers = Some(Readers {
+                fence: Fence::new(token, OwnerId::random()),
+                expiries: HashMap::new(),
+            });
+        }
+        let Some(readers) = entry.readers.as_mut() else {
+            unreachable!("a read phase was found live or started just above");
+        };
+        readers.expiries.retain(|_, until| *until > now);
+        readers.expiries.insert(reader, now + ttl);
+        Ok(Some(Lease {
+            key: key.clone(),
+            owner: readers.fence.owner,
+            token: readers.fence.token,
+            ttl,
+            valid_until: valid_until(now, ttl),
+        }))
+    }
+
+    async fn extend_shared(&self, lease: &Lease, reader: OwnerId, ttl: Duration) -> Result<Lease> {
+        validate_ttl(ttl, &self.capabilities())?;
+        self.open()?;
+        let now = Instant::now();
+        let mut shard = self.entries.lock(&lease.key);
+        let readers = shard
+            .get_mut(&lease.key)
+            .and_then(|entry| entry.readers.as_mut())
+            .filter(|r| r.fence == lease.fence());
+        let Some(readers) = readers else {
+            return Err(Error::lease_lost(&lease.key, LostReason::Superseded));
+        };
+        match readers.expiries.get_mut(&reader) {
+            Some(until) if *until > now => {
+                *until = now + ttl;
+                Ok(Lease {
+                    ttl,
+                    valid_until: valid_until(now, ttl),
+                    ..lease.clone()
+                })
+            }
+            _ => Err(Error::lease_lost(&lease.key, LostReason::NotHeld)),
+        }
+    }
+
+    async fn release_shared(&self, lease: &Lease, reader: OwnerId) -> Result<bool> {
+        self.open()?;
+        let now = Instant::now();
+        let mut shard = self.entries.lock(&lease.key);
+        let Some(entry) = shard.get_mut(&lease.key) else {
+            return Ok(false);
+        };
+        let Some(readers) = entry.readers.as_mut().filter(|r| r.fence == lease.fence()) else {
+            return Ok(false);
+        };
+        let was_live = readers
+            .expiries
+            .remove(&reader)
+            .is_some_and(|until| until > now);
+        if readers.live_until(now).is_none() {
+            entry.readers = None;
+            entry.released.notify_waiters();
+        }
+        Ok(was_live)
+    }
+
+    async fn inspect_shared(&self, key: &LockKey) -> Result<Option<ReadPhase>> {
+        self.open()?;
+        let now = Instant::now();
+        let shard = self.entries.lock(key);
+        Ok(shard
+            .get(key)
+            .and_then(|e| e.live_readers(now))
+            .map(|(readers, until)| ReadPhase {
+                fence: readers.fence,
+                readers: readers.expiries.values().filter(|t| **t > now).count(),
+                remaining: until - now,
+            }))
     }
 
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
