@@ -1,4 +1,4 @@
-//! The properties, one `pub async fn(&Setup)` each, in five groups by what they check. Each
+//! The properties, one `pub async fn(&Setup)` each, in eight groups by what they check. Each
 //! takes a fresh [`Setup`](crate::Setup) and panics, naming what broke, when the backend does
 //! not meet the contract. Keys are random per call, so properties may share a server.
 //!
@@ -25,6 +25,12 @@ declare_groups! {
     storage => __fencelock_conformance_storage,
     /// Bad input is a typed error that changes nothing; unusual but valid keys work.
     input => __fencelock_conformance_input,
+    /// Read/write locks where the backend claims them, `Unsupported` where it does not.
+    rwlock => __fencelock_conformance_rwlock,
+    /// Semaphores of N permits, a slot of exclusive locks each.
+    semaphore => __fencelock_conformance_semaphore,
+    /// Leader election: one leader per term, increasing terms, observers, failover.
+    election => __fencelock_conformance_election,
 }
 
 /// One group of properties, by name.

@@ -1,0 +1,112 @@
+//! Leader election (fencelock-core's `Election`, a campaign being the election key's lock
+//! held with the watchdog), on every backend that claims `Capabilities::kinds.election`.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fencelock_core::{Election, Error, FencingToken, Locker};
+use tokio::time::{sleep, timeout};
+
+use super::support::{LONG_TTL, PATIENCE, assert_stale, key};
+use crate::Setup;
+
+/// The election, or `None` after checking that a backend which does not claim elections is
+/// refused with `Unsupported` (never a silent pass).
+fn election(s: &Setup, name: &str) -> Option<Election> {
+    let locker = Locker::new(s.backend.clone());
+    let election = Election::new(&locker, key(name).as_str());
+    if s.backend.capabilities().kinds.election {
+        return Some(election.expect("Election::new failed"));
+    }
+    match election {
+        Err(Error::Unsupported { .. }) => None,
+        other => panic!("elections are not claimed: expected Unsupported, got {other:?}"),
+    }
+}
+
+declare_properties!(__fencelock_conformance_election, {
+    /// Campaigners that contend each lead in turn: one leader per term (no two leaders'
+    /// terms overlap in time), and terms strictly increase in the order leaders took office.
+    pub async fn one_leader_per_term_and_terms_increase(s: &Setup) {
+        let Some(election) = election(s, "terms") else {
+            return;
+        };
+        let leading = Arc::new(Mutex::new(None::<FencingToken>));
+        let terms = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for _ in 0..3 {
+            let (election, leading, terms) = (election.clone(), leading.clone(), terms.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..3 {
+                    let leader = election.campaign().ttl(LONG_TTL).wait(PATIENCE * 3).await.unwrap();
+                    let term = leader.term();
+                    if let Some(other) = leading.lock().unwrap().replace(term) {
+                        panic!("term {term} began while term {other} led");
+                    }
+                    terms.lock().unwrap().push(term);
+                    sleep(Duration::from_millis(20)).await;
+                    assert_eq!(leading.lock().unwrap().take(), Some(term));
+                    assert!(leader.resign().await.unwrap(), "a leader was deposed without contention");
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let terms = terms.lock().unwrap().clone();
+        assert_eq!(terms.len(), 9);
+        assert!(terms.windows(2).all(|w| w[0] < w[1]), "terms out of order: {terms:?}");
+    }
+
+    /// An observer reports every change: each new leader with its term, and each time the
+    /// election has none; terms it could not see are counted in `missed`, never dropped.
+    pub async fn observer_sees_every_change(s: &Setup) {
+        let Some(election) = election(s, "observed") else {
+            return;
+        };
+        let mut observer = election.observe().poll(Duration::from_millis(20));
+        let first = observer.changed().await.unwrap();
+        assert_eq!((first.leader, first.missed), (None, 0));
+        for _ in 0..3 {
+            let leader = election.campaign().ttl(LONG_TTL).wait(PATIENCE).await.unwrap();
+            let seen = timeout(PATIENCE, observer.changed()).await.expect("leader not observed").unwrap();
+            assert_eq!(seen.leader, Some(leader.fence()));
+            assert_eq!(seen.last_term, Some(leader.term()));
+            assert_eq!(seen.missed, 0);
+            assert!(leader.resign().await.unwrap());
+            let seen = timeout(PATIENCE, observer.changed()).await.expect("resignation not observed").unwrap();
+            assert_eq!(seen.leader, None);
+            assert_eq!(seen.missed, 0);
+        }
+        // Two terms between two looks: the second is seen, the first counted as missed.
+        for _ in 0..2 {
+            let leader = election.campaign().ttl(LONG_TTL).wait(PATIENCE).await.unwrap();
+            assert!(leader.resign().await.unwrap());
+        }
+        let last = election.campaign().ttl(LONG_TTL).wait(PATIENCE).await.unwrap();
+        let seen = timeout(PATIENCE, observer.changed()).await.expect("change not observed").unwrap();
+        assert_eq!(seen.leader, Some(last.fence()));
+        assert_eq!(seen.missed, 2, "terms that came and went unseen were not counted");
+        assert!(last.resign().await.unwrap());
+    }
+
+    /// A leader paused past its lease is deposed: the next leader's term is greater, its
+    /// writes are admitted, and the old leader's write is refused as stale.
+    pub async fn paused_leader_is_refused_after_failover(s: &Setup) {
+        let Some(election) = election(s, "failover") else {
+            return;
+        };
+        let resource = key("failover-data");
+        let old = election.campaign().ttl(s.short_ttl()).watchdog(false).wait(PATIENCE).await.unwrap();
+        s.storage.write(&resource, old.fence(), b"old").await.unwrap();
+        let next = election.campaign().ttl(LONG_TTL).wait(PATIENCE).await.unwrap();
+        assert!(next.term() > old.term(), "terms did not increase over a failover");
+        assert!(!old.is_leader(), "the deposed leader still believes it leads");
+        s.storage.write(&resource, next.fence(), b"new").await.unwrap();
+        assert_stale(s.storage.write(&resource, old.fence(), b"stale").await, old.fence(), next.fence());
+        let info = election.leader().await.unwrap();
+        assert_eq!(info.holder, Some(next.fence()));
+        assert!(!old.resign().await.unwrap());
+        assert!(next.resign().await.unwrap());
+    }
+});
