@@ -10,6 +10,7 @@
 //! | `memory://` | `MemoryLockBackend` + `MemoryStorage` (in-process; the default) | no host, path or options |
 //! | `redis://`, `rediss://` | `RedisLockBackend` + `RedisStorage` (feature `redis`; `rediss://` with `tls`) | `RedisConfig::from_url` |
 //! | `redlock://` | `Redlock` over independent Redis servers + `RedisStorage` on one of them (feature `redis`) | `RedlockConfig::from_url` |
+//! | `redis+cluster://`, `rediss+cluster://` | `RedisClusterBackend` + `RedisStorage` on a Redis Cluster (feature `redis`) | `RedisClusterConfig::from_url` |
 //! | `postgres://`, `postgresql://` | `PgLeaseBackend` or `PgAdvisoryBackend` + `PgStorage` (feature `postgres`) | `PgConfig::from_url` |
 //! | `mysql://`, `mariadb://` | `MySqlLockBackend` (`GET_LOCK`) + `MySqlStorage` (feature `mysql`) | `MySqlConfig::from_url` |
 //! | `etcd://` | `EtcdLockBackend` + `EtcdStorage` on an etcd cluster (feature `etcd`) | `EtcdConfig::from_url` |
@@ -25,6 +26,8 @@ const SCHEMES: &[(&str, &str)] = &[
     ("redis", "redis"),
     ("rediss", "redis"),
     ("redlock", "redis"),
+    ("redis+cluster", "redis"),
+    ("rediss+cluster", "redis"),
     ("postgres", "postgres"),
     ("postgresql", "postgres"),
     ("mysql", "mysql"),
@@ -50,6 +53,9 @@ pub enum BackendSpec {
     /// `redlock://`: Redlock over independent Redis servers.
     #[cfg(feature = "redis")]
     Redlock(fencelock_redis::RedlockConfig),
+    /// `redis+cluster://` or `rediss+cluster://`: a Redis Cluster, reached through seed nodes.
+    #[cfg(feature = "redis")]
+    RedisCluster(fencelock_redis::RedisClusterConfig),
     /// `postgres://` or `postgresql://`: one PostgreSQL database, either lock backend.
     #[cfg(feature = "postgres")]
     Postgres(fencelock_postgres::PgConfig),
@@ -101,6 +107,10 @@ impl BackendSpec {
             #[cfg(feature = "redis")]
             ("redlock", _) => fencelock_redis::RedlockConfig::from_url(spec).map(Self::Redlock),
             #[cfg(feature = "redis")]
+            ("redis+cluster" | "rediss+cluster", _) => {
+                fencelock_redis::RedisClusterConfig::from_url(spec).map(Self::RedisCluster)
+            }
+            #[cfg(feature = "redis")]
             (_, "redis") => fencelock_redis::RedisConfig::from_url(spec).map(Self::Redis),
             #[cfg(feature = "postgres")]
             (_, "postgres") => fencelock_postgres::PgConfig::from_url(spec).map(Self::Postgres),
@@ -129,6 +139,14 @@ impl BackendSpec {
                 backend: Arc::new(config.connect().await?),
                 storage: Arc::new(config.connect_storage().await?),
             }),
+            #[cfg(feature = "redis")]
+            BackendSpec::RedisCluster(config) => {
+                let backend = config.connect().await?;
+                Ok(Connected {
+                    storage: Arc::new(backend.storage()),
+                    backend: Arc::new(backend),
+                })
+            }
             #[cfg(feature = "postgres")]
             BackendSpec::Postgres(config) => {
                 let db = config.clone().connect().await?;
@@ -169,6 +187,8 @@ impl BackendSpec {
             BackendSpec::Redis(config) => config.to_url(),
             #[cfg(feature = "redis")]
             BackendSpec::Redlock(config) => config.to_url(),
+            #[cfg(feature = "redis")]
+            BackendSpec::RedisCluster(config) => config.to_url(),
             #[cfg(feature = "postgres")]
             BackendSpec::Postgres(config) => config.to_url(),
             #[cfg(feature = "mysql")]
@@ -186,6 +206,8 @@ impl BackendSpec {
             BackendSpec::Redis(config) => config.hosts(),
             #[cfg(feature = "redis")]
             BackendSpec::Redlock(config) => config.hosts(),
+            #[cfg(feature = "redis")]
+            BackendSpec::RedisCluster(config) => config.hosts(),
             #[cfg(feature = "postgres")]
             BackendSpec::Postgres(config) => config.hosts(),
             #[cfg(feature = "mysql")]
@@ -212,6 +234,10 @@ impl BackendSpec {
             BackendSpec::Redis(config) => BackendSpec::Redis(config.with_hosts(hosts)?),
             #[cfg(feature = "redis")]
             BackendSpec::Redlock(config) => BackendSpec::Redlock(config.with_hosts(hosts)?),
+            #[cfg(feature = "redis")]
+            BackendSpec::RedisCluster(config) => {
+                BackendSpec::RedisCluster(config.with_hosts(hosts)?)
+            }
             #[cfg(feature = "postgres")]
             BackendSpec::Postgres(config) => BackendSpec::Postgres(config.with_hosts(hosts)?),
             #[cfg(feature = "mysql")]
@@ -258,6 +284,8 @@ impl fmt::Display for BackendSpec {
             BackendSpec::Redis(config) => f.write_str(&config.redacted_url()),
             #[cfg(feature = "redis")]
             BackendSpec::Redlock(config) => f.write_str(&config.redacted_url()),
+            #[cfg(feature = "redis")]
+            BackendSpec::RedisCluster(config) => f.write_str(&config.redacted_url()),
             #[cfg(feature = "postgres")]
             BackendSpec::Postgres(config) => f.write_str(&config.redacted_url()),
             #[cfg(feature = "mysql")]
@@ -345,6 +373,36 @@ mod tests {
         refused("redis://:secret@127.0.0.1:99999");
         refused("redis://:secret@:6379");
         refused("redlock://:secret@h1,,h2");
+
+        let spec = BackendSpec::parse("redis+cluster://app:secret@c1:7000,c2:7001,c3").unwrap();
+        assert!(matches!(spec, BackendSpec::RedisCluster(_)));
+        assert!(spec.is_shared());
+        assert_eq!(BackendSpec::parse(&spec.to_url()).unwrap(), spec);
+        assert_eq!(
+            spec.hosts(),
+            vec![
+                HostPort::new("c1", 7000),
+                HostPort::new("c2", 7001),
+                HostPort::new("c3", 6379)
+            ]
+        );
+        assert_eq!(
+            spec.to_string(),
+            "redis+cluster://app:***@c1:7000,c2:7001,c3:6379"
+        );
+        assert!(!format!("{spec:?}").contains("secret"));
+        let through = [
+            HostPort::new("p", 1),
+            HostPort::new("p", 2),
+            HostPort::new("p", 3),
+        ];
+        let moved = spec.clone().with_hosts(&through).unwrap();
+        assert_eq!(moved.to_url(), "redis+cluster://app:secret@p:1,p:2,p:3");
+        assert!(spec.with_hosts(&through[..1]).is_err());
+        assert!(BackendSpec::parse("REDIS+CLUSTER://h1").is_ok());
+        refused("redis+cluster://:secret@h1,,h2");
+        refused("redis+cluster://:secret@h1/0");
+        refused("redis+cluster://:secret@h1:99999");
     }
 
     #[cfg(feature = "postgres")]

@@ -43,6 +43,39 @@ async fn redlock_spec_keeps_data_on_its_storage_server() {
     assert_eq!(stored.as_deref(), Some("v"));
 }
 
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_spec_connects_a_cluster() {
+    use fencelock::spec::BackendSpec;
+    use fencelock_testkit::redis_cluster::RedisCluster;
+
+    let cluster = tokio::task::spawn_blocking(|| RedisCluster::spawn(3, 0))
+        .await
+        .unwrap();
+    let spec = BackendSpec::parse(&cluster.url()).unwrap();
+    assert_eq!(spec.hosts().len(), 3);
+    let connected = spec.connect().await.unwrap();
+    assert_eq!(connected.backend.name(), "redis-cluster");
+    // Keys spread over the masters; each one's lock, token and data share a slot.
+    for name in ["spec/a", "spec/b", "spec/c", "spec/d"] {
+        let key = fencelock::LockKey::new(name).unwrap();
+        let lease = connected
+            .backend
+            .try_acquire(&key, std::time::Duration::from_secs(10))
+            .await
+            .unwrap()
+            .unwrap();
+        connected
+            .storage
+            .write(&key, lease.fence(), name.as_bytes())
+            .await
+            .unwrap();
+        assert!(connected.backend.release(&lease).await.unwrap());
+        let snapshot = connected.storage.peek(&key).await.unwrap().unwrap();
+        assert_eq!(snapshot.value.as_deref(), Some(name.as_bytes()));
+    }
+}
+
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_spec_connects_the_backend_it_names() {

@@ -70,7 +70,7 @@ fn decode(text: &str) -> String {
 /// option, which is refused), and whether this build can parse it.
 fn valid_spec() -> impl Strategy<Value = (String, bool)> {
     (
-        0usize..7,
+        0usize..8,
         "[a-z][a-z0-9_]{0,6}",
         password(),
         prop_oneof![
@@ -91,6 +91,7 @@ fn valid_spec() -> impl Strategy<Value = (String, bool)> {
                 cfg!(feature = "postgres"),
                 cfg!(feature = "postgres"),
                 false,
+                cfg!(feature = "redis"),
             ][scheme];
             let spec = match scheme {
                 0 => "memory://".to_owned(),
@@ -103,6 +104,9 @@ fn valid_spec() -> impl Strategy<Value = (String, bool)> {
                 4 => format!("postgres://{user}:{secret}@{host}:{port}/db{db}?backend=advisory"),
                 5 => format!(
                     "postgresql://{user}:{secret}@{host}/db?schema=s{db}&application_name=a"
+                ),
+                7 => format!(
+                    "redis+cluster://{user}:{secret}@{host}:{port},c2:7001,c3?allow_eviction=true"
                 ),
                 _ => format!("postgres://{user}@{host}/db?password={secret}"),
             };
@@ -288,6 +292,7 @@ fn any_string_parses_or_refuses_without_showing_a_password() {
                 "redis",
                 "rediss",
                 "redlock",
+                "redis+cluster",
                 "postgres",
                 "postgresql",
                 "nosuch",
@@ -296,7 +301,7 @@ fn any_string_parses_or_refuses_without_showing_a_password() {
             any::<String>(),
         )
             .prop_map(|(scheme, rest)| format!("{scheme}://{rest}")),
-        "(redis|redlock|postgres)://[a-z:@/?#%&=,\\[\\]0-9.]{0,30}",
+        "(redis|redlock|redis\\+cluster|postgres)://[a-z:@/?#%&=,\\[\\]0-9.]{0,30}",
     ];
     runner.run(&strategy, |spec| check(&spec)).unwrap();
 }
