@@ -80,7 +80,11 @@ impl History {
                 Outcome::Stale { .. } => v.reads_stale += 1,
                 Outcome::Unknown { .. } => v.reads_unknown += 1,
             },
-            Event::Ready | Event::Peek { .. } | Event::Released { .. } => {}
+            Event::Ready
+            | Event::ReadBegin { .. }
+            | Event::PeekBegin
+            | Event::Peek { .. }
+            | Event::Released { .. } => {}
             Event::WriteBegin { value, .. } => {
                 self.attempted.insert(*value);
             }

@@ -133,6 +133,9 @@ pub struct ChaosConfig {
     /// The longest a worker waits for one storage or lock call before counting its outcome
     /// unknown (default 1 s).
     pub op_timeout: Duration,
+    /// States the history checker may visit per key before its verdict is "unknown"
+    /// (default [`DEFAULT_STATE_BUDGET`](crate::linearizability::DEFAULT_STATE_BUDGET)).
+    pub search_budget: usize,
 }
 
 /// The shortest ttl a run accepts: below it the workers' own scheduling dominates.
@@ -150,6 +153,7 @@ impl ChaosConfig {
             ttl: Duration::from_millis(200),
             work: None,
             op_timeout: Duration::from_secs(1),
+            search_budget: crate::linearizability::DEFAULT_STATE_BUDGET,
         }
     }
 
@@ -173,6 +177,11 @@ impl ChaosConfig {
         if self.op_timeout.is_zero() {
             return Err(ChaosError::config(
                 "the operation time-out must be greater than zero",
+            ));
+        }
+        if self.search_budget == 0 {
+            return Err(ChaosError::config(
+                "the history checker's search budget must be at least one state",
             ));
         }
         if let Target::SpawnRedis { nodes: 0, .. } = self.target {

@@ -1,12 +1,17 @@
 //! What a worker reports, one line each on its stdout, and how the coordinator reads it back.
 //!
-//! Tokens are decimal, owners 32 hex digits, values decimal or `-` for "no value yet":
+//! Every line starts with the time it was written, in nanoseconds on the machine's monotonic
+//! clock (see `clock`), then the event. A `*-begin` line is written before its call and the
+//! answer's line after it, so the two stamps enclose the call's effect on the storage. Tokens
+//! are decimal, owners 32 hex digits, values decimal or `-` for "no value yet":
 //!
 //! ```text
 //! ready                                      (connected; the run may start)
 //! acquired <token> <owner>
+//! read-begin <token> <owner>                 (sent before the fenced read)
 //! read <token> <owner> ok <value|->          read <token> <owner> stale <cur-token> <cur-owner>
 //! read <token> <owner> unknown <reason>
+//! peek-begin                                 (control run: sent before the unfenced read)
 //! peek <value|->                             (control run: the unfenced read)
 //! write-begin <token> <owner> <value>        (sent before the write, so a write cut short counts)
 //! write <token> <owner> <value> ok|stale <cur-token> <cur-owner>|unknown <reason>
@@ -37,10 +42,14 @@ pub(crate) enum Event {
     Acquired {
         fence: Fence,
     },
+    ReadBegin {
+        fence: Fence,
+    },
     Read {
         fence: Fence,
         outcome: Outcome<Option<u64>>,
     },
+    PeekBegin,
     Peek {
         value: Option<u64>,
     },
@@ -95,6 +104,8 @@ impl fmt::Display for Event {
         match self {
             Event::Ready => f.write_str("ready"),
             Event::Acquired { fence } => write!(f, "acquired {}", F(fence)),
+            Event::ReadBegin { fence } => write!(f, "read-begin {}", F(fence)),
+            Event::PeekBegin => f.write_str("peek-begin"),
             Event::Read { fence, outcome } => {
                 write!(f, "read {} ", F(fence))?;
                 match outcome {
@@ -127,8 +138,29 @@ impl fmt::Display for Event {
     }
 }
 
-/// Reads one line back; `None` for anything that is not an event.
-pub(crate) fn parse(line: &str) -> Option<Event> {
+/// An event and when its worker wrote it (nanoseconds on the monotonic clock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Stamped {
+    pub(crate) at: u64,
+    pub(crate) event: Event,
+}
+
+impl fmt::Display for Stamped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.at, self.event)
+    }
+}
+
+/// Reads one line back; `None` for anything that is not a stamped event.
+pub(crate) fn parse(line: &str) -> Option<Stamped> {
+    let (at, rest) = line.trim_start().split_once(' ')?;
+    Some(Stamped {
+        at: at.parse().ok()?,
+        event: parse_event(rest)?,
+    })
+}
+
+fn parse_event(line: &str) -> Option<Event> {
     let mut words = line.split_whitespace();
     let kind = words.next()?;
     let event = match kind {
@@ -136,6 +168,10 @@ pub(crate) fn parse(line: &str) -> Option<Event> {
         "acquired" => Event::Acquired {
             fence: fence(&mut words)?,
         },
+        "read-begin" => Event::ReadBegin {
+            fence: fence(&mut words)?,
+        },
+        "peek-begin" => Event::PeekBegin,
         "read" => {
             let fence = fence(&mut words)?;
             let outcome = match words.next()? {
@@ -229,6 +265,8 @@ mod tests {
         let events = [
             Event::Ready,
             Event::Acquired { fence: fence(3, 7) },
+            Event::ReadBegin { fence: fence(3, 7) },
+            Event::PeekBegin,
             Event::Read {
                 fence: fence(3, 7),
                 outcome: Outcome::Admitted(None),
@@ -286,9 +324,13 @@ mod tests {
                 reason: "redis unavailable: refused".into(),
             },
         ];
-        for event in events {
-            let line = event.to_string();
-            assert_eq!(parse(&line), Some(event), "{line}");
+        for (at, event) in (0u64..).zip(events) {
+            let stamped = Stamped {
+                at: at * 1_000_000_007,
+                event,
+            };
+            let line = stamped.to_string();
+            assert_eq!(parse(&line), Some(stamped), "{line}");
         }
     }
 
@@ -300,11 +342,16 @@ mod tests {
         assert_eq!(event.to_string(), "error two lines");
         for junk in [
             "",
-            "acquired",
-            "acquired 0 00",
-            "read 1 xyz ok 1",
-            "nope 1",
-            "peek 1 2",
+            "12",
+            "ready",
+            "x ready",
+            "-1 ready",
+            "12 acquired",
+            "12 acquired 0 00",
+            "12 read 1 xyz ok 1",
+            "12 nope 1",
+            "12 peek 1 2",
+            "12 peek-begin 1",
         ] {
             assert_eq!(parse(junk), None, "{junk:?}");
         }

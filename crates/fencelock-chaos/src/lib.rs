@@ -7,6 +7,12 @@
 //! proxies and ends Postgres sessions. The checker then reads the history and the final
 //! counter: no admitted write lost, no fence admitted after a newer one.
 //!
+//! Every storage operation is also recorded with its invoke and complete times, and
+//! [`linearizability::check`] searches each key's history for an order that obeys the fence
+//! rule. [`ChaosReport::write_history`] exports it as JSON lines ([`history`] has the format);
+//! [`ChaosReport::html`] renders the report as a self-contained page with a time line per
+//! worker and latency plots.
+//!
 //! The negative control repeats the workload and the faults against the same storage without
 //! fencing: every worker reads with `peek` and writes with one shared fence (the largest token
 //! and one fixed owner), which the storage always admits. It must show lost updates, or the
@@ -31,6 +37,8 @@
 #[cfg(feature = "harness")]
 mod checker;
 #[cfg(feature = "harness")]
+mod clock;
+#[cfg(feature = "harness")]
 mod cluster;
 #[cfg(feature = "harness")]
 mod config;
@@ -39,7 +47,13 @@ mod error;
 #[cfg(feature = "harness")]
 mod events;
 #[cfg(feature = "harness")]
+pub mod history;
+#[cfg(feature = "harness")]
+pub mod linearizability;
+#[cfg(feature = "harness")]
 mod nemesis;
+#[cfg(feature = "harness")]
+mod page;
 #[cfg(feature = "harness")]
 mod phase;
 #[cfg(feature = "harness")]
@@ -59,6 +73,8 @@ pub use checker::Verdict;
 pub use config::{ChaosConfig, FaultKind, MIN_TTL, Mode, Persistence, Target};
 #[cfg(feature = "harness")]
 pub use error::{ChaosError, Result};
+#[cfg(feature = "harness")]
+pub use linearizability::Linearizability;
 #[cfg(feature = "harness")]
 pub use nemesis::FaultTally;
 #[cfg(feature = "harness")]

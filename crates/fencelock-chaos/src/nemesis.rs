@@ -19,9 +19,11 @@ use rand::seq::IndexedRandom;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::clock;
 use crate::cluster::{self, Cluster};
 use crate::config::FaultKind;
 use crate::error::{ChaosError, Result};
+use crate::history::FaultSpan;
 
 /// What the nemesis did in one run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -56,9 +58,11 @@ impl FaultTally {
     }
 }
 
-/// What the nemesis did so far, counted from several tasks.
+/// What the nemesis did so far, counted from several tasks, and when.
 #[derive(Debug, Default)]
 pub(crate) struct FaultCounts {
+    /// Every fault, from start to heal, in monotonic nanoseconds.
+    spans: Mutex<Vec<FaultSpan>>,
     pauses: AtomicU64,
     paused_writes_refused: AtomicU64,
     paused_writes_admitted: AtomicU64,
@@ -74,6 +78,21 @@ pub(crate) struct FaultCounts {
 impl FaultCounts {
     fn bump(counter: &AtomicU64, by: u64) {
         counter.fetch_add(by, Ordering::Relaxed);
+    }
+
+    fn span(&self, kind: FaultKind, worker: Option<usize>, label: String, start_ns: u64) {
+        lock(&self.spans).push(FaultSpan {
+            kind,
+            worker,
+            label,
+            start_ns,
+            end_ns: clock::now_ns(),
+        });
+    }
+
+    /// The faults so far, from start to heal.
+    pub(crate) fn spans(&self) -> Vec<FaultSpan> {
+        lock(&self.spans).clone()
     }
 
     /// The counts now.
@@ -135,8 +154,8 @@ pub(crate) struct Pauser {
     ttl: Duration,
     pids: Vec<Pid>,
     armed: AtomicBool,
-    /// Workers stopped right now.
-    paused: Mutex<HashMap<usize, JoinHandle<()>>>,
+    /// Workers stopped right now, with when they were stopped.
+    paused: Mutex<HashMap<usize, (JoinHandle<()>, u64)>>,
     /// Workers stopped after a read whose write has not been reported yet.
     resumed: Mutex<HashSet<usize>>,
     counts: Arc<FaultCounts>,
@@ -200,6 +219,7 @@ impl Pauser {
         if kill(pid, Signal::SIGSTOP).is_err() {
             return;
         }
+        let stopped_at = clock::now_ns();
         self.armed.store(false, Ordering::Relaxed);
         FaultCounts::bump(&self.counts.pauses, 1);
         lock(&self.resumed).insert(worker);
@@ -208,9 +228,12 @@ impl Pauser {
         let task = tokio::spawn(async move {
             tokio::time::sleep(hold).await;
             let _ = kill(pid, Signal::SIGCONT);
-            lock(&this.paused).remove(&worker);
+            if lock(&this.paused).remove(&worker).is_some() {
+                this.counts
+                    .span(FaultKind::Pause, Some(worker), "SIGSTOP".into(), stopped_at);
+            }
         });
-        paused.insert(worker, task);
+        paused.insert(worker, (task, stopped_at));
     }
 
     /// Worker `worker` reported the write of its cycle: admitted, refused or unknown.
@@ -227,11 +250,13 @@ impl Pauser {
 
     /// Continues every stopped worker now.
     pub(crate) fn release_all(&self) {
-        for (worker, task) in lock(&self.paused).drain() {
+        for (worker, (task, stopped_at)) in lock(&self.paused).drain() {
             task.abort();
             if let Some(pid) = self.pids.get(worker).filter(|p| p.as_raw() > 0) {
                 let _ = kill(*pid, Signal::SIGCONT);
             }
+            self.counts
+                .span(FaultKind::Pause, Some(worker), "SIGSTOP".into(), stopped_at);
         }
     }
 }
@@ -305,15 +330,19 @@ async fn kill_episode(
         .choose_multiple(&mut rand::rng(), victims)
         .cloned()
         .collect();
+    let started = clock::now_ns();
     for node in &chosen {
         cluster::kill(node.clone()).await?;
     }
     FaultCounts::bump(&counts.kill_episodes, 1);
     FaultCounts::bump(&counts.nodes_killed, chosen.len() as u64);
     hold_for(hold, stop).await;
+    let killed = chosen.len();
     for node in chosen {
         cluster::restart(node).await?;
     }
+    let label = format!("kill -9 {killed} of {n} nodes");
+    counts.span(FaultKind::Kill, None, label, started);
     Ok(())
 }
 
@@ -331,31 +360,37 @@ async fn partition_episode(
     }
     let count = rand::random_range(1..=proxies.len());
     let chosen: Vec<_> = proxies.choose_multiple(&mut rand::rng(), count).collect();
-    match rand::random_range(0..3u8) {
+    let started = clock::now_ns();
+    let what = match rand::random_range(0..3u8) {
         0 => {
             let delay = between(ttl / 4, ttl);
             for p in &chosen {
                 p.set_delay(delay);
             }
             FaultCounts::bump(&counts.partition_delay, 1);
+            format!("delay {}ms", delay.as_millis())
         }
         1 => {
             for p in &chosen {
                 p.set_blackhole(true);
             }
             FaultCounts::bump(&counts.partition_blackhole, 1);
+            "blackhole".to_owned()
         }
         _ => {
             for p in &chosen {
                 p.set_reset(true);
             }
             FaultCounts::bump(&counts.partition_reset, 1);
+            "reset".to_owned()
         }
-    }
+    };
     hold_for(hold, stop).await;
-    for p in chosen {
+    for p in &chosen {
         p.heal();
     }
+    let label = format!("{what}, {} of {} servers", chosen.len(), proxies.len());
+    counts.span(FaultKind::Partition, None, label, started);
 }
 
 /// Ends a random half of the workers' Postgres sessions (all of them one time in three).
@@ -363,6 +398,7 @@ async fn terminate_episode(cluster: &Cluster, counts: &FaultCounts) -> Result<()
     let Some(pg) = &cluster.pg else {
         return Ok(());
     };
+    let started = clock::now_ns();
     let everyone = rand::random_range(0..3u8) == 0;
     let ended: i64 = sqlx::query_scalar(
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
@@ -378,5 +414,7 @@ async fn terminate_episode(cluster: &Cluster, counts: &FaultCounts) -> Result<()
         &counts.sessions_terminated,
         u64::try_from(ended).unwrap_or(0),
     );
+    let label = format!("pg_terminate_backend, {ended} sessions");
+    counts.span(FaultKind::Terminate, None, label, started);
     Ok(())
 }

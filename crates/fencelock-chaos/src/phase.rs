@@ -12,10 +12,13 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout, timeout_at};
 
 use crate::checker::History;
+use crate::clock;
 use crate::cluster::Cluster;
 use crate::config::{FaultKind, Mode};
 use crate::error::{ChaosError, Result};
-use crate::events::{Event, Outcome};
+use crate::events::{Event, Outcome, Stamped};
+use crate::history::Recorder;
+use crate::linearizability;
 use crate::nemesis::{self, FaultCounts, Pauser};
 use crate::process::{WorkerLauncher, WorkerProcess};
 use crate::report::{Progress, RunReport};
@@ -32,6 +35,8 @@ pub(crate) struct Settings {
     pub(crate) work: Duration,
     pub(crate) op_timeout: Duration,
     pub(crate) faults: Vec<FaultKind>,
+    /// States the history checker may visit per key.
+    pub(crate) search_budget: usize,
     /// Unique to the chaos run: keys and Postgres sessions carry it.
     pub(crate) tag: String,
 }
@@ -51,9 +56,12 @@ struct Phase<'a> {
     mode: Mode,
     resource: LockKey,
     workers: Vec<WorkerProcess>,
-    events: mpsc::UnboundedReceiver<(usize, Event)>,
+    events: mpsc::UnboundedReceiver<(usize, Stamped)>,
     seen: Vec<Seen>,
     history: History,
+    recorder: Recorder,
+    /// When the nemesis was let loose (monotonic nanoseconds).
+    faults_from: u64,
     counts: Arc<FaultCounts>,
     pauser: Arc<Pauser>,
 }
@@ -76,6 +84,7 @@ pub(crate) async fn run_phase(
 ) -> Result<RunReport> {
     let mut phase = Phase::start(cluster, settings, launcher, mode).await?;
     phase.wait_until_ready().await?;
+    phase.faults_from = clock::now_ns();
     let nemesis = phase.unleash_nemesis();
     let started = Instant::now();
     let early_exit = phase.observe(started + duration, duration, progress).await;
@@ -109,6 +118,11 @@ impl<'a> Phase<'a> {
             mode,
         };
         let resource = LockKey::new(&config.resource)?;
+        let recorder = Recorder::new(
+            clock::now_ns(),
+            config.resource.clone(),
+            usize::from(settings.workers),
+        );
         let (tx, events) = mpsc::unbounded_channel();
         let count = usize::from(settings.workers);
         let mut workers = Vec::with_capacity(count);
@@ -131,6 +145,8 @@ impl<'a> Phase<'a> {
             workers,
             events,
             history: History::default(),
+            recorder,
+            faults_from: 0,
             counts,
             pauser,
         })
@@ -142,7 +158,7 @@ impl<'a> Phase<'a> {
         let by = Instant::now() + READY_WITHIN;
         while self.seen.iter().any(|s| !s.ready) {
             match timeout_at(by, self.events.recv()).await {
-                Ok(Some((worker, event))) => self.observe_one(worker, &event),
+                Ok(Some((worker, stamped))) => self.observe_one(worker, &stamped),
                 Ok(None) | Err(_) => {
                     let mut tails: Vec<String> = self
                         .workers
@@ -206,7 +222,7 @@ impl<'a> Phase<'a> {
         loop {
             tokio::select! {
                 received = self.events.recv() => match received {
-                    Some((worker, event)) => self.observe_one(worker, &event),
+                    Some((worker, stamped)) => self.observe_one(worker, &stamped),
                     None => return None,
                 },
                 _ = tick.tick() => {
@@ -258,8 +274,8 @@ impl<'a> Phase<'a> {
         let s = self.settings;
         let grace = s.op_timeout * 4 + s.ttl * 4 + Duration::from_secs(2);
         let drained = timeout(grace, async {
-            while let Some((worker, event)) = self.events.recv().await {
-                self.observe_one(worker, &event);
+            while let Some((worker, stamped)) = self.events.recv().await {
+                self.observe_one(worker, &stamped);
             }
         })
         .await;
@@ -267,10 +283,10 @@ impl<'a> Phase<'a> {
             for w in &mut self.workers {
                 let _ = w.child.start_kill();
             }
-            while let Ok(Some((worker, event))) =
+            while let Ok(Some((worker, stamped))) =
                 timeout(Duration::from_secs(2), self.events.recv()).await
             {
-                self.observe_one(worker, &event);
+                self.observe_one(worker, &stamped);
             }
         }
         for w in &mut self.workers {
@@ -286,30 +302,51 @@ impl<'a> Phase<'a> {
         // A request cut short may still be executing on the server; let it land before reading.
         sleep(Duration::from_millis(500)).await;
         let storage = self.cluster.direct_storage.connect().await?.storage;
+        let invoked = clock::now_ns();
         let snapshot = storage.peek(&self.resource).await?;
-        let final_value = match snapshot.and_then(|s| s.value) {
-            None => 0,
-            Some(bytes) => std::str::from_utf8(&bytes)
-                .ok()
-                .and_then(|s| s.parse::<u64>().ok())
-                .ok_or_else(|| {
-                    ChaosError::harness(format!(
-                        "the counter {} holds something that is not a number",
-                        self.resource
-                    ))
-                })?,
+        let completed = clock::now_ns();
+        let stored = match snapshot.and_then(|s| s.value) {
+            None => None,
+            Some(bytes) => Some(
+                std::str::from_utf8(&bytes)
+                    .ok()
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .ok_or_else(|| {
+                        ChaosError::harness(format!(
+                            "the counter {} holds something that is not a number",
+                            self.resource
+                        ))
+                    })?,
+            ),
         };
+        let history = self.recorder.finish(
+            self.faults_from,
+            Some((stored, invoked, completed)),
+            self.counts.spans(),
+        );
+        let operations = history.operations.clone();
+        let budget = self.settings.search_budget;
+        let linearizability =
+            tokio::task::spawn_blocking(move || linearizability::check(&operations, budget))
+                .await
+                .map_err(|e| {
+                    ChaosError::harness_from(format!("the history checker failed: {e}"), e)
+                })?;
         Ok(RunReport {
             mode: self.mode,
             elapsed,
-            verdict: self.history.check(final_value, self.mode),
+            verdict: self.history.check(stored.unwrap_or(0), self.mode),
             faults: self.counts.tally(),
+            linearizability,
+            history,
         })
     }
 
     /// Records one event and tells the pauser what it needs to know.
-    fn observe_one(&mut self, worker: usize, event: &Event) {
+    fn observe_one(&mut self, worker: usize, stamped: &Stamped) {
+        let event = &stamped.event;
         self.history.record(event);
+        self.recorder.record(worker, stamped);
         let Some(seen) = self.seen.get_mut(worker) else {
             return;
         };

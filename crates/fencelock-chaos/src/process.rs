@@ -11,7 +11,7 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 
 use crate::error::{ChaosError, Result};
-use crate::events::{self, Event};
+use crate::events::{self, Stamped};
 use crate::worker::WorkerConfig;
 
 /// How to start a worker process: a program and its arguments. The program must call
@@ -62,7 +62,7 @@ impl WorkerProcess {
         launcher: &WorkerLauncher,
         config: &WorkerConfig,
         index: usize,
-        events: mpsc::UnboundedSender<(usize, Event)>,
+        events: mpsc::UnboundedSender<(usize, Stamped)>,
     ) -> Result<Self> {
         let mut child = Command::new(&launcher.program)
             .args(&launcher.args)

@@ -1,13 +1,18 @@
 //! The report of a chaos run, as text or JSON, and the progress line shown while it runs.
 
 use std::fmt::{self, Write};
+use std::io;
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::checker::Verdict;
 use crate::config::{FaultKind, Mode};
+use crate::history::RunHistory;
+use crate::linearizability::Linearizability;
 use crate::nemesis::FaultTally;
+use crate::page;
 
 /// What one run (fenced or control) did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,6 +26,10 @@ pub struct RunReport {
     pub verdict: Verdict,
     /// What the nemesis did.
     pub faults: FaultTally,
+    /// The history checker's verdict: is the history linearizable for the fenced register?
+    pub linearizability: Linearizability,
+    /// Every operation, lease and fault, on one time line.
+    pub history: RunHistory,
 }
 
 /// A whole chaos run: the fenced run, the negative control and what they mean together.
@@ -59,7 +68,10 @@ pub enum Outcome {
 impl Outcome {
     /// The outcome of a fenced run and its control.
     pub fn of(fenced: &RunReport, control: &RunReport) -> Self {
-        if fenced.verdict.violations > 0 || fenced.verdict.lost_updates > 0 {
+        if fenced.verdict.violations > 0
+            || fenced.verdict.lost_updates > 0
+            || fenced.linearizability.is_violation()
+        {
             Outcome::Violations
         } else if control.verdict.lost_updates == 0 {
             Outcome::ControlFoundNothing
@@ -123,6 +135,10 @@ fn run_json(r: &RunReport) -> Value {
         "lost_updates": v.lost_updates,
         "violations": v.violations,
         "violation_examples": v.examples,
+        "linearizability": {
+            "verdict": r.linearizability.as_str(),
+            "detail": r.linearizability.to_string(),
+        },
         "faults": {
             "pause": f.pauses,
             "paused_writes_refused": f.paused_writes_refused,
@@ -156,23 +172,43 @@ impl ChaosReport {
     /// The report as a table, fenced and control side by side, ending with the outcome.
     pub fn text(&self) -> String {
         let (fenced, control) = (&self.fenced, &self.control);
-        let (f, c) = (&fenced.verdict, &control.verdict);
-        let (ff, cf) = (&fenced.faults, &control.faults);
+        let f = &fenced.verdict;
         let mut out = String::new();
         let _ = writeln!(out, "fencelock chaos: {}", self.backend);
-        let _ = writeln!(
-            out,
+        let _ = writeln!(out, "{}", self.settings_line());
+        let _ = writeln!(out);
+        let _ = writeln!(out, "{:<34} {:>16} {:>16}", "", "fenced", "control");
+        for [label, a, b] in self.rows() {
+            let _ = writeln!(out, "{label:<34} {a:>16} {b:>16}");
+        }
+        for example in &f.examples {
+            let _ = writeln!(out, "  violation: {example}");
+        }
+        let _ = writeln!(out, "  fenced history: {}", fenced.linearizability);
+        let _ = writeln!(out, "  control history: {}", control.linearizability);
+        let _ = writeln!(out);
+        let _ = writeln!(out, "{}", self.outcome.explain());
+        out
+    }
+
+    /// Workers, ttl, work and faults on one line.
+    pub(crate) fn settings_line(&self) -> String {
+        format!(
             "workers {}, ttl {:?}, work {:?}, faults {}",
             self.workers,
             self.ttl,
             self.work,
             names(&self.faults)
-        );
-        let _ = writeln!(out);
-        let _ = writeln!(out, "{:<34} {:>16} {:>16}", "", "fenced", "control");
-        let mut row = |label: &str, a: String, b: String| {
-            let _ = writeln!(out, "{label:<34} {a:>16} {b:>16}");
-        };
+        )
+    }
+
+    /// The table's rows: label, fenced, control.
+    pub(crate) fn rows(&self) -> Vec<[String; 3]> {
+        let (fenced, control) = (&self.fenced, &self.control);
+        let (f, c) = (&fenced.verdict, &control.verdict);
+        let (ff, cf) = (&fenced.faults, &control.faults);
+        let mut rows = Vec::with_capacity(20);
+        let mut row = |label: &str, a: String, b: String| rows.push([label.to_owned(), a, b]);
         row(
             "duration",
             format!("{:.1}s", fenced.elapsed.as_secs_f64()),
@@ -257,12 +293,37 @@ impl ChaosReport {
             c.lost_updates.to_string(),
         );
         row("violations", f.violations.to_string(), "-".into());
-        for example in &f.examples {
-            let _ = writeln!(out, "  violation: {example}");
-        }
-        let _ = writeln!(out);
-        let _ = writeln!(out, "{}", self.outcome.explain());
-        out
+        row(
+            "history vs fenced register",
+            fenced.linearizability.as_str().into(),
+            control.linearizability.as_str().into(),
+        );
+        rows
+    }
+}
+
+impl ChaosReport {
+    /// Writes both runs' operations as JSON lines (format in [`crate::history`]), the fenced
+    /// run's first.
+    pub fn write_history(&self, out: &mut dyn io::Write) -> io::Result<()> {
+        self.fenced.history.write_jsonl(Mode::Fenced, out)?;
+        self.control.history.write_jsonl(Mode::Control, out)
+    }
+
+    /// The report as one self-contained HTML page: the table, a time line per worker and
+    /// latency plots, fenced run and control side by side.
+    pub fn html(&self) -> String {
+        page::render(self)
+    }
+
+    /// Writes `index.html` ([`html`](Self::html)) and `history.jsonl`
+    /// ([`write_history`](Self::write_history)) into `dir`, creating it if needed.
+    pub fn write_report_dir(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(dir.join("index.html"), self.html())?;
+        let mut history = io::BufWriter::new(std::fs::File::create(dir.join("history.jsonl"))?);
+        self.write_history(&mut history)?;
+        io::Write::flush(&mut history)
     }
 }
 

@@ -42,6 +42,7 @@ pub async fn run(
         work: config.work(),
         op_timeout: config.op_timeout,
         faults,
+        search_budget: config.search_budget,
         tag,
     };
     let cluster = Arc::new(cluster);

@@ -25,9 +25,10 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::time::{sleep, timeout};
 
+use crate::clock;
 use crate::config::Mode;
 use crate::error::{ChaosError, Result};
-use crate::events::{Event, Outcome};
+use crate::events::{Event, Outcome, Stamped};
 
 /// What one worker does; written by the coordinator as the first line of the worker's stdin.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,9 +107,18 @@ struct Reporter {
 }
 
 impl Reporter {
+    /// Writes `event` stamped with the time now: before a call for a `*-begin` event, after
+    /// it for its answer.
     fn emit(&self, event: &Event) {
+        let stamped = Stamped {
+            at: clock::now_ns(),
+            event: event.clone(),
+        };
         let mut out = std::io::stdout().lock();
-        if writeln!(out, "{event}").and_then(|()| out.flush()).is_err() {
+        if writeln!(out, "{stamped}")
+            .and_then(|()| out.flush())
+            .is_err()
+        {
             self.gone.store(true, Ordering::Relaxed);
         }
     }
@@ -250,6 +260,7 @@ impl Worker {
 
     /// Fenced read, work, fenced write of the value + 1.
     async fn fenced(&self, fence: Fence) {
+        self.emit(Event::ReadBegin { fence });
         let read = bounded(self.op_timeout, self.storage.read(&self.resource, fence)).await;
         let value = match read {
             Ok(Ok(bytes)) => match counter(bytes) {
@@ -300,6 +311,7 @@ impl Worker {
 
     /// Unfenced read, work, write of the value + 1 under the shared control fence.
     async fn unfenced(&self, control: Fence) {
+        self.emit(Event::PeekBegin);
         let value = match bounded(self.op_timeout, self.storage.peek(&self.resource)).await {
             Ok(Ok(snapshot)) => match counter(snapshot.and_then(|s| s.value)) {
                 Ok(value) => value,
