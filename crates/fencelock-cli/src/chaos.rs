@@ -1,7 +1,8 @@
 //! `fencelock chaos`: the arguments of a `fencelock-chaos` run, its progress on stderr and its
 //! report on stdout; and `fencelock worker`, the process each chaos worker runs.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use fencelock_chaos::{
@@ -17,6 +18,7 @@ use crate::spec::{BACKEND_ENV, Spec, SpecParser};
 pub(crate) const EXAMPLES: &str = "  fencelock chaos --spawn-redis 1 --faults pause,kill,partition --duration 30s
   fencelock chaos --spawn-redis 5 --persistence none --faults pause,kill
   fencelock chaos --backend 'postgres://postgres@127.0.0.1/test?backend=advisory' --faults pause,terminate,partition
+  fencelock chaos --spawn-redis 1 --faults pause,kill --duration 10s --report chaos-report
 ";
 
 /// `--persistence`.
@@ -74,6 +76,23 @@ pub(crate) struct Args {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// Write a report page into DIR: index.html (self-contained: the table, a time line per
+    /// worker, latency plots, fenced run and control side by side) and history.jsonl.
+    #[arg(long, value_name = "DIR")]
+    report: Option<PathBuf>,
+    /// Write every storage operation of both runs, with invoke and complete times, as JSON
+    /// lines to FILE, for other history checkers.
+    #[arg(long, value_name = "FILE")]
+    history: Option<PathBuf>,
+    /// States the history checker may visit per key before its verdict is "unknown: search
+    /// budget exceeded".
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = fencelock_chaos::linearizability::DEFAULT_STATE_BUDGET,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
+    )]
+    search_budget: usize,
 }
 
 fn parse_fault(text: &str) -> Result<FaultKind, String> {
@@ -107,12 +126,22 @@ impl Args {
         config.ttl = self.ttl;
         config.work = self.work;
         config.op_timeout = self.op_timeout;
+        config.search_budget = self.search_budget;
         Ok(config)
     }
 }
 
 pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     let config = args.config()?;
+    // Found out before a long run, not after it.
+    if let Some(dir) = &args.report {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            CliError::io(
+                format!("cannot create the report directory {}", dir.display()),
+                e,
+            )
+        })?;
+    }
     let launcher = WorkerLauncher::current_exe(["worker"])?;
     let tty = std::io::stderr().is_terminal();
     let mut progress = |p: &Progress| {
@@ -139,6 +168,21 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
         println!("{}", report.json());
     } else {
         print!("{}", report.text());
+    }
+    if let Some(dir) = &args.report {
+        report.write_report_dir(dir).map_err(|e| {
+            CliError::io(format!("cannot write the report into {}", dir.display()), e)
+        })?;
+        eprintln!(
+            "fencelock chaos: report page {}",
+            dir.join("index.html").display()
+        );
+    }
+    if let Some(file) = &args.history {
+        let cannot = |e| CliError::io(format!("cannot write the history to {}", file.display()), e);
+        let mut out = std::io::BufWriter::new(std::fs::File::create(file).map_err(cannot)?);
+        report.write_history(&mut out).map_err(cannot)?;
+        out.flush().map_err(cannot)?;
     }
     Ok(match report.outcome {
         Outcome::Pass => Exit::Success,
