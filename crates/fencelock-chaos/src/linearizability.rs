@@ -659,6 +659,56 @@ mod tests {
     }
 
     #[test]
+    fn a_long_run_is_checked_in_about_one_state_per_operation() {
+        // 10,000 lock cycles as chaos makes them: read then write under each grant, every
+        // tenth holder paused past its lease and refused after the next holder wrote, every
+        // fiftieth write without an answer although it landed.
+        let mut ops = Vec::new();
+        let (mut t, mut value, mut token) = (0u64, 0u64, 0u64);
+        let mut paused: Option<(u64, u64)> = None;
+        for cycle in 0..10_000u64 {
+            token += 1;
+            ops.push(read(token, (value > 0).then_some(value), (t, t + 5)));
+            if cycle % 10 == 3 {
+                paused = Some((token, t + 6));
+                t += 10;
+                continue;
+            }
+            value += 1;
+            if cycle % 50 == 7 {
+                ops.push(unknown_write(token, value, t + 6));
+            } else {
+                ops.push(write(token, value, (t + 6, t + 9)));
+            }
+            if let Some((old, since)) = paused.take() {
+                ops.push(op(
+                    OpKind::Write,
+                    old,
+                    Some(value),
+                    OpOutcome::Stale {
+                        current: fence(token),
+                    },
+                    (since, t + 10),
+                ));
+            }
+            t += 12;
+        }
+        ops.push(peek(Some(value), (t + 100, t + 110)));
+        match verdict(&ops) {
+            Linearizability::Linearizable {
+                operations, states, ..
+            } => {
+                assert_eq!(operations, ops.len());
+                assert!(
+                    states < 2 * operations,
+                    "{states} states for {operations} operations"
+                );
+            }
+            v => panic!("{v}"),
+        }
+    }
+
+    #[test]
     fn a_search_past_its_budget_says_unknown() {
         // Many writes without answers, all overlapping, and a final read nobody wrote: proving
         // it impossible means trying every subset.
