@@ -16,6 +16,8 @@ mod table;
 #[cfg(feature = "criterion")]
 pub mod criterion;
 
+#[cfg(feature = "etcd")]
+pub use backends::etcd::{EtcdBaseline, EtcdLockServicePeer};
 pub use backends::memory::MemoryBaseline;
 #[cfg(feature = "postgres")]
 pub use backends::postgres::{PgBaseline, SqlxAdvisoryLockPeer};

@@ -5,11 +5,12 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use fencelock::spec::BackendSpec;
-use fencelock_bench::{Report, Settings, Suite};
+use fencelock_bench::{BenchError, Report, Settings, Suite};
 
 use crate::args::BackendArg;
 use crate::error::CliError;
 use crate::exit::Exit;
+use crate::signals::Signals;
 use crate::spec::Spec;
 
 pub(crate) const EXAMPLES: &str = "  fencelock bench
@@ -50,6 +51,8 @@ async fn suite(spec: &BackendSpec) -> Result<Suite, CliError> {
         BackendSpec::Redis(config) => Ok(Suite::redis(config).await?),
         BackendSpec::Redlock(config) => Ok(Suite::redlock(config).await?),
         BackendSpec::Postgres(config) => Ok(Suite::postgres(config).await?),
+        #[cfg(feature = "etcd")]
+        BackendSpec::Etcd(config) => Ok(Suite::etcd(config).await?),
         other => Err(CliError::Input(format!(
             "fencelock bench has no baseline for {other} yet"
         ))),
@@ -72,18 +75,41 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
             eprintln!("bench {spec}: {line}");
         }
     };
-    let outcome = fencelock_bench::run_all(&suite, settings, &mut progress).await;
+    let mut signals = Signals::install()?;
+    let outcome = tokio::select! {
+        outcome = fencelock_bench::run_all(&suite, settings, &mut progress) => Ok(outcome),
+        // Dropping the run aborts its tasks; the keys it wrote are removed below.
+        signal = signals.recv() => Err(signal),
+    };
     if tty {
         eprint!("\r\x1b[2K");
     }
     let closed = suite.close().await;
-    let report = outcome?;
-    closed?;
+    let cleanup_note = |e: &BenchError| {
+        format!(
+            "fencelock bench: could not remove the run's keys under {:?}: {e}",
+            suite.key_prefix()
+        )
+    };
+    let report = match outcome {
+        Ok(report) => report,
+        Err(signal) => {
+            match &closed {
+                Ok(()) => eprintln!("fencelock: {signal}: bench stopped and removed its keys"),
+                Err(e) => eprintln!("fencelock: {signal}: bench stopped; {}", cleanup_note(e)),
+            }
+            return Ok(Exit::Signal(signal as i32));
+        }
+    };
+    let report = report?;
     if args.json {
         println!("{}", json(spec, &report));
     } else {
         print!("{}", table(spec, &report));
     }
+    // The measurements stand even when the cleanup failed (say, a Redlock node went down at
+    // the end): they are printed first, then the leftover keys are named.
+    closed.map_err(|e| CliError::Bench(BenchError::Run(cleanup_note(&e))))?;
     Ok(Exit::Success)
 }
 

@@ -11,6 +11,8 @@ pub enum Sub {
     Demo,
     /// `fencelock run`.
     Run,
+    /// `fencelock elect`.
+    Elect,
     /// `fencelock inspect`.
     Inspect,
     /// `fencelock advance-token`.
@@ -82,13 +84,13 @@ impl From<Exit> for ExitCode {
     }
 }
 
-use Sub::{AdvanceToken, Bench, Chaos, Demo, Inspect, Run};
+use Sub::{AdvanceToken, Bench, Chaos, Demo, Elect, Inspect, Run};
 
 /// What each code means, for the subcommands that use it, in the order the help lists them.
 pub const DOCUMENTED: &[(Exit, &[Sub], &str)] = &[
     (
         Exit::Command(0),
-        &[Run],
+        &[Run, Elect],
         "the command's own exit code, or 128+N if signal N ended it",
     ),
     (Exit::Success, &[Demo, Inspect, AdvanceToken, Bench], "done"),
@@ -104,8 +106,14 @@ pub const DOCUMENTED: &[(Exit, &[Sub], &str)] = &[
     ),
     (
         Exit::Failure,
-        &[Run, Inspect, AdvanceToken, Bench],
+        &[Run, Elect, Inspect, AdvanceToken],
         "fencelock failed (unreachable backend, ...)",
+    ),
+    (
+        Exit::Failure,
+        &[Bench],
+        "fencelock failed (unreachable backend, ...), or the run's keys could not be removed \
+         afterwards (the table is printed first)",
     ),
     (
         Exit::Failure,
@@ -114,7 +122,7 @@ pub const DOCUMENTED: &[(Exit, &[Sub], &str)] = &[
     ),
     (
         Exit::Usage,
-        &[Demo, Run, Inspect, AdvanceToken, Bench, Chaos],
+        &[Demo, Run, Elect, Inspect, AdvanceToken, Bench, Chaos],
         "bad input (arguments, backend spec, key, ttl); nothing was changed",
     ),
     (
@@ -132,6 +140,12 @@ pub const DOCUMENTED: &[(Exit, &[Sub], &str)] = &[
         &[Run],
         "the lock was not obtained within --wait",
     ),
+    (Exit::NotObtained, &[Elect], "not elected within --wait"),
+    (
+        Exit::LeaseLost,
+        &[Elect],
+        "leadership was lost while the command ran; it was sent SIGTERM (SIGKILL after --grace)",
+    ),
     (
         Exit::LeaseLost,
         &[Run],
@@ -139,15 +153,25 @@ pub const DOCUMENTED: &[(Exit, &[Sub], &str)] = &[
     ),
     (
         Exit::CannotExecute,
-        &[Run],
+        &[Run, Elect],
         "the command could not be executed",
     ),
-    (Exit::CommandNotFound, &[Run], "the command was not found"),
+    (
+        Exit::CommandNotFound,
+        &[Run, Elect],
+        "the command was not found",
+    ),
     (
         Exit::Signal(0),
-        &[Run],
+        &[Run, Elect],
         "fencelock received signal N (SIGHUP 129, SIGINT 130, SIGTERM 143): it passed the signal \
          to the command, waited for it (SIGKILL after --grace), then released the lock",
+    ),
+    (
+        Exit::Signal(0),
+        &[Bench],
+        "fencelock received signal N (SIGHUP 129, SIGINT 130, SIGTERM 143); the run stopped and \
+         its keys were removed from the server",
     ),
     (
         Exit::Signal(0),

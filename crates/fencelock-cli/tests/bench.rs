@@ -126,6 +126,27 @@ fn bench_redlock() {
     );
 }
 
+#[cfg(feature = "etcd")]
+#[test]
+fn bench_etcd() {
+    let server = fencelock_testkit::etcd::EtcdServer::spawn_cluster(1);
+    let subjects = bench_json(&server.url());
+    assert!(
+        subjects
+            .iter()
+            .any(|s| s == "raw put-if-absent txn + delete"),
+        "{subjects:?}"
+    );
+    assert!(
+        subjects.iter().any(|s| s == "fencelock etcd"),
+        "{subjects:?}"
+    );
+    assert!(
+        subjects.iter().any(|s| s.starts_with("etcd v3 Lock")),
+        "{subjects:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_postgres_lease_and_advisory() {
     let schema = PgSchema::create().await;
@@ -186,4 +207,98 @@ fn bench_refuses_bad_input() {
     assert_eq!(code, 1, "{err}");
     assert!(err.starts_with("fencelock: "), "{err}");
     assert!(!err.contains("panicked"), "{err}");
+}
+
+/// Starts `fencelock bench` on `spec` for long enough to be interrupted, and returns it once
+/// its progress reached `step` (a line with `[step/7]`), with the rest of stderr still to read.
+fn bench_until_step(
+    spec: &str,
+    step: usize,
+) -> (
+    std::process::Child,
+    std::io::Lines<std::io::BufReader<std::process::ChildStderr>>,
+) {
+    use std::io::BufRead;
+    let mut child = common::command()
+        .args(["bench", "--backend", spec, "--duration", "1s", "--json"])
+        .args(["--concurrency", "4", "--keys", "16"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the fencelock binary runs");
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let marker = format!("[{step}/7]");
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if line.contains(&marker) {
+            return (child, lines);
+        }
+    }
+    let status = child.wait().unwrap();
+    panic!("bench ended ({status}) before step {step}");
+}
+
+fn redis_dbsize(server: &RedisServer) -> i64 {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &server.port().to_string(), "DBSIZE"])
+        .output()
+        .expect("redis-cli runs (apt-get install redis-tools)");
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// SIGINT, SIGTERM or SIGHUP in the middle of a run: the run stops, its keys are removed
+/// from the server, and fencelock exits 128 + N.
+#[test]
+fn bench_interrupted_removes_its_keys() {
+    for (signal, code) in [("INT", 130), ("TERM", 143), ("HUP", 129)] {
+        let server = RedisServer::spawn();
+        let (mut child, rest) = bench_until_step(&server.url(), 4);
+        assert!(redis_dbsize(&server) > 0, "the run wrote no keys yet");
+        let killed = std::process::Command::new("kill")
+            .args([format!("-{signal}"), child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let err: Vec<String> = rest.map(Result::unwrap).collect();
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(code), "SIG{signal}: {err:?}");
+        assert!(
+            err.iter().any(|l| l.contains("removed its keys")),
+            "SIG{signal}: {err:?}"
+        );
+        assert_eq!(redis_dbsize(&server), 0, "SIG{signal}: keys left behind");
+    }
+}
+
+/// A Redlock node that goes down at the end of a run fails the cleanup, not the run: the
+/// report is printed, then the leftover keys are named, and the exit code is 1.
+#[test]
+fn bench_reports_before_a_failed_cleanup() {
+    use std::io::Read;
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::spawn()).collect();
+    let spec = format!(
+        "redlock://{}",
+        servers
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port()))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let (mut child, rest) = bench_until_step(&spec, 7);
+    servers[2].kill();
+    let err: Vec<String> = rest.map(Result::unwrap).collect();
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "{err:?}");
+    let report: serde_json::Value = serde_json::from_str(&out).expect("the report, as JSON");
+    assert!(!report["rows"].as_array().unwrap().is_empty(), "{out}");
+    let last = err.last().cloned().unwrap_or_default();
+    assert!(last.contains("could not remove the run's keys"), "{err:?}");
+    assert!(last.contains(&format!("{}", servers[2].port())), "{err:?}");
 }

@@ -1,6 +1,8 @@
 //! This repository's backends, each with the raw baseline on its server and its
 //! [`Suite`](crate::Suite) constructor.
 
+#[cfg(feature = "etcd")]
+pub(crate) mod etcd;
 pub(crate) mod memory;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
