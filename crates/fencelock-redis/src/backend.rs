@@ -22,19 +22,19 @@ use crate::scripts::SCRIPTS;
 use crate::storage::RedisStorage;
 use crate::waiters::{Waiters, poll_release};
 
-/// A [`LockBackend`] on one Redis server.
+/// A [`LockBackend`](fencelock_core::LockBackend) on one Redis server.
 ///
 /// Each key has a lock (`{prefix}:{<key>}:lock`, a string `<owner>:<token>` with a `PX`
 /// expiry set by the server's clock) and a counter (`{prefix}:{<key>}:token`, never expired or
 /// deleted). Acquire, extend, release, inspect and `advance_token` are one Lua script each, so
 /// each is atomic and one round trip. Release publishes on `{prefix}:{<key>}:released`, which
-/// [`wait_for_release`](LockBackend::wait_for_release) listens to over one shared pub/sub
+/// [`wait_for_release`](fencelock_core::LockBackend::wait_for_release) listens to over one shared pub/sub
 /// connection. Clones share the connection and the subscriber.
 ///
 /// Tokens survive a server restart only if the server persists every write
 /// (`appendonly yes`, `appendfsync always`), and survive at all only if it never evicts keys
 /// (`maxmemory-policy noeviction`, which `connect` insists on unless told otherwise);
-/// [`Capabilities::tokens`] reports what the server said at connect time. After a counter was lost, [`advance_token`](LockBackend::advance_token)
+/// [`Capabilities::tokens`] reports what the server said at connect time. After a counter was lost, [`advance_token`](fencelock_core::LockBackend::advance_token)
 /// restores liveness; data safety never depended on it (see the crate docs).
 ///
 /// ```no_run

@@ -362,6 +362,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_cluster_persists_only_if_every_master_does_and_evicts_if_any_does() {
+        let settings = |fsync: Option<bool>, policy: Option<&str>| ServerSettings {
+            appendfsync_always: fsync,
+            eviction_policy: policy.map(str::to_owned),
+        };
+        let safe = settings(Some(true), Some("noeviction"));
+        assert_eq!(
+            ServerSettings::all(&[safe.clone(), safe.clone()]).persists(),
+            Some(true)
+        );
+        let all = ServerSettings::all(&[safe.clone(), settings(Some(true), Some("allkeys-lru"))]);
+        assert_eq!(all.evicts(), Some(true));
+        assert_eq!(all.eviction_policy(), Some("allkeys-lru"));
+        let all = ServerSettings::all(&[safe.clone(), settings(Some(false), Some("noeviction"))]);
+        assert_eq!(all.persists(), Some(false));
+        let all = ServerSettings::all(&[safe.clone(), settings(None, None)]);
+        assert_eq!(all.persists(), None);
+        assert_eq!(all.evicts(), None);
+    }
+
+    #[test]
     fn tokens_persist_only_when_written_through_and_never_evicted() {
         let settings = |fsync: Option<bool>, policy: Option<&str>| ServerSettings {
             appendfsync_always: fsync,
