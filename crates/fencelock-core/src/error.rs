@@ -26,6 +26,19 @@ pub enum LostReason {
     Released,
 }
 
+impl LostReason {
+    /// The reason as one snake-case word (`"deadline_passed"`, ...), for metrics labels.
+    pub fn word(self) -> &'static str {
+        match self {
+            LostReason::NotHeld => "not_held",
+            LostReason::Superseded => "superseded",
+            LostReason::SessionEnded => "session_ended",
+            LostReason::DeadlinePassed => "deadline_passed",
+            LostReason::Released => "released",
+        }
+    }
+}
+
 impl std::fmt::Display for LostReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -182,6 +195,24 @@ impl Error {
             self,
             Error::Timeout { .. } | Error::Unavailable { .. } | Error::QuorumFailed { .. }
         )
+    }
+
+    /// The variant's name in snake case (`"stale"`, `"unavailable"`, ...): a label for
+    /// metrics and logs that stays the same whatever the message says.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::InvalidKey { .. } => "invalid_key",
+            Error::InvalidTtl { .. } => "invalid_ttl",
+            Error::InvalidConfig { .. } => "invalid_config",
+            Error::ValueTooLarge { .. } => "value_too_large",
+            Error::Timeout { .. } => "timeout",
+            Error::LeaseLost { .. } => "lease_lost",
+            Error::Stale { .. } => "stale",
+            Error::QuorumFailed { .. } => "quorum_failed",
+            Error::Unavailable { .. } => "unavailable",
+            Error::Unsupported { .. } => "unsupported",
+            Error::Backend { .. } => "backend",
+        }
     }
 
     /// A [`Error::LeaseLost`] for `key`.

@@ -13,6 +13,7 @@ use tracing::Instrument;
 use crate::backend::LockBackend;
 use crate::error::{Error, LostReason, Result};
 use crate::lease::{self, Lease};
+use crate::metrics;
 use crate::registry::Registry;
 
 /// What a renewal is for.
@@ -50,6 +51,8 @@ pub(crate) struct Registration {
 pub(crate) struct Held {
     pub(crate) backend: Arc<dyn LockBackend>,
     state: Mutex<State>,
+    /// When the lease was granted (stored here), for the hold time.
+    granted_at: Instant,
     /// Held for a renewal's whole round trip: one request in flight per guard.
     renewing: tokio::sync::Mutex<()>,
     pub(crate) lost: CancellationToken,
@@ -78,6 +81,7 @@ impl Held {
                 renewals: 0,
                 unconfirmed_ttl: None,
             }),
+            granted_at: Instant::now(),
             renewing: tokio::sync::Mutex::new(()),
             lost: CancellationToken::new(),
             reason: OnceLock::new(),
@@ -103,7 +107,9 @@ impl Held {
     }
 
     pub(crate) fn mark_lost(&self, reason: LostReason) {
-        let _ = self.reason.set(reason);
+        if self.reason.set(reason).is_ok() {
+            metrics::ended(self.backend.name(), self.granted_at.elapsed(), reason);
+        }
         self.lost.cancel();
     }
 
@@ -128,7 +134,13 @@ impl Held {
         // The server may process this renewal the moment it arrives and count its ttl from
         // then, so while it is in flight the lease is only known to last until `sent + ttl`.
         self.cap_deadline(sent, ttl);
-        match self.backend.extend(&lease, ttl).await {
+        let outcome = self.backend.extend(&lease, ttl).await;
+        metrics::renewed(
+            self.backend.name(),
+            sent.elapsed(),
+            outcome.as_ref().map(|_| ()),
+        );
+        match outcome {
             Ok(renewed) => {
                 self.store(renewed, sent);
                 Ok(true)
@@ -136,7 +148,10 @@ impl Held {
             Err(e) => {
                 match &e {
                     Error::LeaseLost { reason, .. } => self.mark_lost(*reason),
-                    _ => self.unconfirmed(sent, ttl),
+                    _ => {
+                        metrics::backend_error(self.backend.name(), "extend", &e);
+                        self.unconfirmed(sent, ttl);
+                    }
                 }
                 Err(e)
             }
@@ -202,6 +217,9 @@ impl Held {
             token = lease.token.get(),
         );
         let released = self.backend.release(&lease).instrument(span.clone()).await;
+        if let Err(e) = &released {
+            metrics::backend_error(self.backend.name(), "release", e);
+        }
         span.in_scope(|| tracing::debug!(outcome = ?released.as_ref().ok(), "released"));
         self.release_finished();
         released

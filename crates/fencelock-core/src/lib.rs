@@ -13,6 +13,7 @@ mod key;
 mod kinds;
 mod lease;
 mod locker;
+pub mod metrics;
 mod registry;
 mod storage;
 mod storage_ext;

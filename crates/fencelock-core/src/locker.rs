@@ -15,6 +15,7 @@ use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::key::LockKey;
+use crate::metrics;
 use crate::registry::Registry;
 
 /// Default options for the requests a [`Locker`] builds.
@@ -270,13 +271,14 @@ impl LockRequest {
         // `None`: a budget the clock cannot add, waited out without a bound.
         let deadline = started.checked_add(options.wait);
         let before_deadline = |now: Instant| deadline.is_none_or(|deadline| now < deadline);
+        let name = self.backend.name();
         let span = tracing::debug_span!(
             "fencelock.acquire",
             backend = self.backend.name(),
             key = %key,
             ttl_ms = options.ttl.as_millis() as u64,
         );
-        async move {
+        let outcome = async move {
             let mut attempt = 0u32;
             loop {
                 let outcome = self.backend.try_acquire(&key, options.ttl).await;
@@ -296,9 +298,13 @@ impl LockRequest {
                     }
                     Ok(None) => {}
                     Err(e) if e.is_retryable() && before_deadline(Instant::now()) => {
+                        metrics::backend_error(name, "acquire", &e);
                         tracing::debug!(error = %e, "acquire failed, retrying");
                     }
-                    Err(e) => return Err(e),
+                    Err(e) => {
+                        metrics::backend_error(name, "acquire", &e);
+                        return Err(e);
+                    }
                 }
                 let now = Instant::now();
                 if !before_deadline(now) {
@@ -314,6 +320,7 @@ impl LockRequest {
                 }
                 attempt = attempt.saturating_add(1);
                 if let Err(e) = self.backend.wait_for_release(&key, pause).await {
+                    metrics::backend_error(name, "wait_for_release", &e);
                     if !e.is_retryable() {
                         return Err(e);
                     }
@@ -322,7 +329,9 @@ impl LockRequest {
             }
         }
         .instrument(span)
-        .await
+        .await;
+        metrics::waited(name, started.elapsed(), outcome.as_ref().map(|_| ()));
+        outcome
     }
 }
 
