@@ -7,6 +7,8 @@
 //! text, routed by the same key, so it runs on that very node and is cached there. The
 //! driver's own fallback, `SCRIPT LOAD` to every master, would fail while any master is
 //! down, which is exactly when a failover promotes nodes that lack the scripts.
+//! [`ScriptsPerNode`] gives any connection the same fallback (`RedisFence` on a connection of
+//! the user's own, a cluster's included).
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
@@ -25,16 +27,7 @@ impl ConnectionLike for Link {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Link::Node(conn) => conn.req_packed_command(cmd),
-            Link::Cluster(conn) => Box::pin(async move {
-                let reply = conn.req_packed_command(cmd).await;
-                if !is_noscript(&reply) {
-                    return reply;
-                }
-                match eval_instead(cmd) {
-                    Some(eval) => conn.req_packed_command(&eval).await,
-                    None => reply,
-                }
-            }),
+            Link::Cluster(conn) => ScriptsPerNode(conn).send(cmd),
         }
     }
 
@@ -55,6 +48,49 @@ impl ConnectionLike for Link {
             Link::Node(conn) => conn.get_db(),
             Link::Cluster(conn) => conn.get_db(),
         }
+    }
+}
+
+/// Any connection, with this crate's scripts sent whole (`EVAL`) to a node that answers
+/// `NOSCRIPT`, routed like the `EVALSHA` was. `RedisFence` wraps the user's connection in it,
+/// so a cluster connection of the user's own gets the same per-node fallback.
+pub(crate) struct ScriptsPerNode<'c, C>(pub(crate) &'c mut C);
+
+impl<C: ConnectionLike + Send> ScriptsPerNode<'_, C> {
+    fn send<'a>(self, cmd: &'a Cmd) -> RedisFuture<'a, Value>
+    where
+        Self: 'a,
+    {
+        let conn = self.0;
+        Box::pin(async move {
+            let reply = conn.req_packed_command(cmd).await;
+            if !is_noscript(&reply) {
+                return reply;
+            }
+            match eval_instead(cmd) {
+                Some(eval) => conn.req_packed_command(&eval).await,
+                None => reply,
+            }
+        })
+    }
+}
+
+impl<C: ConnectionLike + Send> ConnectionLike for ScriptsPerNode<'_, C> {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        ScriptsPerNode(&mut *self.0).send(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.0.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.0.get_db()
     }
 }
 

@@ -124,12 +124,15 @@ async fn operations_follow_a_slot_that_moves() {
 }
 
 /// A node that lost its script cache (`SCRIPT FLUSH`, as after a restart or a promotion)
-/// still runs every operation: the script is sent whole to that node.
+/// still runs every operation, the backend's, the storage's and `RedisFence`'s, while
+/// another master does not answer: the script is sent whole to the node that lacks it. (The
+/// driver's own fallback, `SCRIPT LOAD` to every master, would wait for the frozen one.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scripts_missing_on_a_node_are_sent_to_that_node() {
     let cluster = spawn(3, 0).await;
     let backend = RedisClusterConfig::from_url(&cluster.url())
         .unwrap()
+        .call_timeout(Duration::from_millis(800))
         .connect()
         .await
         .unwrap();
@@ -137,20 +140,32 @@ async fn scripts_missing_on_a_node_are_sent_to_that_node() {
     let key = LockKey::new("flushed").unwrap();
     let lease = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
     let master = cluster.master_of_slot(cluster.key_slot(&hash_tag(&key)));
+    let other = (0..cluster.len()).find(|&i| i != master).unwrap();
     cli(&cluster, master, &["SCRIPT", "FLUSH"]);
-    let sha = cli(
-        &cluster,
-        master,
-        &[
-            "SCRIPT",
-            "EXISTS",
-            "0000000000000000000000000000000000000000",
-        ],
-    );
-    assert_eq!(sha.trim(), "0");
-    storage.write(&key, lease.fence(), b"v").await.unwrap();
-    let lease = backend.extend(&lease, TTL).await.unwrap();
+    // Frozen for well under the cluster's node timeout (1 s), so the cluster stays up.
+    cluster.pause(other);
+    let started = std::time::Instant::now();
+    let wrote = storage.write(&key, lease.fence(), b"v").await;
+    let batch = backend
+        .fence()
+        .set(format!("user:{}", hash_tag(&key)), "mine")
+        .commit(&key, lease.fence())
+        .await;
+    let extended = backend.extend(&lease, TTL).await;
+    let elapsed = started.elapsed();
+    cluster.resume(other);
+    wrote.unwrap();
+    batch.unwrap();
+    let lease = extended.unwrap();
+    assert!(elapsed < Duration::from_millis(700), "{elapsed:?}");
     assert!(backend.release(&lease).await.unwrap());
+    let release = fencelock_redis::redis::Script::new(include_str!("../scripts/release.lua"));
+    let cached = cli(&cluster, master, &["SCRIPT", "EXISTS", release.get_hash()]);
+    assert_eq!(
+        cached.trim(),
+        "1",
+        "the release script is cached on that node again"
+    );
 }
 
 /// Every master is asked for its eviction policy: one master that may evict fails the

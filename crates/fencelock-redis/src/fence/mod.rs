@@ -17,6 +17,7 @@ use crate::codec::parse_fence;
 use crate::config::{DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_VALUE_LEN};
 use crate::error::{REDIS as BACKEND, bounded, protocol};
 use crate::keys::{DEFAULT_PREFIX, KeySpace, tag};
+use crate::link::ScriptsPerNode;
 use crate::outcome::finish;
 use crate::scripts::SCRIPTS;
 use crate::slot::slot;
@@ -287,7 +288,7 @@ impl<C: ConnectionLike + Send> RedisFence<C> {
                 BACKEND,
                 self.call_timeout,
                 "fenced commit",
-                invocation.invoke_async(&mut self.conn),
+                invocation.invoke_async(&mut ScriptsPerNode(&mut self.conn)),
             )
             .await?;
             decode_commit(resource, fence, &self.commands, reply)
@@ -322,7 +323,7 @@ impl<C: ConnectionLike + Send> RedisFence<C> {
             BACKEND,
             self.call_timeout,
             "fenced peek",
-            invocation.invoke_async(&mut self.conn),
+            invocation.invoke_async(&mut ScriptsPerNode(&mut self.conn)),
         )
         .await?;
         let mut items = reply.into_iter();
