@@ -174,8 +174,15 @@ fn the_report_page_renders_a_time_line_per_worker_and_the_history_is_exported() 
         }
     }
 
-    // The page, rendered by a real browser.
+    // The page, rendered by a real browser. It is self-contained: nothing to fetch.
     let page = dir.join("index.html");
+    let html = std::fs::read_to_string(&page).unwrap();
+    for fetches in ["src=", "href=", "@import", "url("] {
+        assert!(
+            !html.contains(fetches),
+            "the page loads something ({fetches})"
+        );
+    }
     let mut dump = headless(scratch.path());
     dump.arg("--dump-dom")
         .arg(format!("file://{}", page.display()));
