@@ -64,7 +64,7 @@ pub(crate) async fn open(
         .await
     {
         Ok(Ok(cluster)) => cluster,
-        Ok(Err(e)) => return Err(failed(e).await),
+        Ok(Err(e)) => return Err(failed(seed_error(&seed, limit).await.unwrap_or(e)).await),
         Err(_) => return Err(no_answer(BACKEND, &server, limit)),
     };
     let mut probe = cluster.clone();
@@ -112,6 +112,20 @@ pub(crate) async fn open(
         settings: ServerSettings::all(&per_master),
     };
     Ok((connection, cluster, topology))
+}
+
+/// What the first seed says to a plain connection and a PING, when the cluster client failed:
+/// the cluster client folds refused credentials and protocol errors into "failed to create
+/// initial connections", while one server's connection names them.
+async fn seed_error(seed: &Client, limit: std::time::Duration) -> Option<redis::RedisError> {
+    let ask = async {
+        let mut conn = match seed.get_multiplexed_async_connection().await {
+            Ok(conn) => conn,
+            Err(e) => return Some(e),
+        };
+        redis::cmd("PING").query_async::<()>(&mut conn).await.err()
+    };
+    tokio::time::timeout(limit, ask).await.ok().flatten()
 }
 
 /// `CONFIG GET` of the settings that bear on fencing on the master at `host:port`; whatever
