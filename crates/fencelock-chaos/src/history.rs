@@ -24,10 +24,11 @@
 
 use std::io::{self, Write};
 
-use fencelock::Fence;
-use serde_json::json;
+use fencelock::{Fence, FencingToken, OwnerId};
+use serde_json::{Value, json};
 
 use crate::config::{FaultKind, Mode};
+use crate::error::{ChaosError, Result};
 use crate::events::{Event, Outcome, Stamped};
 
 /// What an operation did to the storage.
@@ -183,6 +184,92 @@ impl RunHistory {
         }
         Ok(())
     }
+}
+
+/// Reads operations back from JSON lines in the format [`RunHistory::write_jsonl`] writes
+/// (the `run` field is not needed: keys tell runs apart). The error names the line.
+pub fn read_jsonl(text: &str) -> Result<Vec<Operation>> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(|(i, line)| {
+            serde_json::from_str::<Value>(line)
+                .map_err(|e| e.to_string())
+                .and_then(|v| operation(&v))
+                .map_err(|e| ChaosError::config(format!("history line {}: {e}", i + 1)))
+        })
+        .collect()
+}
+
+fn fence_of(v: &Value, token: &str, owner: &str) -> std::result::Result<Option<Fence>, String> {
+    match (&v[token], &v[owner]) {
+        (Value::Null, Value::Null) => Ok(None),
+        (t, o) => {
+            let token = t
+                .as_u64()
+                .and_then(FencingToken::new)
+                .ok_or_else(|| format!("{token} is not a token: {t}"))?;
+            let owner: OwnerId = o
+                .as_str()
+                .and_then(|o| o.parse().ok())
+                .ok_or_else(|| format!("{owner} is not an owner: {o}"))?;
+            Ok(Some(Fence::new(token, owner)))
+        }
+    }
+}
+
+fn operation(v: &Value) -> std::result::Result<Operation, String> {
+    let number = |field: &str| {
+        v[field]
+            .as_u64()
+            .ok_or_else(|| format!("{field} is not a number: {}", v[field]))
+    };
+    let kind = match v["f"].as_str() {
+        Some("read") => OpKind::Read,
+        Some("write") => OpKind::Write,
+        Some("peek") => OpKind::Peek,
+        _ => return Err(format!("f is not read, write or peek: {}", v["f"])),
+    };
+    let outcome = match v["outcome"].as_str() {
+        Some("ok") => OpOutcome::Ok,
+        Some("unknown") => OpOutcome::Unknown,
+        Some("stale") => OpOutcome::Stale {
+            current: fence_of(v, "current_token", "current_owner")?
+                .ok_or("a stale operation without current_token")?,
+        },
+        _ => {
+            return Err(format!(
+                "outcome is not ok, stale or unknown: {}",
+                v["outcome"]
+            ));
+        }
+    };
+    let process = match &v["process"] {
+        Value::String(s) if s == "final" => None,
+        p => Some(
+            p.as_u64()
+                .and_then(|p| usize::try_from(p).ok())
+                .ok_or_else(|| format!("process is not a worker or \"final\": {p}"))?,
+        ),
+    };
+    let value = match &v["value"] {
+        Value::Null => None,
+        _ => Some(number("value")?),
+    };
+    let complete_ns = match &v["complete_ns"] {
+        Value::Null => None,
+        _ => Some(number("complete_ns")?),
+    };
+    Ok(Operation {
+        process,
+        key: v["key"].as_str().ok_or("key is not a string")?.to_owned(),
+        kind,
+        fence: fence_of(v, "token", "owner")?,
+        value,
+        outcome,
+        invoke_ns: number("invoke_ns")?,
+        complete_ns,
+    })
 }
 
 /// An operation invoked and not answered yet.
@@ -429,6 +516,16 @@ mod tests {
             ),
         );
         r.record(1, &at(1450, Event::ReadBegin { fence: fence(2) }));
+        r.record(
+            1,
+            &at(
+                1500,
+                Event::Read {
+                    fence: fence(2),
+                    outcome: Outcome::Stale { current: fence(3) },
+                },
+            ),
+        );
         let h = r.finish(1050, Some((Some(1), 2000, 2100)), Vec::new());
         assert_eq!(h.operations.len(), 4, "{:?}", h.operations);
         let read = &h.operations[0];
@@ -444,6 +541,10 @@ mod tests {
         );
         assert_eq!(write.outcome, OpOutcome::Unknown);
         assert_eq!(h.operations[2].process, Some(1));
+        assert_eq!(
+            h.operations[2].outcome,
+            OpOutcome::Stale { current: fence(3) }
+        );
         let last = &h.operations[3];
         assert_eq!(
             (last.process, last.kind, last.value),
@@ -455,7 +556,7 @@ mod tests {
 
         let mut out = Vec::new();
         h.write_jsonl(Mode::Fenced, &mut out).unwrap();
-        let lines: Vec<serde_json::Value> = String::from_utf8(out)
+        let lines: Vec<serde_json::Value> = String::from_utf8(out.clone())
             .unwrap()
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
@@ -466,5 +567,12 @@ mod tests {
         assert_eq!(lines[1]["complete_ns"], serde_json::Value::Null);
         assert_eq!(lines[1]["token"], 1);
         assert_eq!(lines[3]["process"], "final");
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(read_jsonl(&text).unwrap(), h.operations);
+        let err = read_jsonl("\n{\"f\": \"scan\"}").unwrap_err();
+        assert!(
+            err.to_string().starts_with("history line 2: f is not"),
+            "{err}"
+        );
     }
 }

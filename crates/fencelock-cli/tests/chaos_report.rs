@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use fencelock_chaos::history::{self, OpKind, OpOutcome};
+use fencelock_chaos::linearizability::{self, Linearizability};
 use serde_json::Value;
 
 const WORKERS: usize = 3;
@@ -173,6 +175,40 @@ fn the_report_page_renders_a_time_line_per_worker_and_the_history_is_exported() 
             None => assert_eq!(line["outcome"], "unknown", "{line}"),
         }
     }
+
+    // The exported history, read back, passes the checker; made to admit a stale write or
+    // to read a value never written, it fails it.
+    let text = std::fs::read_to_string(&history).unwrap();
+    let ops = history::read_jsonl(&text).unwrap();
+    let budget = linearizability::DEFAULT_STATE_BUDGET;
+    assert!(matches!(
+        linearizability::check(&ops, budget),
+        Linearizability::Linearizable { .. }
+    ));
+    let fenced_key = lines[0]["key"].as_str().unwrap();
+    let admitted_writes: Vec<usize> = (0..ops.len())
+        .filter(|&i| {
+            let op = &ops[i];
+            op.key == fenced_key && op.kind == OpKind::Write && op.outcome == OpOutcome::Ok
+        })
+        .collect();
+    assert!(
+        admitted_writes.len() >= 10,
+        "too few admitted writes to tamper with"
+    );
+    let mut stale = ops.clone();
+    let last = *admitted_writes.last().unwrap();
+    stale[last].fence = stale[admitted_writes[0]].fence;
+    let verdict = linearizability::check(&stale, budget);
+    assert!(verdict.is_violation(), "{verdict}");
+    let mut invented = ops.clone();
+    let read = invented
+        .iter_mut()
+        .rfind(|op| op.key == fenced_key && op.kind == OpKind::Read && op.outcome == OpOutcome::Ok)
+        .unwrap();
+    read.value = Some(u64::MAX / 2);
+    let verdict = linearizability::check(&invented, budget);
+    assert!(verdict.is_violation(), "{verdict}");
 
     // The page, rendered by a real browser. It is self-contained: nothing to fetch.
     let page = dir.join("index.html");
