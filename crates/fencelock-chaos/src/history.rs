@@ -20,7 +20,8 @@
 //! `process` is the worker's index, or `"final"` for the coordinator's read of the counter
 //! after the run; `value` is the value written, or the value a read returned (`null`: no value
 //! yet); `outcome` is `ok`, `stale` (refused: the storage was at `current_*`) or `unknown`
-//! (`complete_ns` is then `null`).
+//! (`complete_ns` is then `null`). [`read_jsonl`] reads such lines back, for
+//! [`linearizability::check`](crate::linearizability::check) or any other use.
 
 use std::io::{self, Write};
 
