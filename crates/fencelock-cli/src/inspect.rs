@@ -37,7 +37,10 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
                 None => println!("time left   unknown"),
             }
         }
-        (None, _) => println!("holder      none (the lock is free)"),
+        (None, _) => match &info.unfenced_holder {
+            Some(who) => println!("holder      held without a fence by {who}"),
+            None => println!("holder      none (the lock is free)"),
+        },
     }
     match info.last_token {
         Some(token) => println!("last token  {token}"),

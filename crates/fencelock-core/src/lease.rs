@@ -69,4 +69,16 @@ pub struct LockInfo {
     pub remaining: Option<Duration>,
     /// The last token handed out for this key, if any ever was.
     pub last_token: Option<FencingToken>,
+    /// The server's lock is held by someone who took it without fencelock (a plain
+    /// `pg_advisory_lock` or `GET_LOCK` on the same lock id, which fencelock promises to
+    /// exclude), described in the server's terms: `"PostgreSQL session pid 4242"`. Such a
+    /// holder has no fence; `holder` is `None` then, and the lock is not free.
+    pub unfenced_holder: Option<String>,
+}
+
+impl LockInfo {
+    /// Whether anyone holds the lock, with a fence or without.
+    pub fn is_held(&self) -> bool {
+        self.holder.is_some() || self.unfenced_holder.is_some()
+    }
 }

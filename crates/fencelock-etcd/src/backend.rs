@@ -347,6 +347,7 @@ impl LockBackend for EtcdLockBackend {
             holder,
             remaining,
             last_token,
+            unfenced_holder: None,
         })
     }
 

@@ -272,6 +272,7 @@ impl LockBackend for MemoryLockBackend {
             holder,
             remaining,
             last_token: entry.and_then(|e| FencingToken::new(e.last_token)),
+            unfenced_holder: None,
         })
     }
 

@@ -314,6 +314,7 @@ impl LockBackend for MySqlLockBackend {
                 holder: None,
                 remaining: None,
                 last_token: None,
+                unfenced_holder: None,
             });
         };
         let remaining = remaining_us
@@ -328,6 +329,7 @@ impl LockBackend for MySqlLockBackend {
             holder,
             remaining: holder.and(remaining),
             last_token: Some(token_from(token)?),
+            unfenced_holder: None,
         })
     }
 

@@ -1,9 +1,20 @@
--- $1 key. A holder row counts only while its session still holds the advisory lock.
+-- $1 key, $2 its advisory lock id. A holder row counts only while its session still holds the
+-- advisory lock. `lock_pid` is whichever session holds that lock, fencelock's or not: a plain
+-- `pg_advisory_lock($2)` (or a fencelock transaction, which keeps no holder row) shows there.
 SELECT c.last_token,
        h.owner,
        h.token,
        GREATEST(0, (EXTRACT(EPOCH FROM (h.expires_at - clock_timestamp())) * 1000000))::bigint
-           AS remaining_us
+           AS remaining_us,
+       (SELECT pl.pid FROM pg_locks pl
+         WHERE pl.locktype = 'advisory'
+           AND pl.granted
+           AND pl.mode = 'ExclusiveLock'
+           AND pl.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+           AND pl.classid = (($2::bigint >> 32) & 4294967295)::oid
+           AND pl.objid = ($2::bigint & 4294967295)::oid
+           AND pl.objsubid = 1
+         LIMIT 1) AS lock_pid
   FROM (SELECT $1::text AS key) k
   LEFT JOIN {schema}.fencelock_counters c ON c.key = k.key
   LEFT JOIN {schema}.fencelock_advisory_holders h ON h.key = k.key AND EXISTS (

@@ -385,17 +385,31 @@ impl LockBackend for PgAdvisoryBackend {
 
     async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
         let protocol = self.db.protocol().await?;
-        let row = timed(
+        let (last_token, owner, token, remaining_us, lock_pid): (
+            Option<i64>,
+            Option<Vec<u8>>,
+            Option<i64>,
+            Option<i64>,
+            Option<i32>,
+        ) = timed(
             BACKEND,
             self.timeout(),
             self.db.sql().advisory_inspect.fetch_one(
                 protocol,
                 self.db.pool(),
-                &[Arg::Text(key.as_str())],
+                &[Arg::Text(key.as_str()), Arg::Int8(advisory_lock_id(key))],
             ),
         )
         .await?;
-        lock_info(BACKEND, key, row)
+        let mut info = lock_info(BACKEND, key, (last_token, owner, token, remaining_us))?;
+        if info.holder.is_none() {
+            // The lock is taken, but not through a lease of this backend: a plain
+            // `pg_advisory_lock` on the same id, or a fencelock transaction.
+            info.unfenced_holder = lock_pid.map(|pid| {
+                format!("PostgreSQL session pid {pid} (no fencelock lease: a plain pg_advisory_lock or a fencelock transaction)")
+            });
+        }
+        Ok(info)
     }
 
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {

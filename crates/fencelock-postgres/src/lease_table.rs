@@ -253,6 +253,7 @@ pub(crate) fn lock_info(
         last_token: last_token
             .map(|t| FencingToken::from_backend(backend, t))
             .transpose()?,
+        unfenced_holder: None,
     })
 }
 

@@ -246,3 +246,55 @@ async fn waiter_behind_plain_sql_holder_gets_the_lock() {
     other.close().await.unwrap();
     schema.cleanup().await;
 }
+
+/// A lock taken with plain `pg_advisory_lock` on a key's id is reported by `inspect` as held
+/// without a fence, with the holding session's pid; fencelock's own leases are not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_reports_a_plain_sql_holder_with_its_pid() {
+    let (schema, db) = common::database().await;
+    let backend = db.advisory_backend();
+    for key in [
+        raw_lock_key(schema.unique_id()),
+        LockKey::new(format!("inspect-unfenced/{}", schema.unique_id())).unwrap(),
+    ] {
+        let id = advisory_lock_id(&key);
+        let mut plain = plain_connection().await;
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut plain)
+            .await
+            .unwrap();
+        sqlx::query("SELECT pg_advisory_lock($1)")
+            .bind(id)
+            .execute(&mut plain)
+            .await
+            .unwrap();
+        let info = backend.inspect(&key).await.unwrap();
+        assert_eq!(info.holder, None);
+        let who = info
+            .unfenced_holder
+            .clone()
+            .expect("the plain holder is reported");
+        assert!(who.contains(&format!("pid {pid}")), "{who}");
+        assert!(info.is_held());
+        assert!(backend.try_acquire(&key, TTL).await.unwrap().is_none());
+
+        sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(id)
+            .execute(&mut plain)
+            .await
+            .unwrap();
+        plain.close().await.unwrap();
+        let info = backend.inspect(&key).await.unwrap();
+        assert!(!info.is_held(), "{info:?}");
+
+        let lease = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+        let info = backend.inspect(&key).await.unwrap();
+        assert_eq!(info.holder, Some(lease.fence()));
+        assert_eq!(
+            info.unfenced_holder, None,
+            "fencelock's own lease is fenced"
+        );
+        assert!(backend.release(&lease).await.unwrap());
+    }
+    schema.cleanup().await;
+}

@@ -340,6 +340,7 @@ impl Locks {
                     .as_deref()
                     .map(|t| parse_token(self.conn.backend, t))
                     .transpose()?,
+                unfenced_holder: None,
             })
         }
         .instrument(span.clone())

@@ -95,5 +95,6 @@ pub(crate) async fn majority_view(cluster: &Cluster, key: &LockKey) -> Result<Lo
         holder,
         remaining,
         last_token: views.iter().filter_map(|v| v.last).max(),
+        unfenced_holder: None,
     })
 }
