@@ -15,6 +15,7 @@ mod args;
 mod bench;
 mod chaos;
 mod demo;
+mod elect;
 mod error;
 pub mod exit;
 mod inspect;
@@ -48,7 +49,16 @@ enum Command {
     /// command runs, the command gets SIGTERM, then SIGKILL after --grace.
     #[command(after_help = after_help(Sub::Run, run::EXAMPLES))]
     Run(run::Args),
-    /// Show a lock's holder, token and time left, and the backend's capabilities.
+    /// Campaign for leadership of a key and run a command while leader.
+    ///
+    /// The term (the lock's token) is in FENCELOCK_TOKEN and FENCELOCK_TERM; the command
+    /// should present it with everything it writes, so a deposed leader is refused. If
+    /// leadership is lost while the command runs, the command gets SIGTERM, then SIGKILL after
+    /// --grace.
+    #[command(after_help = after_help(Sub::Elect, elect::EXAMPLES))]
+    Elect(elect::Args),
+    /// Show a lock's holder (or read phase, or permits, or leader), token and time left, and
+    /// the backend's capabilities.
     #[command(after_help = after_help(Sub::Inspect, inspect::EXAMPLES))]
     Inspect(inspect::Args),
     /// Raise a key's token counter so that the next grant carries a token above N.
@@ -79,6 +89,7 @@ impl Command {
         match self {
             Command::Demo(args) => Some(&args.backend.backend),
             Command::Run(args) => args.backend.backend.as_ref(),
+            Command::Elect(args) => args.backend.backend.as_ref(),
             Command::Inspect(args) => args.backend.backend.as_ref(),
             Command::AdvanceToken(args) => args.backend.backend.as_ref(),
             Command::Bench(args) => Some(&args.backend.backend),
@@ -95,6 +106,7 @@ pub async fn run(cli: Cli) -> ExitCode {
     let outcome = match cli.command {
         Command::Demo(args) => demo::run(args).await,
         Command::Run(args) => run::run(args).await,
+        Command::Elect(args) => elect::run(args).await,
         Command::Inspect(args) => inspect::run(args).await,
         Command::AdvanceToken(args) => advance_token::run(args).await,
         Command::Bench(args) => bench::run(args).await,
@@ -132,6 +144,7 @@ mod tests {
         for (name, sub) in [
             ("demo", Sub::Demo),
             ("run", Sub::Run),
+            ("elect", Sub::Elect),
             ("inspect", Sub::Inspect),
             ("advance-token", Sub::AdvanceToken),
             ("bench", Sub::Bench),

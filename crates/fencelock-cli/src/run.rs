@@ -13,7 +13,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use fencelock::{Error, LockGuard, LockKey, Locker};
+use fencelock::{Error, LockGuard, LockKey, Locker, RwLocker, Semaphore};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
@@ -30,6 +30,10 @@ pub(crate) const EXAMPLES: &str = "  # a cron job that runs once across hosts
   # wait up to a minute for the lock, with a 10 s lease renewed while the job runs
   export FENCELOCK_BACKEND=postgres://app@db.example/app
   fencelock run --key migrate --wait 1m --ttl 10s -- ./migrate
+  # readers side by side, every writer (a plain run) kept out while they run
+  fencelock run --key catalog --shared -- ./export-catalog.sh
+  # at most 4 transcoders at once across hosts
+  fencelock run --key transcode --permits 4 --wait 10m -- ./transcode.sh
 ";
 
 /// How long connecting and the one try may take when `--wait` is zero.
@@ -64,6 +68,24 @@ pub(crate) struct Args {
     /// when its lease is lost or fencelock is asked to stop.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     grace: Duration,
+    /// Hold a reader's lock: readers of the key run side by side, sharing one read fence
+    /// (FENCELOCK_TOKEN, FENCELOCK_OWNER), and exclude every writer (a plain `run`). The
+    /// backend must offer shared locks (`fencelock inspect` lists its kinds).
+    #[arg(long, conflicts_with = "permits")]
+    shared: bool,
+    /// Hold one of N permits of the key instead of the lock: at most N commands run at once.
+    /// Permit i is the lock on <key>/permit/<i>; FENCELOCK_KEY is that slot's key,
+    /// FENCELOCK_SLOT its number, and the token fences that slot's data. Every user of the key
+    /// must pass the same N.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    permits: Option<u32>,
+    #[command(flatten)]
+    pub(crate) command: CommandArgs,
+}
+
+/// The command a subcommand runs while it holds a lock.
+#[derive(Debug, clap::Args)]
+pub(crate) struct CommandArgs {
     /// The command and its arguments.
     #[arg(
         required = true,
@@ -74,18 +96,27 @@ pub(crate) struct Args {
     command: Vec<OsString>,
 }
 
+/// What `run` holds.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Exclusive,
+    Shared,
+    Permits(usize),
+}
+
 pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     let spec = args.backend.shared("fencelock run")?;
     let key = LockKey::new(&args.key)?;
-    let (program, rest) = args
-        .command
-        .split_first()
-        .ok_or_else(|| CliError::Input("no command given".into()))?;
+    let kind = match (args.shared, args.permits) {
+        (true, _) => Kind::Shared,
+        (false, Some(n)) => Kind::Permits(n as usize),
+        (false, None) => Kind::Exclusive,
+    };
     // From here on a signal is ours to handle, so the lock is never left behind by one.
     let mut signals = Signals::install()?;
-    let guard = tokio::select! {
-        obtained = obtain(spec, &key, args.ttl, args.wait) => match obtained? {
-            Some(guard) => guard,
+    let (guard, extra_env) = tokio::select! {
+        obtained = obtain(spec, &key, kind, args.ttl, args.wait) => match obtained? {
+            Some(held) => held,
             None => return Ok(Exit::NotObtained),
         },
         signal = signals.recv() => {
@@ -93,12 +124,39 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
             return Ok(Exit::Signal(signal as i32));
         }
     };
+    hold_while_running(
+        guard,
+        &args.key,
+        &args.command,
+        &extra_env,
+        args.grace,
+        &mut signals,
+    )
+    .await
+}
+
+/// Runs the command while `guard` is held (with FENCELOCK_KEY, FENCELOCK_TOKEN,
+/// FENCELOCK_OWNER and `extra_env` in its environment), stops it when the lease is lost or a
+/// signal comes, and releases the lock when it is over.
+pub(crate) async fn hold_while_running(
+    guard: LockGuard,
+    key_name: &str,
+    command: &CommandArgs,
+    extra_env: &[(&str, String)],
+    grace: Duration,
+    signals: &mut Signals,
+) -> Result<Exit, CliError> {
+    let (program, rest) = command
+        .command
+        .split_first()
+        .ok_or_else(|| CliError::Input("no command given".into()))?;
     let lease = guard.lease();
     let spawned = Command::new(program)
         .args(rest)
         .env("FENCELOCK_KEY", lease.key.as_str())
         .env("FENCELOCK_TOKEN", lease.token.to_string())
         .env("FENCELOCK_OWNER", lease.owner.to_string())
+        .envs(extra_env.iter().map(|(name, value)| (name, value)))
         .process_group(0)
         .kill_on_drop(true)
         .spawn();
@@ -123,36 +181,37 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     tokio::select! {
         status = child.wait() => {
             let status = status.map_err(|e| CliError::io("waiting for the command", e))?;
-            release(guard, &args.key).await?;
+            release(guard, key_name).await?;
             Ok(status_exit(status))
         }
         reason = lost => {
             eprintln!(
-                "fencelock: lease on {:?} lost ({reason}); sending SIGTERM to the command",
-                args.key
+                "fencelock: lease on {key_name:?} lost ({reason}); sending SIGTERM to the command"
             );
-            stop(&mut child, group, Signal::SIGTERM, args.grace, &mut signals).await?;
+            stop(&mut child, group, Signal::SIGTERM, grace, signals).await?;
             Ok(Exit::LeaseLost)
         }
         signal = signals.recv() => {
             eprintln!(
                 "fencelock: {signal}: passing it to the command, then releasing the lock"
             );
-            stop(&mut child, group, signal, args.grace, &mut signals).await?;
-            release(guard, &args.key).await?;
+            stop(&mut child, group, signal, grace, signals).await?;
+            release(guard, key_name).await?;
             Ok(Exit::Signal(signal as i32))
         }
     }
 }
 
-/// Connects and takes the lock within `--wait` (connecting included). `None` when another
-/// owner held it all along; an error when the server did not answer in time.
+/// Connects and takes the lock of `kind` within `--wait` (connecting included), with the
+/// environment variables the kind adds. `None` when other owners held it all along; an error
+/// when the server did not answer in time.
 async fn obtain(
     spec: &Spec,
     key: &LockKey,
+    kind: Kind,
     ttl: Duration,
     wait: Duration,
-) -> Result<Option<LockGuard>, CliError> {
+) -> Result<Option<(LockGuard, Vec<(&'static str, String)>)>, CliError> {
     let budget = if wait.is_zero() {
         TRY_ONCE_WITHIN
     } else {
@@ -172,10 +231,35 @@ async fn obtain(
     } else {
         deadline.saturating_duration_since(Instant::now())
     };
-    let request = locker.lock(key.as_str()).ttl(ttl).wait(left);
+    let request = async {
+        match kind {
+            Kind::Exclusive => {
+                let guard = locker.lock(key.as_str()).ttl(ttl).wait(left).await?;
+                Ok::<_, Error>((guard, vec![]))
+            }
+            Kind::Shared => {
+                let reader = RwLocker::new(locker.clone())
+                    .read(key.as_str())
+                    .ttl(ttl)
+                    .wait(left)
+                    .await?;
+                let id = reader.reader().to_string();
+                Ok((reader.into_guard(), vec![("FENCELOCK_READER", id)]))
+            }
+            Kind::Permits(permits) => {
+                let permit = Semaphore::new(&locker, key.as_str(), permits)?
+                    .acquire()
+                    .ttl(ttl)
+                    .wait(left)
+                    .await?;
+                let slot = permit.slot().to_string();
+                Ok((permit.into_guard(), vec![("FENCELOCK_SLOT", slot)]))
+            }
+        }
+    };
     match timeout_at(deadline + ANSWER_SLACK, request).await {
         Err(_) => Err(no_answer()),
-        Ok(Ok(guard)) => Ok(Some(guard)),
+        Ok(Ok(held)) => Ok(Some(held)),
         Ok(Err(Error::Timeout { waited, .. })) => {
             eprintln!(
                 "fencelock: lock {:?} is held by another owner; not obtained within {waited:?}",

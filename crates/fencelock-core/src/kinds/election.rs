@@ -146,6 +146,12 @@ impl Leadership {
         self.guard.lost()
     }
 
+    /// The guard underneath, kept as it is (renewal and all), for code that handles any
+    /// [`LockGuard`].
+    pub fn into_guard(self) -> LockGuard {
+        self.guard
+    }
+
     /// The guard underneath.
     pub fn guard(&self) -> &LockGuard {
         &self.guard

@@ -183,6 +183,12 @@ impl ReadGuard {
         self.guard.lost()
     }
 
+    /// The guard underneath, kept as it is (renewal and all), for code that handles any
+    /// [`LockGuard`].
+    pub fn into_guard(self) -> LockGuard {
+        self.guard
+    }
+
     /// The guard underneath, for `lost_token`, `extend` and the rest.
     pub fn guard(&self) -> &LockGuard {
         &self.guard

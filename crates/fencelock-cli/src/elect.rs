@@ -1,0 +1,99 @@
+//! `fencelock elect`: campaign for leadership of a key and run a command while leader.
+//!
+//! The campaign is `Election::campaign` (the key's lock, renewed by the watchdog); the term is
+//! the lock's token, handed to the command as FENCELOCK_TOKEN (and FENCELOCK_TERM). The
+//! command runs, and is stopped, exactly as under `fencelock run`: when leadership is lost it
+//! gets SIGTERM, then SIGKILL after `--grace`.
+
+use std::time::Duration;
+
+use fencelock::{Election, Error, LockKey, Locker};
+use tokio::time::timeout;
+
+use crate::args::{SharedBackendArg, parse_duration, parse_ttl};
+use crate::error::CliError;
+use crate::exit::Exit;
+use crate::run::{CommandArgs, hold_while_running};
+use crate::signals::Signals;
+
+pub(crate) const EXAMPLES: &str =
+    "  # one scheduler across hosts; a standby takes over within a ttl when the leader dies
+  fencelock elect --backend redis://redis.example:6379 --key scheduler -- ./scheduler
+  # give up after a minute without leadership
+  fencelock elect --key scheduler --wait 1m --ttl 10s -- ./scheduler
+";
+
+/// How long connecting may take.
+const CONNECT_WITHIN: Duration = Duration::from_secs(5);
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    pub(crate) backend: SharedBackendArg,
+    /// The election's key.
+    #[arg(long)]
+    key: String,
+    /// Lease ttl of the leadership; renewed at about a third of it. A leader that dies is
+    /// replaced within about this long.
+    #[arg(long, default_value = "30s", value_parser = parse_ttl)]
+    ttl: Duration,
+    /// How long to campaign before giving up; by default without a bound.
+    #[arg(long, value_parser = parse_duration)]
+    wait: Option<Duration>,
+    /// How long the command has between SIGTERM and SIGKILL when leadership is lost or
+    /// fencelock is asked to stop.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    grace: Duration,
+    #[command(flatten)]
+    command: CommandArgs,
+}
+
+pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
+    let spec = args.backend.shared("fencelock elect")?;
+    let key = LockKey::new(&args.key)?;
+    let mut signals = Signals::install()?;
+    let campaign = async {
+        let connected = timeout(CONNECT_WITHIN, spec.spec().connect())
+            .await
+            .map_err(|_| CliError::NoAnswer {
+                server: spec.to_string(),
+                within: CONNECT_WITHIN,
+            })??;
+        let locker = Locker::new(connected.backend);
+        let election = Election::new(&locker, key.as_str())?;
+        let request = election.campaign().ttl(args.ttl);
+        let request = match args.wait {
+            Some(wait) => request.wait(wait),
+            None => request.wait_forever(),
+        };
+        match request.await {
+            Ok(leadership) => Ok(Some(leadership)),
+            Err(Error::Timeout { waited, .. }) => {
+                eprintln!("fencelock: not elected leader of {key:?} within {waited:?}");
+                Ok(None)
+            }
+            Err(e) => Err(CliError::from(e)),
+        }
+    };
+    let leadership = tokio::select! {
+        elected = campaign => match elected? {
+            Some(leadership) => leadership,
+            None => return Ok(Exit::NotObtained),
+        },
+        signal = signals.recv() => {
+            eprintln!("fencelock: {signal} while campaigning; the command was not started");
+            return Ok(Exit::Signal(signal as i32));
+        }
+    };
+    let term = leadership.term().to_string();
+    eprintln!("fencelock: leader of {key:?} for term {term}");
+    hold_while_running(
+        leadership.into_guard(),
+        &args.key,
+        &args.command,
+        &[("FENCELOCK_TERM", term)],
+        args.grace,
+        &mut signals,
+    )
+    .await
+}

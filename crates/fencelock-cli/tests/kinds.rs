@@ -1,0 +1,297 @@
+//! `fencelock run --permits`, `run --shared`, `elect` and `inspect` of the lock kinds, with
+//! real child processes against a spawned Redis server (the memory backend cannot be shared
+//! between processes).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use fencelock_testkit::redis::RedisServer;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+fn spawn(args: &[&str]) -> Child {
+    common::command()
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the fencelock binary runs")
+}
+
+fn explain(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn wait_for_file(path: &Path, within: Duration) -> String {
+    let until = Instant::now() + within;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path)
+            && text.ends_with('\n')
+        {
+            return text.trim().to_owned();
+        }
+        assert!(
+            Instant::now() < until,
+            "{} not written within {within:?}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn permits_bound_how_many_commands_run_at_once() {
+    let server = RedisServer::spawn();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let inside = dir.path().join("inside");
+    std::fs::create_dir(&inside).unwrap();
+    let log = dir.path().join("log");
+    // Each command marks itself inside, logs how many are inside and its slot, then leaves.
+    let script = format!(
+        "touch {inside}/$$; echo \"$(ls {inside} | wc -l) $FENCELOCK_SLOT $FENCELOCK_KEY\" >> {log}; \
+         sleep 0.3; rm {inside}/$$",
+        inside = inside.display(),
+        log = log.display()
+    );
+    let children: Vec<Child> = (0..5)
+        .map(|_| {
+            spawn(&[
+                "run",
+                "--backend",
+                &url,
+                "--key",
+                "transcode",
+                "--permits",
+                "2",
+                "--wait",
+                "60s",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ])
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", explain(&out));
+    }
+    let lines: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(lines.len(), 5, "{lines:?}");
+    for line in &lines {
+        let mut fields = line.split_whitespace();
+        let count: usize = fields.next().unwrap().parse().unwrap();
+        let slot = fields.next().unwrap();
+        let key = fields.next().unwrap();
+        assert!(
+            count <= 2,
+            "{count} commands ran at once on 2 permits: {lines:?}"
+        );
+        assert!(slot == "0" || slot == "1", "slot {slot}");
+        assert_eq!(key, format!("transcode/permit/{slot}"));
+    }
+}
+
+#[test]
+fn inspect_shows_permits_and_the_leader() {
+    let server = RedisServer::spawn();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let started = dir.path().join("started");
+    let hold = format!("echo \"$FENCELOCK_TOKEN\" > {}; sleep 3", started.display());
+    let permit = spawn(&[
+        "run",
+        "--backend",
+        &url,
+        "--key",
+        "pool",
+        "--permits",
+        "3",
+        "--",
+        "sh",
+        "-c",
+        &hold,
+    ]);
+    wait_for_file(&started, Duration::from_secs(10));
+    let (code, out, err) =
+        common::fencelock(&["inspect", "--backend", &url, "--permits", "3", "pool"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("permits     1 of 3 held"), "{out}");
+    assert!(
+        out.contains("kinds               exclusive, semaphore, election"),
+        "{out}"
+    );
+    let out = permit.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", explain(&out));
+
+    std::fs::remove_file(&started).unwrap();
+    let leader = spawn(&[
+        "elect",
+        "--backend",
+        &url,
+        "--key",
+        "scheduler",
+        "--",
+        "sh",
+        "-c",
+        &hold,
+    ]);
+    let term = wait_for_file(&started, Duration::from_secs(10));
+    let (code, out, err) = common::fencelock(&["inspect", "--backend", &url, "scheduler"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(&format!("token       {term}")),
+        "the leader's term is not shown: {out}"
+    );
+    let out = leader.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", explain(&out));
+}
+
+#[test]
+fn a_paused_leader_is_stopped_and_a_standby_takes_over_with_a_greater_term() {
+    let server = RedisServer::spawn();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second) = (dir.path().join("first"), dir.path().join("second"));
+    let write_term = |path: &Path, then: &str| {
+        format!(
+            "test \"$FENCELOCK_TERM\" = \"$FENCELOCK_TOKEN\" && echo \"$FENCELOCK_TERM\" > {}; {then}",
+            path.display()
+        )
+    };
+    let leader = spawn(&[
+        "elect",
+        "--backend",
+        &url,
+        "--key",
+        "jobs",
+        "--ttl",
+        "1s",
+        "--grace",
+        "1s",
+        "--",
+        "sh",
+        "-c",
+        &write_term(&first, "sleep 60"),
+    ]);
+    let first_term: u64 = wait_for_file(&first, Duration::from_secs(10))
+        .parse()
+        .unwrap();
+    let standby = spawn(&[
+        "elect",
+        "--backend",
+        &url,
+        "--key",
+        "jobs",
+        "--ttl",
+        "10s",
+        "--",
+        "sh",
+        "-c",
+        &write_term(&second, "true"),
+    ]);
+    // The leader's fencelock stops renewing; its command (in a group of its own) runs on.
+    let pid = Pid::from_raw(i32::try_from(leader.id()).unwrap());
+    kill(pid, Signal::SIGSTOP).unwrap();
+    let second_term: u64 = wait_for_file(&second, Duration::from_secs(15))
+        .parse()
+        .unwrap();
+    assert!(
+        second_term > first_term,
+        "term {second_term} after {first_term}"
+    );
+    kill(pid, Signal::SIGCONT).unwrap();
+    let out = leader.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(76),
+        "a deposed leader must stop its command: {}",
+        explain(&out)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("lost"),
+        "{}",
+        explain(&out)
+    );
+    let out = standby.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", explain(&out));
+}
+
+#[test]
+fn elect_gives_up_after_wait_and_shared_needs_a_backend_that_offers_it() {
+    let server = RedisServer::spawn();
+    let url = server.url();
+    let holder = spawn(&[
+        "elect",
+        "--backend",
+        &url,
+        "--key",
+        "busy",
+        "--",
+        "sleep",
+        "3",
+    ]);
+    std::thread::sleep(Duration::from_millis(500));
+    let (code, out, err) = common::fencelock(&[
+        "elect",
+        "--backend",
+        &url,
+        "--key",
+        "busy",
+        "--wait",
+        "300ms",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, 75, "{out}{err}");
+    assert!(err.contains("not elected"), "{err}");
+    assert_eq!(holder.wait_with_output().unwrap().status.code(), Some(0));
+    // Redis does not offer shared locks (yet): a typed refusal, the command never started.
+    let (code, out, err) = common::fencelock(&[
+        "run",
+        "--backend",
+        &url,
+        "--key",
+        "catalog",
+        "--shared",
+        "--",
+        "sh",
+        "-c",
+        "echo ran",
+    ]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("does not support shared (reader) locks"),
+        "{err}"
+    );
+    assert!(!out.contains("ran"));
+    // --shared and --permits do not go together.
+    let (code, _, err) = common::fencelock(&[
+        "run",
+        "--backend",
+        &url,
+        "--key",
+        "k",
+        "--shared",
+        "--permits",
+        "2",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, 2, "{err}");
+}
