@@ -61,12 +61,14 @@ impl CliError {
     }
 }
 
-/// Whether the lock library refused its input (a key, a ttl, a spec) before touching anything.
+/// Whether the lock library refused its input (a key, a ttl, a spec, a kind of lock the backend
+/// does not offer) before touching anything.
 fn is_input(e: &fencelock::Error) -> bool {
     matches!(
         e,
         fencelock::Error::InvalidKey { .. }
             | fencelock::Error::InvalidTtl { .. }
             | fencelock::Error::InvalidConfig { .. }
+            | fencelock::Error::Unsupported { .. }
     )
 }

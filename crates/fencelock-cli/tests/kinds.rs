@@ -261,7 +261,8 @@ fn elect_gives_up_after_wait_and_shared_needs_a_backend_that_offers_it() {
     assert_eq!(code, 75, "{out}{err}");
     assert!(err.contains("not elected"), "{err}");
     assert_eq!(holder.wait_with_output().unwrap().status.code(), Some(0));
-    // Redis does not offer shared locks (yet): a typed refusal, the command never started.
+    // Redis does not offer shared locks (yet): a typed refusal, an input error (exit 2: the
+    // backend chosen cannot do what was asked), and the command never started.
     let (code, out, err) = common::fencelock(&[
         "run",
         "--backend",
@@ -274,7 +275,7 @@ fn elect_gives_up_after_wait_and_shared_needs_a_backend_that_offers_it() {
         "-c",
         "echo ran",
     ]);
-    assert_eq!(code, 1, "{out}{err}");
+    assert_eq!(code, 2, "{out}{err}");
     assert!(
         err.contains("does not support shared (reader) locks"),
         "{err}"
