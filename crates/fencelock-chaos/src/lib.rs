@@ -3,9 +3,9 @@
 //!
 //! Worker processes loop over lock, fenced read, work, fenced write of a counter + 1, release,
 //! and report every step on stdout. The nemesis pauses holders with SIGSTOP past their ttl,
-//! kills and restarts redis-server nodes the run started, partitions the network through fault
-//! proxies and ends Postgres sessions. The checker then reads the history and the final
-//! counter: no admitted write lost, no fence admitted after a newer one.
+//! kills and restarts redis-server nodes and etcd members the run started, partitions the
+//! network through fault proxies and ends Postgres sessions. The checker then reads the
+//! history and the final counter: no admitted write lost, no fence admitted after a newer one.
 //!
 //! Every storage operation is also recorded with its invoke and complete times, and
 //! [`linearizability::check`] searches each key's history for an order that obeys the fence
@@ -30,8 +30,9 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The server tools the nemesis uses, [`redis::RedisServer`] and [`proxy::FaultProxy`], are
-//! available without the `harness` feature (default), for tests.
+//! The server tools the nemesis uses, [`redis::RedisServer`], [`etcd::EtcdServer`] and
+//! [`proxy::FaultProxy`], are available without the `harness` feature (default), for tests.
+//! Runs on etcd (`etcd://` specs and `Target::SpawnEtcd`) need the `etcd` feature.
 #![warn(missing_docs)]
 
 #[cfg(feature = "harness")]
@@ -44,6 +45,7 @@ mod cluster;
 mod config;
 #[cfg(feature = "harness")]
 mod error;
+pub mod etcd;
 #[cfg(feature = "harness")]
 mod events;
 #[cfg(feature = "harness")]

@@ -1,11 +1,9 @@
 //! `EtcdServer`: real `etcd` processes (one member, or a cluster of several) on free ports of
 //! 127.0.0.1, in a temporary directory, killed and removed on drop.
 //!
-//! Members can be killed (SIGKILL), restarted on the same ports and data, paused (SIGSTOP)
-//! and resumed. They run with a 50 ms heartbeat and a 500 ms election timeout, so leader
-//! elections after a kill take well under a second and the cluster's shortest lease is one
-//! second (etcd's minimum is 1.5 election timeouts, rounded up to whole seconds). Data lives
-//! in `/dev/shm` when it exists, so the fsync of every write costs little.
+//! The members themselves live in `fencelock-chaos` (its kill fault restarts the same
+//! members); this wrapper gives tests shorthands that panic with a message saying what to
+//! install instead of returning an error, and passes everything else on.
 //!
 //! ```no_run
 //! use fencelock_testkit::etcd::EtcdServer;
@@ -17,63 +15,15 @@
 //! cluster.resume(0);
 //! ```
 
-use std::fmt;
-use std::io::{self, Read, Write};
-use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::io;
+use std::path::Path;
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+pub use fencelock_chaos::etcd::{ETCD_BIN_VAR, free_port};
 
-pub use fencelock_chaos::redis::free_port;
-
-/// The variable that names the `etcd` binary (default: `etcd` on `PATH`).
-pub const ETCD_BIN_VAR: &str = "FENCELOCK_ETCD";
-
-const INSTALL_HINT: &str =
-    "install etcd (Debian: apt-get install etcd-server), put `etcd` on PATH, or set FENCELOCK_ETCD";
-const START_TIMEOUT: Duration = Duration::from_secs(30);
-
-fn etcd_bin() -> String {
-    std::env::var(ETCD_BIN_VAR).unwrap_or_else(|_| "etcd".to_owned())
-}
-
-/// One member: its ports, its data directory and its process.
-struct Member {
-    name: String,
-    client_port: u16,
-    peer_port: u16,
-    dir: PathBuf,
-    child: Mutex<Option<Child>>,
-}
-
-impl fmt::Debug for Member {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Member")
-            .field("name", &self.name)
-            .field("client_port", &self.client_port)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Member {
-    fn child(&self) -> MutexGuard<'_, Option<Child>> {
-        self.child.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-/// `etcd` processes owned by a test: one member, or a cluster. Dropping it kills every member
-/// and removes their directory.
+/// `etcd` processes owned by a test; see [`fencelock_chaos::etcd::EtcdServer`]. Dropping it
+/// kills every member and removes their directory.
 #[derive(Debug)]
-pub struct EtcdServer {
-    members: Vec<Member>,
-    initial_cluster: String,
-    token: String,
-    dir: tempfile::TempDir,
-}
+pub struct EtcdServer(fencelock_chaos::etcd::EtcdServer);
 
 impl EtcdServer {
     /// One member.
@@ -100,118 +50,43 @@ impl EtcdServer {
     /// [`spawn_cluster`](Self::spawn_cluster), reporting failures. A missing `etcd` is an
     /// [`io::ErrorKind::NotFound`] error that says what to install.
     pub fn try_spawn_cluster(members: usize) -> io::Result<Self> {
-        if members == 0 {
-            return Err(io::Error::other(
-                "an etcd cluster needs at least one member",
-            ));
-        }
-        let mut last_error = None;
-        // A free port can be taken between probing and binding; try a few times.
-        for _ in 0..5 {
-            let server = Self::prepare(members)?;
-            match server.start_all() {
-                Ok(()) => return Ok(server),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(e),
-                Err(e) => last_error = Some(e),
-            }
-        }
-        Err(last_error.unwrap_or_else(|| io::Error::other("etcd did not start")))
-    }
-
-    fn prepare(count: usize) -> io::Result<Self> {
-        let shm = Path::new("/dev/shm");
-        let mut builder = tempfile::Builder::new();
-        builder.prefix("fencelock-etcd-");
-        let dir = if shm.is_dir() {
-            builder.tempdir_in(shm).or_else(|_| builder.tempdir())?
-        } else {
-            builder.tempdir()?
-        };
-        let mut members = Vec::with_capacity(count);
-        for index in 0..count {
-            let name = format!("m{index}");
-            members.push(Member {
-                dir: dir.path().join(&name),
-                name,
-                client_port: free_port()?,
-                peer_port: free_port()?,
-                child: Mutex::new(None),
-            });
-        }
-        let initial_cluster = members
-            .iter()
-            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
-            .collect::<Vec<_>>()
-            .join(",");
-        let token = dir
-            .path()
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "fencelock".to_owned());
-        Ok(EtcdServer {
-            members,
-            initial_cluster,
-            token,
-            dir,
-        })
-    }
-
-    fn start_all(&self) -> io::Result<()> {
-        for index in 0..self.members.len() {
-            self.launch(index)?;
-        }
-        let deadline = Instant::now() + START_TIMEOUT;
-        for index in 0..self.members.len() {
-            self.await_healthy(index, deadline)?;
-        }
-        Ok(())
+        fencelock_chaos::etcd::EtcdServer::try_spawn_cluster(members).map(EtcdServer)
     }
 
     /// `etcd://127.0.0.1:<port>,...`: every member, in order.
     pub fn url(&self) -> String {
-        let hosts: Vec<String> = self
-            .members
-            .iter()
-            .map(|m| format!("127.0.0.1:{}", m.client_port))
-            .collect();
-        format!("etcd://{}", hosts.join(","))
+        self.0.url()
     }
 
     /// The number of members.
     pub fn len(&self) -> usize {
-        self.members.len()
+        self.0.len()
     }
 
     /// Whether the cluster has no member (never: a cluster has at least one).
     pub fn is_empty(&self) -> bool {
-        self.members.is_empty()
+        self.0.is_empty()
     }
 
     /// Member `index`'s client port on 127.0.0.1.
     pub fn client_port(&self, index: usize) -> u16 {
-        self.members[index].client_port
+        self.0.client_port(index)
     }
 
     /// The directory holding every member's data and log.
     pub fn dir(&self) -> &Path {
-        self.dir.path()
+        self.0.dir()
     }
 
     /// Whether member `index` runs (a paused one counts as running).
     pub fn is_running(&self, index: usize) -> bool {
-        self.members[index]
-            .child()
-            .as_mut()
-            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        self.0.is_running(index)
     }
 
     /// Kills member `index` with SIGKILL and waits for it to exit. Its data stays for a
     /// restart.
     pub fn kill(&self, index: usize) {
-        if let Some(mut child) = self.members[index].child().take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.0.kill(index);
     }
 
     /// Starts member `index` again on the same ports and data (killing it first if it still
@@ -227,31 +102,13 @@ impl EtcdServer {
 
     /// [`restart`](Self::restart), reporting a member that does not come back.
     pub fn try_restart(&self, index: usize) -> io::Result<()> {
-        self.kill(index);
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            // The ports can linger briefly after a kill.
-            let launched = self
-                .launch(index)
-                .and_then(|()| self.await_healthy(index, deadline));
-            match launched {
-                Ok(()) => return Ok(()),
-                Err(e) if Instant::now() >= deadline || e.kind() == io::ErrorKind::NotFound => {
-                    return Err(e);
-                }
-                Err(_) => {
-                    self.kill(index);
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-            }
-        }
+        self.0.try_restart(index)
     }
 
     /// Restarts member `index` without waiting for it to be healthy (when no quorum is up,
     /// it cannot be).
     pub fn relaunch(&self, index: usize) -> io::Result<()> {
-        self.kill(index);
-        self.launch(index)
+        self.0.relaunch(index)
     }
 
     /// Freezes member `index` with SIGSTOP: its connections stay open, nothing is answered,
@@ -260,7 +117,7 @@ impl EtcdServer {
     /// # Panics
     /// If the signal cannot be sent.
     pub fn pause(&self, index: usize) {
-        if let Err(e) = self.signal(index, Signal::SIGSTOP) {
+        if let Err(e) = self.0.pause(index) {
             panic!("{e}");
         }
     }
@@ -270,133 +127,23 @@ impl EtcdServer {
     /// # Panics
     /// If the signal cannot be sent.
     pub fn resume(&self, index: usize) {
-        if let Err(e) = self.signal(index, Signal::SIGCONT) {
+        if let Err(e) = self.0.resume(index) {
             panic!("{e}");
         }
     }
 
     /// Whether member `index` answers its health check (`/health`: it sees a leader).
     pub fn is_healthy(&self, index: usize) -> bool {
-        healthy(self.members[index].client_port)
+        self.0.is_healthy(index)
+    }
+
+    /// The member that leads the cluster now, if any answers so.
+    pub fn leader(&self) -> Option<usize> {
+        self.0.leader()
     }
 
     /// The last lines of member `index`'s log, for failure messages.
     pub fn log_tail(&self, index: usize) -> String {
-        let log = std::fs::read_to_string(self.log_path(index)).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().rev().take(5).collect();
-        lines.into_iter().rev().collect::<Vec<_>>().join(" | ")
-    }
-
-    fn log_path(&self, index: usize) -> PathBuf {
-        self.dir
-            .path()
-            .join(format!("{}.log", self.members[index].name))
-    }
-
-    fn signal(&self, index: usize, signal: Signal) -> io::Result<()> {
-        let member = &self.members[index];
-        let Some(pid) = member.child().as_ref().map(Child::id) else {
-            return Ok(());
-        };
-        let pid = i32::try_from(pid).map_err(io::Error::other)?;
-        kill(Pid::from_raw(pid), signal).map_err(|e| {
-            io::Error::other(format!(
-                "cannot send {signal} to etcd member {} (port {}): {e}",
-                member.name, member.client_port
-            ))
-        })
-    }
-
-    /// Starts member `index`'s process (without waiting for it).
-    fn launch(&self, index: usize) -> io::Result<()> {
-        let member = &self.members[index];
-        let client = format!("http://127.0.0.1:{}", member.client_port);
-        let peer = format!("http://127.0.0.1:{}", member.peer_port);
-        let log = self.log_path(index);
-        let child = Command::new(etcd_bin())
-            .arg("--name")
-            .arg(&member.name)
-            .arg("--data-dir")
-            .arg(&member.dir)
-            .args(["--listen-client-urls", &client])
-            .args(["--advertise-client-urls", &client])
-            .args(["--listen-peer-urls", &peer])
-            .args(["--initial-advertise-peer-urls", &peer])
-            .args(["--initial-cluster", &self.initial_cluster])
-            .args(["--initial-cluster-state", "new"])
-            .args(["--initial-cluster-token", &self.token])
-            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
-            .args(["--logger", "zap", "--log-level", "warn"])
-            .arg("--log-outputs")
-            .arg(&log)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| {
-                if e.kind() == io::ErrorKind::NotFound {
-                    io::Error::new(io::ErrorKind::NotFound, format!("{INSTALL_HINT} ({e})"))
-                } else {
-                    e
-                }
-            })?;
-        *member.child() = Some(child);
-        Ok(())
-    }
-
-    fn await_healthy(&self, index: usize, deadline: Instant) -> io::Result<()> {
-        let member = &self.members[index];
-        loop {
-            if let Some(child) = member.child().as_mut()
-                && let Ok(Some(status)) = child.try_wait()
-            {
-                return Err(io::Error::other(format!(
-                    "etcd member {} (port {}) exited with {status}: {}",
-                    member.name,
-                    member.client_port,
-                    self.log_tail(index)
-                )));
-            }
-            if healthy(member.client_port) {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "etcd member {} (port {}) not healthy within {START_TIMEOUT:?}: {}",
-                        member.name,
-                        member.client_port,
-                        self.log_tail(index)
-                    ),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-/// Whether the member on `port` answers `GET /health` with `"health":"true"`.
-fn healthy(port: u16) -> bool {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let request =
-        format!("GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
-    if stream.write_all(request.as_bytes()).is_err() {
-        return false;
-    }
-    let mut reply = String::new();
-    let _ = stream.read_to_string(&mut reply);
-    reply.contains("\"health\":\"true\"")
-}
-
-impl Drop for EtcdServer {
-    fn drop(&mut self) {
-        // A stopped process still dies of SIGKILL; no SIGCONT needed.
-        for index in 0..self.members.len() {
-            self.kill(index);
-        }
+        self.0.log_tail(index)
     }
 }
