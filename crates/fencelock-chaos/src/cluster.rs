@@ -1,6 +1,6 @@
 //! The servers a chaos run talks to, and the handles the nemesis pulls: spawned redis-server
-//! nodes (killed and restarted), fault proxies in front of every server (partitions), and an
-//! admin session on Postgres (`pg_terminate_backend`).
+//! nodes and etcd members (killed and restarted), fault proxies in front of every server
+//! (partitions), and an admin session on Postgres (`pg_terminate_backend`).
 //!
 //! Specs are typed configs from here on: proxies go in front of servers with `with_hosts`, and
 //! the workers' Postgres sessions are tagged with `PgConfig::application_name`.
@@ -16,6 +16,8 @@ use fencelock::spec::BackendSpec;
 
 use crate::config::Persistence;
 use crate::error::{ChaosError, Result};
+#[cfg(feature = "etcd")]
+use crate::etcd::EtcdServer;
 use crate::proxy::FaultProxy;
 use crate::redis::{RedisOptions, RedisServer};
 
@@ -30,7 +32,9 @@ pub(crate) struct Cluster {
     /// The storage, reached directly, for the final read.
     pub(crate) direct_storage: BackendSpec,
     /// Lock nodes this process started and may kill.
-    pub(crate) nodes: Vec<Arc<RedisServer>>,
+    pub(crate) nodes: Vec<Node>,
+    /// The most nodes one kill episode may take down at once.
+    pub(crate) kill_at_most: usize,
     /// A separate storage node this process started, never killed; held so that it lives
     /// as long as the run.
     _storage_node: Option<Arc<RedisServer>>,
@@ -40,6 +44,71 @@ pub(crate) struct Cluster {
     pub(crate) pg: Option<PgAdmin>,
     /// How the spec was given, for the report (passwords hidden).
     pub(crate) described: String,
+}
+
+/// A server the run started, which the kill fault kills with SIGKILL and restarts on its port
+/// and data.
+#[derive(Debug, Clone)]
+pub(crate) enum Node {
+    /// A redis-server process.
+    Redis(Arc<RedisServer>),
+    /// Member `index` of a spawned etcd cluster.
+    #[cfg(feature = "etcd")]
+    Etcd {
+        cluster: Arc<EtcdServer>,
+        index: usize,
+    },
+}
+
+impl Node {
+    /// Whether the process runs (a paused one counts as running).
+    fn is_running(&self) -> bool {
+        match self {
+            Node::Redis(server) => server.is_running(),
+            #[cfg(feature = "etcd")]
+            Node::Etcd { cluster, index } => cluster.is_running(*index),
+        }
+    }
+
+    /// Kills the node with SIGKILL and waits for it to exit.
+    pub(crate) async fn kill(&self) -> Result<()> {
+        let node = self.clone();
+        tokio::task::spawn_blocking(move || match node {
+            Node::Redis(server) => server.kill(),
+            #[cfg(feature = "etcd")]
+            Node::Etcd { cluster, index } => cluster.kill(index),
+        })
+        .await
+        .map_err(|e| ChaosError::harness_from("killing a server failed", e))
+    }
+
+    /// Starts a killed node again on its port and data, and waits until it answers (an etcd
+    /// member: until it is healthy, which needs a quorum of members up).
+    pub(crate) async fn restart(&self) -> Result<()> {
+        let node = self.clone();
+        tokio::task::spawn_blocking(move || match node {
+            Node::Redis(server) => server.try_restart(),
+            #[cfg(feature = "etcd")]
+            Node::Etcd { cluster, index } => cluster.try_restart(index),
+        })
+        .await
+        .map_err(|e| ChaosError::harness_from("restarting a server failed", e))?
+        .map_err(|e| ChaosError::harness_from(e.to_string(), e))
+    }
+
+    /// Whether the node is the etcd member that leads its cluster now (never for Redis).
+    pub(crate) async fn is_leader(&self) -> bool {
+        match self {
+            Node::Redis(_) => false,
+            #[cfg(feature = "etcd")]
+            Node::Etcd { cluster, index } => {
+                let (cluster, index) = (cluster.clone(), *index);
+                tokio::task::spawn_blocking(move || cluster.leader() == Some(index))
+                    .await
+                    .unwrap_or(false)
+            }
+        }
+    }
 }
 
 /// An admin pool on the Postgres server under test.
@@ -143,8 +212,60 @@ impl Cluster {
             worker_backend,
             worker_storage,
             direct_storage,
-            nodes,
+            nodes: nodes.into_iter().map(Node::Redis).collect(),
+            // One node, or a minority of Redlock's.
+            kill_at_most: (count / 2).max(1),
             _storage_node: storage_node,
+            proxies: proxies.0,
+            pg: None,
+            described,
+        })
+    }
+
+    /// Starts `count` etcd members as one cluster; the lock and the storage both live on it,
+    /// under a key prefix of the run. The kill fault takes down fewer than half of the members
+    /// at a time (the one member, when there is one), so a cluster of three keeps its quorum
+    /// and a restarted member rejoins with its data.
+    #[cfg(feature = "etcd")]
+    pub(crate) async fn spawn_etcd(count: usize, run_tag: &str, proxied: bool) -> Result<Self> {
+        if count == 0 {
+            return Err(ChaosError::config(
+                "spawning etcd needs at least one member",
+            ));
+        }
+        let server = tokio::task::spawn_blocking(move || EtcdServer::try_spawn_cluster(count))
+            .await
+            .map_err(|e| ChaosError::harness_from("starting etcd failed", e))?
+            .map_err(|e| ChaosError::harness_from(format!("cannot start etcd: {e}"), e))?;
+        let server = Arc::new(server);
+        let prefix = format!("fencelock-chaos/{run_tag}");
+        let direct = BackendSpec::Etcd(
+            fencelock_etcd::EtcdConfig::from_url(&server.url())?.prefix(prefix.clone()),
+        );
+        let mut proxies = Proxies::default();
+        let worker_backend = if proxied {
+            direct
+                .clone()
+                .with_hosts(&proxies.in_front_of(&direct.hosts()).await?)?
+        } else {
+            direct.clone()
+        };
+        let described = format!(
+            "{count} spawned etcd member{}, storage on the same cluster (keys under {prefix}/)",
+            if count == 1 { "" } else { "s" },
+        );
+        Ok(Cluster {
+            worker_backend,
+            worker_storage: None,
+            direct_storage: direct,
+            nodes: (0..count)
+                .map(|index| Node::Etcd {
+                    cluster: server.clone(),
+                    index,
+                })
+                .collect(),
+            kill_at_most: (count.saturating_sub(1) / 2).max(1),
+            _storage_node: None,
             proxies: proxies.0,
             pg: None,
             described,
@@ -158,7 +279,7 @@ impl Cluster {
             return Err(ChaosError::config(format!(
                 "{spec} lives inside one process, and chaos runs its workers as separate \
                  processes (so that they can really be paused and killed): use a shared \
-                 backend (redis://, redlock://, postgres://) or --spawn-redis N"
+                 backend (redis://, redlock://, postgres://, etcd://) or --spawn-redis N"
             )));
         }
         let mut proxies = Proxies::default();
@@ -185,6 +306,7 @@ impl Cluster {
             worker_storage: None,
             direct_storage: spec.clone(),
             nodes: Vec::new(),
+            kill_at_most: 0,
             _storage_node: None,
             proxies: proxies.0,
             pg,
@@ -199,7 +321,7 @@ impl Cluster {
         }
         for node in &self.nodes {
             if !node.is_running() {
-                restart(node.clone()).await?;
+                node.restart().await?;
             }
         }
         Ok(())
@@ -211,21 +333,6 @@ async fn start_redis(options: RedisOptions) -> Result<RedisServer> {
         .await
         .map_err(|e| ChaosError::harness_from("starting redis-server failed", e))?
         .map_err(|e| ChaosError::harness_from(format!("cannot start redis-server: {e}"), e))
-}
-
-/// Starts a killed node again on its port and directory.
-pub(crate) async fn restart(node: Arc<RedisServer>) -> Result<()> {
-    tokio::task::spawn_blocking(move || node.try_restart())
-        .await
-        .map_err(|e| ChaosError::harness_from("restarting redis-server failed", e))?
-        .map_err(|e| ChaosError::harness_from(e.to_string(), e))
-}
-
-/// Kills a node with SIGKILL.
-pub(crate) async fn kill(node: Arc<RedisServer>) -> Result<()> {
-    tokio::task::spawn_blocking(move || node.kill())
-        .await
-        .map_err(|e| ChaosError::harness_from("killing redis-server failed", e))
 }
 
 async fn start_proxy(target: SocketAddr) -> Result<FaultProxy> {

@@ -21,6 +21,14 @@ pub enum Target {
         /// Persistence of the lock nodes.
         persistence: Persistence,
     },
+    /// Start an etcd cluster of `members` members (1, or 3 so that killing one keeps a quorum),
+    /// so that the kill fault can kill -9 members and restart them on their data. The lock and
+    /// the counter both live on it, under a key prefix unique to the run.
+    #[cfg(feature = "etcd")]
+    SpawnEtcd {
+        /// Members of the cluster.
+        members: usize,
+    },
     /// Servers the caller runs, named by a backend spec (`redis://`, `redlock://`,
     /// `postgres://`). They are never killed.
     Backend(Box<BackendSpec>),
@@ -40,7 +48,7 @@ pub enum Persistence {
 pub enum FaultKind {
     /// SIGSTOP the worker that has just read under its lease, for 1 to 5 x ttl.
     Pause,
-    /// kill -9 spawned lock nodes and restart them.
+    /// kill -9 spawned lock nodes (redis-server, etcd members) and restart them.
     Kill,
     /// Delay, blackhole or reset traffic through fault proxies in front of every server.
     Partition,
@@ -186,6 +194,12 @@ impl ChaosConfig {
         }
         if let Target::SpawnRedis { nodes: 0, .. } = self.target {
             return Err(ChaosError::config("spawning Redis needs at least one node"));
+        }
+        #[cfg(feature = "etcd")]
+        if let Target::SpawnEtcd { members: 0 } = self.target {
+            return Err(ChaosError::config(
+                "spawning etcd needs at least one member",
+            ));
         }
         Ok(())
     }

@@ -1,11 +1,13 @@
-//! The nemesis: pauses lock holders with SIGSTOP, kills and restarts redis-server nodes,
-//! partitions the network through the fault proxies and ends Postgres sessions.
+//! The nemesis: pauses lock holders with SIGSTOP, kills and restarts redis-server nodes and
+//! etcd members, partitions the network through the fault proxies and ends Postgres sessions.
 //!
 //! Two schedules run side by side. The pauser arms itself every ttl/2 to 3 x ttl and then stops
 //! the next worker that reports a successful read (so the pause lands between its read and its
 //! write) for 1 to 5 times the ttl. The infrastructure schedule waits 2 to 6 x ttl (at least
-//! 0.5 to 1.5 s), then runs one episode of a kind picked at random among those enabled (kill,
-//! partition, terminate) for 1 to 4 x ttl, and heals it before the next gap.
+//! 0.5 to 1.5 s), then runs one episode of a kind drawn among those enabled (kill, partition,
+//! terminate) for 1 to 4 x ttl, and heals it before the next gap. Kinds are drawn as from a
+//! shuffled deck, refilled when empty, so every enabled kind comes within as many episodes as
+//! there are kinds, even in a short run (etcd's whole-second ttl leaves room for few).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -15,12 +17,12 @@ use std::time::Duration;
 use fencelock::postgres::sqlx;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use rand::seq::IndexedRandom;
+use rand::seq::{IndexedRandom, SliceRandom};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::clock;
-use crate::cluster::{self, Cluster};
+use crate::cluster::Cluster;
 use crate::config::FaultKind;
 use crate::error::{ChaosError, Result};
 use crate::history::FaultSpan;
@@ -121,7 +123,8 @@ pub(crate) fn check_applicable(faults: &[FaultKind], cluster: &Cluster) -> Resul
             FaultKind::Kill if cluster.nodes.is_empty() => {
                 return Err(ChaosError::config(
                     "the kill fault needs servers the run started itself: use \
-                     --spawn-redis N instead of --backend (servers you run are never killed)",
+                     --spawn-redis N or --spawn-etcd N instead of --backend (servers you run are \
+                     never killed)",
                 ));
             }
             FaultKind::Kill => {}
@@ -272,13 +275,18 @@ pub(crate) async fn infrastructure(
     let mut outcome = Ok(());
     if !kinds.is_empty() {
         let floor = Duration::from_millis(100);
+        let mut deck = Vec::with_capacity(kinds.len());
         loop {
             let gap = between((ttl * 2).max(floor * 5), (ttl * 6).max(floor * 15));
             tokio::select! {
                 _ = stop.wait_for(|stopped| *stopped) => break,
                 () = tokio::time::sleep(gap) => {}
             }
-            let Some(kind) = kinds.choose(&mut rand::rng()).copied() else {
+            if deck.is_empty() {
+                deck.clone_from(&kinds);
+                deck.shuffle(&mut rand::rng());
+            }
+            let Some(kind) = deck.pop() else {
                 break;
             };
             let hold = between(ttl.max(floor), (ttl * 4).max(floor * 4));
@@ -309,7 +317,8 @@ async fn hold_for(hold: Duration, stop: &mut watch::Receiver<bool>) {
     }
 }
 
-/// Kills one node (one node) or a minority (Redlock) with SIGKILL, waits, restarts them.
+/// Kills one node (one node) or a minority (Redlock, etcd) with SIGKILL, waits, restarts
+/// them. When one etcd member goes, it is the leader half of the time.
 async fn kill_episode(
     cluster: &Cluster,
     hold: Duration,
@@ -320,28 +329,44 @@ async fn kill_episode(
     if n == 0 {
         return Ok(());
     }
-    let victims = if n == 1 {
-        1
-    } else {
-        rand::random_range(1..=n / 2)
-    };
-    let chosen: Vec<_> = cluster
-        .nodes
-        .choose_multiple(&mut rand::rng(), victims)
-        .cloned()
-        .collect();
+    let victims = rand::random_range(1..=cluster.kill_at_most.clamp(1, n));
+    let mut chosen = Vec::with_capacity(victims);
+    if victims == 1 && n > 1 && rand::random_bool(0.5) {
+        for node in &cluster.nodes {
+            if node.is_leader().await {
+                chosen.push(node.clone());
+                break;
+            }
+        }
+    }
+    if chosen.is_empty() {
+        chosen = cluster
+            .nodes
+            .choose_multiple(&mut rand::rng(), victims)
+            .cloned()
+            .collect();
+    }
+    let mut leader = false;
+    if n > 1 {
+        for node in &chosen {
+            leader |= node.is_leader().await;
+        }
+    }
     let started = clock::now_ns();
     for node in &chosen {
-        cluster::kill(node.clone()).await?;
+        node.kill().await?;
     }
     FaultCounts::bump(&counts.kill_episodes, 1);
     FaultCounts::bump(&counts.nodes_killed, chosen.len() as u64);
     hold_for(hold, stop).await;
-    let killed = chosen.len();
-    for node in chosen {
-        cluster::restart(node).await?;
+    for node in &chosen {
+        node.restart().await?;
     }
-    let label = format!("kill -9 {killed} of {n} nodes");
+    let label = format!(
+        "kill -9 {} of {n} nodes{}",
+        chosen.len(),
+        if leader { ", the leader" } else { "" }
+    );
     counts.span(FaultKind::Kill, None, label, started);
     Ok(())
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::cluster::Cluster;
 use crate::config::{ChaosConfig, FaultKind, Mode, Target};
-use crate::error::Result;
+use crate::error::{ChaosError, Result};
 use crate::nemesis;
 use crate::phase::{Settings, run_phase};
 use crate::process::WorkerLauncher;
@@ -30,12 +30,26 @@ pub async fn run(
         Target::SpawnRedis { nodes, persistence } => {
             Cluster::spawn_redis(*nodes, *persistence, proxied).await?
         }
+        #[cfg(feature = "etcd")]
+        Target::SpawnEtcd { members } => Cluster::spawn_etcd(*members, &tag, proxied).await?,
         Target::Backend(spec) => Cluster::external(spec, &tag, proxied).await?,
     };
     nemesis::check_applicable(&faults, &cluster)?;
     // Connecting once up front checks the spec (and migrates a Postgres schema) before any
     // worker starts.
-    cluster.direct_storage.connect().await?;
+    let connected = cluster.direct_storage.connect().await?;
+    if cluster.worker_storage.is_none() {
+        // The lock service is this one: a ttl below its shortest lease would fail every grant.
+        let min_ttl = connected.backend.capabilities().min_ttl;
+        if config.ttl < min_ttl {
+            return Err(ChaosError::config(format!(
+                "{} grants leases of at least {min_ttl:?}: give a ttl of at least that \
+                 (--ttl {}ms)",
+                cluster.described,
+                min_ttl.as_millis()
+            )));
+        }
+    }
     let settings = Settings {
         workers: config.workers,
         ttl: config.ttl,
