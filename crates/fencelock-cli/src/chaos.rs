@@ -19,6 +19,7 @@ pub(crate) const EXAMPLES: &str = "  fencelock chaos --spawn-redis 1 --faults pa
   fencelock chaos --spawn-redis 5 --persistence none --faults pause,kill
   fencelock chaos --backend 'postgres://postgres@127.0.0.1/test?backend=advisory' --faults pause,terminate,partition
   fencelock chaos --spawn-redis 1 --faults pause,kill --duration 10s --report chaos-report
+  fencelock chaos --spawn-etcd 3 --faults pause,kill,partition --ttl 1s   (built with --features etcd)
 ";
 
 /// `--persistence`.
@@ -33,12 +34,12 @@ enum PersistenceArg {
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// Backend spec of servers you run: redis://, redlock://, postgres://...?backend=lease|advisory,
-    /// mysql://. memory:// is refused: it cannot be shared between worker processes.
+    /// mysql://, etcd://. memory:// is refused: it cannot be shared between worker processes.
     #[arg(
         long,
         env = BACKEND_ENV,
         hide_env_values = true,
-        required_unless_present = "spawn_redis",
+        required_unless_present_any = ["spawn_redis", "spawn_etcd"],
         value_parser = SpecParser
     )]
     pub(crate) backend: Option<Spec>,
@@ -48,6 +49,17 @@ pub(crate) struct Args {
     /// is one node with --persistence always.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     spawn_redis: Option<u16>,
+    /// Start an etcd cluster of N members instead (1, or 3 so that killing one keeps a quorum;
+    /// at most 7), so that the kill fault can kill -9 members and restart them on their data;
+    /// the lock and the counter live on it, under a key prefix of the run. etcd leases last at
+    /// least 1s: give --ttl 1s or more. Needs a fencelock built with --features etcd.
+    #[arg(
+        long,
+        value_name = "N",
+        conflicts_with = "spawn_redis",
+        value_parser = clap::value_parser!(u16).range(1..=7)
+    )]
+    spawn_etcd: Option<u16>,
     /// Persistence of the spawned lock nodes.
     #[arg(long, value_enum, default_value = "always", requires = "spawn_redis")]
     persistence: PersistenceArg,
@@ -95,6 +107,24 @@ pub(crate) struct Args {
     search_budget: usize,
 }
 
+/// `--spawn-etcd N`: a target only a build with etcd has.
+#[cfg(feature = "etcd")]
+#[allow(clippy::unnecessary_wraps)] // the same signature as without the feature
+fn spawn_etcd(members: u16) -> Result<Target, CliError> {
+    Ok(Target::SpawnEtcd {
+        members: usize::from(members),
+    })
+}
+
+#[cfg(not(feature = "etcd"))]
+fn spawn_etcd(_members: u16) -> Result<Target, CliError> {
+    Err(CliError::Input(
+        "--spawn-etcd needs a fencelock built with etcd: cargo install --path \
+         crates/fencelock-cli --features etcd (building the etcd client needs protoc)"
+            .to_owned(),
+    ))
+}
+
 fn parse_fault(text: &str) -> Result<FaultKind, String> {
     text.parse()
         .map_err(|e: fencelock_chaos::ChaosError| e.to_string())
@@ -103,6 +133,9 @@ fn parse_fault(text: &str) -> Result<FaultKind, String> {
 impl Args {
     /// The run the arguments ask for.
     fn config(&self) -> Result<ChaosConfig, CliError> {
+        if let Some(members) = self.spawn_etcd {
+            return self.with_workload(spawn_etcd(members)?);
+        }
         let target = match (self.spawn_redis, &self.backend) {
             (Some(nodes), _) => Target::SpawnRedis {
                 nodes: usize::from(nodes),
@@ -114,10 +147,16 @@ impl Args {
             (None, Some(spec)) => Target::Backend(Box::new(spec.spec().clone())),
             (None, None) => {
                 return Err(CliError::Input(format!(
-                    "give --backend SPEC (or set {BACKEND_ENV}), or --spawn-redis N"
+                    "give --backend SPEC (or set {BACKEND_ENV}), --spawn-redis N or \
+                     --spawn-etcd N"
                 )));
             }
         };
+        self.with_workload(target)
+    }
+
+    /// The run on `target` with the workload and faults of the arguments.
+    fn with_workload(&self, target: Target) -> Result<ChaosConfig, CliError> {
         let mut config = ChaosConfig::new(target);
         config.workers = self.workers;
         config.duration = self.duration;
@@ -241,5 +280,32 @@ mod tests {
                 persistence: Persistence::None
             }
         );
+    }
+
+    #[cfg(feature = "etcd")]
+    #[test]
+    fn spawn_etcd_names_the_members() {
+        let args = chaos_args(&["fencelock", "chaos", "--spawn-etcd", "3", "--ttl", "1s"]);
+        assert_eq!(
+            args.config().unwrap().target,
+            Target::SpawnEtcd { members: 3 }
+        );
+        let both = [
+            "fencelock",
+            "chaos",
+            "--spawn-etcd",
+            "3",
+            "--spawn-redis",
+            "1",
+        ];
+        assert!(Cli::try_parse_from(both).is_err());
+    }
+
+    #[cfg(not(feature = "etcd"))]
+    #[test]
+    fn spawn_etcd_without_the_feature_says_how_to_build_it() {
+        let args = chaos_args(&["fencelock", "chaos", "--spawn-etcd", "3"]);
+        let err = args.config().unwrap_err();
+        assert!(err.to_string().contains("--features etcd"), "{err}");
     }
 }

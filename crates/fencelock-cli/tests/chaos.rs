@@ -1,6 +1,6 @@
-//! `fencelock chaos` end to end against real servers: spawned redis-server processes, the
-//! Postgres server at FENCELOCK_PG_URL (default postgres://postgres@127.0.0.1:5432/test), in a
-//! throwaway schema, and the MySQL/MariaDB server at FENCELOCK_MYSQL_URL (default
+//! `fencelock chaos` end to end against real servers: spawned redis-server processes (and, with
+//! the `etcd` feature, spawned etcd members), the Postgres server at FENCELOCK_PG_URL (default
+//! postgres://postgres@127.0.0.1:5432/test), in a throwaway schema, and the MySQL/MariaDB server at FENCELOCK_MYSQL_URL (default
 //! mysql://root@127.0.0.1:3306/test). A missing service fails the test with a message; nothing
 //! is skipped.
 //!
@@ -166,6 +166,33 @@ fn redlock_five_nodes_without_persistence_survive_pauses_and_kills() {
         ],
         &["pause", "kill"],
     );
+}
+
+#[cfg(feature = "etcd")]
+#[test]
+fn etcd_three_spawned_members_survive_pauses_member_kills_and_partitions() {
+    // One member of three is killed at a time (the leader half of the time) and restarted on
+    // its data, so the quorum holds; the lock and the counter live on the same cluster. etcd
+    // leases last whole seconds, hence the one-second ttl.
+    let report = assert_passes(
+        &[
+            "--spawn-etcd",
+            "3",
+            "--faults",
+            "pause,kill,partition",
+            "--ttl",
+            "1s",
+            "--workers",
+            "4",
+            "--duration",
+            "30s",
+            "--control-duration",
+            "12s",
+        ],
+        &["pause", "kill", "partition"],
+    );
+    let backend = report["backend"].as_str().unwrap_or_default();
+    assert!(backend.starts_with("3 spawned etcd members"), "{report:#}");
 }
 
 fn pg_spec(schema: &PgSchema, backend: &str) -> String {
