@@ -318,7 +318,7 @@ async fn hold_for(hold: Duration, stop: &mut watch::Receiver<bool>) {
 }
 
 /// Kills one node (one node) or a minority (Redlock, etcd) with SIGKILL, waits, restarts
-/// them. When one etcd member goes, it is the leader half of the time.
+/// them. When one etcd member goes, it is the leader at least half of the time.
 async fn kill_episode(
     cluster: &Cluster,
     hold: Duration,
