@@ -177,10 +177,7 @@ impl ChaosReport {
         let _ = writeln!(out, "fencelock chaos: {}", self.backend);
         let _ = writeln!(out, "{}", self.settings_line());
         let _ = writeln!(out);
-        let _ = writeln!(out, "{:<34} {:>16} {:>16}", "", "fenced", "control");
-        for [label, a, b] in self.rows() {
-            let _ = writeln!(out, "{label:<34} {a:>16} {b:>16}");
-        }
+        out.push_str(&table(&self.rows()));
         for example in &f.examples {
             let _ = writeln!(out, "  violation: {example}");
         }
@@ -370,5 +367,66 @@ impl fmt::Display for Progress {
             self.faults.partitions(),
             self.faults.terminate_episodes,
         )
+    }
+}
+
+/// The rows as a table under the headers `fenced` and `control`: column widths from the
+/// content (a kill count with its nodes, a long label), figures right-aligned, two spaces
+/// between columns.
+fn table(rows: &[[String; 3]]) -> String {
+    let headers = ["", "fenced", "control"];
+    let mut widths = [32, 10, 10];
+    for row in std::iter::once(&headers.map(String::from)).chain(rows) {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let [w0, w1, w2] = widths;
+    let mut out = String::new();
+    for [label, a, b] in std::iter::once(&headers.map(String::from)).chain(rows) {
+        let _ = writeln!(out, "{label:<w0$}  {a:>w1$}  {b:>w2$}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod table_tests {
+    use super::table;
+
+    #[test]
+    fn the_table_stays_aligned_whatever_the_widths() {
+        let rows = [
+            ["lock cycles", "11849", "2426"],
+            [
+                "faults: kill -9 + restart",
+                "12226 (12226 nodes)",
+                "44 (44 nodes)",
+            ],
+            [
+                "a label longer than any the report has today, to widen the column",
+                "0",
+                "-",
+            ],
+        ]
+        .map(|row| row.map(String::from));
+        let text = table(&rows);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        let width = lines[0].chars().count();
+        for line in &lines {
+            assert_eq!(line.chars().count(), width, "{text}");
+        }
+        let fenced_end = lines[0].find("fenced").unwrap() + "fenced".len();
+        for (line, figure) in lines[1..].iter().zip(["11849", "12226 (12226 nodes)", "0"]) {
+            assert_eq!(
+                line.find(figure).unwrap() + figure.len(),
+                fenced_end,
+                "{text}"
+            );
+        }
+        assert!(
+            lines[2].contains("(12226 nodes)  "),
+            "columns run together:\n{text}"
+        );
     }
 }
