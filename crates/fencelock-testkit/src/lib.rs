@@ -11,3 +11,4 @@ pub mod postgres;
 pub mod proxy;
 pub mod redis;
 pub mod redis_cluster;
+pub mod tls;
