@@ -2,6 +2,7 @@
 //! `redis://` and `rediss://` URL schemes.
 
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fencelock_core::{Error, FenceRule, HostPort, Result};
@@ -23,7 +24,8 @@ pub const DEFAULT_MAX_VALUE_LEN: usize = 16 << 20;
 /// [`connect_storage`](Self::connect_storage) a [`RedisStorage`](crate::RedisStorage).
 ///
 /// The URL is `redis://[user][:password@]host[:port][/db]`, or `rediss://` for TLS (with the
-/// `tls` feature). [`from_url`](Self::from_url) checks it at once and completely;
+/// `tls` feature: rustls, trusting the webpki roots, or with `?tls_ca=/path/ca.pem` the CA
+/// certificates in that PEM file instead; see [`tls_ca`](Self::tls_ca)). [`from_url`](Self::from_url) checks it at once and completely;
 /// [`new`](Self::new) accepts any text and reports a bad URL at `connect`, before touching
 /// the network. Either way a bad URL is [`Error::InvalidConfig`] naming what is wrong (no
 /// host, a port out of range, an unknown option, ...), never quoting the password.
@@ -55,6 +57,7 @@ pub struct RedisConfig {
     max_value_len: usize,
     fence_rule: FenceRule,
     allow_eviction: bool,
+    tls_ca: Option<PathBuf>,
 }
 
 /// Where the server is: a checked URL, or text given to [`RedisConfig::new`] that is not one
@@ -75,6 +78,7 @@ impl fmt::Debug for RedisConfig {
             .field("max_value_len", &self.max_value_len)
             .field("fence_rule", &self.fence_rule)
             .field("allow_eviction", &self.allow_eviction)
+            .field("tls_ca", &self.tls_ca)
             .finish()
     }
 }
@@ -114,7 +118,10 @@ impl RedisConfig {
     }
 
     pub(crate) fn from_endpoint(endpoint: Endpoint, options: UrlOptions) -> Self {
-        Self::with_target(Target::Parsed(endpoint)).allow_eviction(options.allow_eviction)
+        let mut config =
+            Self::with_target(Target::Parsed(endpoint)).allow_eviction(options.allow_eviction);
+        config.tls_ca = options.tls_ca;
+        config
     }
 
     fn with_target(target: Target) -> Self {
@@ -126,6 +133,7 @@ impl RedisConfig {
             max_value_len: DEFAULT_MAX_VALUE_LEN,
             fence_rule: FenceRule::Monotonic,
             allow_eviction: false,
+            tls_ca: None,
         }
     }
 
@@ -135,7 +143,7 @@ impl RedisConfig {
     /// a usable URL, that text.
     pub fn to_url(&self) -> String {
         match &self.target {
-            Target::Parsed(endpoint) => endpoint.render(false) + self.query(),
+            Target::Parsed(endpoint) => endpoint.render(false) + &self.query(),
             Target::Unusable(text) => text.clone(),
         }
     }
@@ -143,17 +151,25 @@ impl RedisConfig {
     /// The URL with its password replaced by `***`, for logs and messages.
     pub fn redacted_url(&self) -> String {
         match &self.target {
-            Target::Parsed(endpoint) => endpoint.render(true) + self.query(),
+            Target::Parsed(endpoint) => endpoint.render(true) + &self.query(),
             Target::Unusable(text) => redact(text),
         }
     }
 
-    /// The URL's options: `?allow_eviction=true`, or nothing.
-    fn query(&self) -> &'static str {
+    /// The URL's options: `?allow_eviction=true`, `tls_ca=<path>`, or nothing.
+    fn query(&self) -> String {
+        let mut query = url::form_urlencoded::Serializer::new(String::new());
         if self.allow_eviction {
-            "?allow_eviction=true"
+            query.append_pair("allow_eviction", "true");
+        }
+        if let Some(path) = &self.tls_ca {
+            query.append_pair("tls_ca", &path.to_string_lossy());
+        }
+        let query = query.finish();
+        if query.is_empty() {
+            query
         } else {
-            ""
+            format!("?{query}")
         }
     }
 
@@ -244,6 +260,19 @@ impl RedisConfig {
         self
     }
 
+    /// Trusts the CA certificates of the PEM file at `path` for the server's certificate,
+    /// instead of the webpki roots (in the URL, `?tls_ca=/path/ca.pem`); `rediss://` only
+    /// (with the `tls` feature). The file is read by `connect`: a file that cannot be read
+    /// or holds no certificate is [`Error::InvalidConfig`] naming it. A server whose
+    /// certificate the trusted CAs did not sign is refused at connect with
+    /// [`Error::InvalidConfig`] naming the server and saying that its certificate was not
+    /// trusted. The path is part of [`to_url`](Self::to_url) (as text: a path that is not
+    /// UTF-8 is written lossily).
+    pub fn tls_ca(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls_ca = Some(path.into());
+        self
+    }
+
     pub(crate) fn evictions_allowed(&self) -> bool {
         self.allow_eviction
     }
@@ -301,12 +330,66 @@ impl RedisConfig {
                 });
             }
         };
-        let client = Client::open(endpoint.render(false)).map_err(|e| Error::InvalidConfig {
+        let client = match &self.tls_ca {
+            None => Client::open(endpoint.render(false)),
+            Some(path) => tls_client(endpoint, path)?,
+        }
+        .map_err(|e| Error::InvalidConfig {
             message: format!("redis URL {:?} is not usable: {e}", endpoint.render(true)),
             source: Some(Box::new(e)),
         })?;
         Ok((client, keys))
     }
+}
+
+/// A client of `endpoint` trusting the CA certificates in the PEM file at `path`.
+#[cfg(feature = "tls")]
+fn tls_client(endpoint: &Endpoint, path: &Path) -> Result<redis::RedisResult<Client>> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+
+    if !endpoint.is_tls() {
+        return Err(Error::config(format!(
+            "redis URL {:?}: `tls_ca` needs a rediss:// (TLS) URL",
+            endpoint.render(true)
+        )));
+    }
+    let shown = path.display();
+    let pem = std::fs::read(path).map_err(|e| Error::InvalidConfig {
+        message: format!("redis tls_ca {shown}: cannot read it: {e}"),
+        source: Some(Box::new(e)),
+    })?;
+    let certificates =
+        CertificateDer::pem_slice_iter(&pem).collect::<std::result::Result<Vec<_>, _>>();
+    match certificates {
+        Ok(found) if !found.is_empty() => {}
+        Ok(_) => {
+            return Err(Error::config(format!(
+                "redis tls_ca {shown} holds no PEM certificate (-----BEGIN CERTIFICATE-----)"
+            )));
+        }
+        Err(e) => {
+            return Err(Error::config(format!(
+                "redis tls_ca {shown} is not a PEM file of certificates: {e}"
+            )));
+        }
+    }
+    Ok(Client::build_with_tls(
+        endpoint.render(false),
+        redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem),
+        },
+    ))
+}
+
+/// Without the `tls` feature no config reaches TLS: `tls_ca` set with the builder is refused.
+#[cfg(not(feature = "tls"))]
+fn tls_client(endpoint: &Endpoint, _path: &Path) -> Result<redis::RedisResult<Client>> {
+    Err(Error::config(format!(
+        "redis URL {:?}: `tls_ca` needs rediss:// and the `tls` feature of fencelock-redis",
+        endpoint.render(true)
+    )))
 }
 
 #[cfg(test)]
@@ -421,6 +504,7 @@ mod tests {
                 "unknown option `protocol`",
             ),
             ("redis://host#frag", "takes no fragment"),
+            ("redis://host?tls_ca=/ca.pem", "needs a rediss://"),
             (
                 "redis://host?allow_eviction=yes",
                 "`allow_eviction` is `yes`",
@@ -458,6 +542,20 @@ mod tests {
             let config = result.unwrap();
             assert_eq!(config.to_url(), "rediss://:s3cr3t@host:6380");
             assert_eq!(RedisConfig::from_url(&config.to_url()).unwrap(), config);
+            let with_ca =
+                RedisConfig::from_url("rediss://h:1?tls_ca=/etc/my%20ca.pem&allow_eviction=true")
+                    .unwrap();
+            assert_eq!(
+                with_ca.to_url(),
+                "rediss://h:1?allow_eviction=true&tls_ca=%2Fetc%2Fmy+ca.pem"
+            );
+            assert_eq!(RedisConfig::from_url(&with_ca.to_url()).unwrap(), with_ca);
+            assert_eq!(
+                RedisConfig::from_url("rediss://h:1")
+                    .unwrap()
+                    .tls_ca("/etc/my ca.pem"),
+                RedisConfig::from_url("rediss://h:1?tls_ca=/etc/my%20ca.pem").unwrap()
+            );
         } else {
             match result {
                 Err(Error::InvalidConfig { message, .. }) => {

@@ -282,8 +282,41 @@ pub(crate) async fn connect_failure(
                 source: Some(Box::new(e)),
             }
         }
-        _ => in_context(map_error(backend, e), server),
+        _ => match untrusted_certificate(&e) {
+            Some(why) => Error::InvalidConfig {
+                message: format!(
+                    "{server}: its TLS certificate was not trusted ({why}); trust the CA that \
+                     signed it with `?tls_ca=/path/ca.pem` (RedisConfig::tls_ca)"
+                ),
+                source: Some(Box::new(e)),
+            },
+            None => in_context(map_error(backend, e), server),
+        },
     }
+}
+
+/// What rustls found wrong with the server's certificate (not signed by a trusted CA, not
+/// for this host name, expired, ...), when that is why connecting failed: trying again
+/// cannot succeed.
+#[cfg(feature = "tls")]
+fn untrusted_certificate(e: &RedisError) -> Option<String> {
+    use std::error::Error as _;
+    use std::sync::Arc;
+
+    // The driver keeps the I/O error of the handshake behind an `Arc`, which wraps rustls'.
+    let inner = e
+        .source()?
+        .downcast_ref::<Arc<dyn std::error::Error + Send + Sync>>()?;
+    let io = inner.downcast_ref::<std::io::Error>()?;
+    match io.get_ref()?.downcast_ref::<rustls::Error>()? {
+        rustls::Error::InvalidCertificate(why) => Some(format!("{why:?}")),
+        _ => None,
+    }
+}
+
+#[cfg(not(feature = "tls"))]
+fn untrusted_certificate(_: &RedisError) -> Option<String> {
+    None
 }
 
 /// What the server answers to the URL's `AUTH`, sent on a connection of its own: the driver

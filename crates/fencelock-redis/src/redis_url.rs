@@ -1,6 +1,8 @@
 //! `redis://` URLs: parsed and checked completely, kept in their parts, rendered back with or
 //! without the password, and every problem worded for the user (never quoting a password).
 
+use std::path::PathBuf;
+
 use fencelock_core::{Error, HostPort};
 use url::Url;
 
@@ -152,8 +154,8 @@ pub(crate) fn parse_endpoint(input: &str) -> std::result::Result<(Endpoint, UrlO
     for (name, value) in url.query_pairs() {
         if !safe_to_echo(input) {
             return Err(Problem::new(
-                "takes only the option `allow_eviction`; a password holding `/`, `?` or `#` \
-                 must be percent-encoded",
+                "takes only the options `allow_eviction` and `tls_ca`; a password holding \
+                 `/`, `?` or `#` must be percent-encoded",
             ));
         }
         if seen.contains(&name) {
@@ -161,9 +163,19 @@ pub(crate) fn parse_endpoint(input: &str) -> std::result::Result<(Endpoint, UrlO
         }
         match &*name {
             "allow_eviction" => options.allow_eviction = parse_flag(&name, &value)?,
+            "tls_ca" if !tls => {
+                return Err(Problem::new("option `tls_ca` needs a rediss:// (TLS) URL"));
+            }
+            "tls_ca" if value.is_empty() => {
+                return Err(Problem::new(
+                    "option `tls_ca` is empty (it names a PEM file of CA certificates)",
+                ));
+            }
+            "tls_ca" => options.tls_ca = Some(PathBuf::from(&*value)),
             other => {
                 return Err(Problem::new(format!(
-                    "unknown option `{other}` (redis URLs take only `allow_eviction`)"
+                    "unknown option `{other}` (redis URLs take `allow_eviction` and, with \
+                     rediss://, `tls_ca`)"
                 )));
             }
         }
@@ -181,10 +193,13 @@ pub(crate) fn parse_endpoint(input: &str) -> std::result::Result<(Endpoint, UrlO
 }
 
 /// The options a `redis://` URL may carry.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct UrlOptions {
     /// `allow_eviction=true`: serve even when the server may evict keys.
     pub(crate) allow_eviction: bool,
+    /// `tls_ca=/path/ca.pem` (rediss:// only): the CA certificates to trust instead of the
+    /// webpki roots.
+    pub(crate) tls_ca: Option<PathBuf>,
 }
 
 /// A boolean option: `true` or `false`.
