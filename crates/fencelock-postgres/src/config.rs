@@ -621,6 +621,56 @@ pub(crate) fn redact(url: &Url) -> String {
     url.into()
 }
 
+/// Says what went wrong when connecting failed on TLS, as [`Error::InvalidConfig`] naming the
+/// server (`host:port`, never the password): trying again with the same URL cannot succeed.
+/// A server certificate that the trusted CAs did not sign (or that is for another host name,
+/// or expired) is "not trusted"; a server that does not speak TLS while `sslmode` asks for it
+/// is said so. Every other error is returned as it is.
+pub(crate) fn tls_failure(server: &[HostPort], error: Error) -> Error {
+    let Error::Unavailable {
+        source: Some(source),
+        ..
+    } = &error
+    else {
+        return error;
+    };
+    let server = server
+        .first()
+        .map_or_else(|| "the server".to_owned(), |s| format!("server {s}"));
+    let message = match source.downcast_ref::<sqlx::Error>() {
+        Some(sqlx::Error::Tls(e)) => format!(
+            "Postgres {server}: TLS could not be set up ({e}); the URL's sslmode asks for \
+             TLS: turn `ssl = on` at the server, or use sslmode=prefer or disable"
+        ),
+        Some(sqlx::Error::Io(io)) => match untrusted(io) {
+            Some(why) => format!(
+                "Postgres {server}: its TLS certificate was not trusted ({why}); trust the CA \
+                 that signed it with `sslrootcert=/path/ca.pem`"
+            ),
+            None => return error,
+        },
+        _ => return error,
+    };
+    let Error::Unavailable { source, .. } = error else {
+        unreachable!("matched above")
+    };
+    Error::InvalidConfig { message, source }
+}
+
+/// What rustls found wrong with the server's certificate, when that is the I/O error.
+#[cfg(feature = "tls")]
+fn untrusted(io: &std::io::Error) -> Option<String> {
+    match io.get_ref()?.downcast_ref::<rustls::Error>()? {
+        rustls::Error::InvalidCertificate(why) => Some(format!("{why:?}")),
+        _ => None,
+    }
+}
+
+#[cfg(not(feature = "tls"))]
+fn untrusted(_: &std::io::Error) -> Option<String> {
+    None
+}
+
 /// Checks a schema name: `[a-z_][a-z0-9_]*`, at most [`MAX_SCHEMA_LEN`] bytes.
 pub(crate) fn validate_schema(schema: &str) -> Result<()> {
     let mut chars = schema.chars();

@@ -81,7 +81,8 @@ impl PgConfig {
             }
         }
         .instrument(span)
-        .await?;
+        .await
+        .map_err(|e| crate::config::tls_failure(&self.hosts(), e))?;
         if db.inner.backend == PgBackendKind::Advisory {
             db.advisory_allowed().await?;
         }
