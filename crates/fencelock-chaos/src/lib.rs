@@ -1,3 +1,4 @@
+#![cfg_attr(docsrs, feature(doc_cfg))]
 //! Jepsen-style fault injection against a real fencelock backend, with a checker and a negative
 //! control (DESIGN section 6). The `fencelock chaos` command is a thin front end to [`run`].
 //!

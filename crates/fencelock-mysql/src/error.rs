@@ -26,9 +26,9 @@ const MISCONFIGURED: &[u16] = &[1044, 1045, 1049, 1251];
 /// Maps a `sqlx` error to fencelock's [`Error`], naming `backend` in the message.
 ///
 /// - I/O, TLS, protocol, pool time-outs, a closed pool, and server errors that mean the
-///   connection is gone ([`GONE`]: killed, shut down, too many connections) are
+///   connection is gone (killed, shut down, too many connections) are
 ///   [`Error::Unavailable`] (retryable).
-/// - Wrong user, password or database ([`MISCONFIGURED`]) and a malformed option are
+/// - Wrong user, password or database, and a malformed option are
 ///   [`Error::InvalidConfig`]: retrying cannot help. The server's message names the user and
 ///   database, never the password.
 /// - Every other server error is [`Error::Backend`] with its error number and SQLSTATE in the
