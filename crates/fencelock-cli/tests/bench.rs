@@ -172,6 +172,73 @@ async fn bench_postgres_lease_and_advisory() {
     schema.cleanup().await;
 }
 
+/// Through PgBouncer in transaction mode, said in the URL or detected: the lease backend
+/// runs next to a raw baseline that only sends simple-protocol queries (named prepared
+/// statements and session advisory locks break or leak through such a pooler), with no
+/// session-advisory peer; the run's rows and the plain table are removed through the pooler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_postgres_through_pgbouncer() {
+    use fencelock::postgres::sqlx;
+    use fencelock_testkit::pgbouncer::PgBouncer;
+
+    let bouncer = tokio::task::spawn_blocking(|| PgBouncer::spawn_with_pool_size(2))
+        .await
+        .unwrap();
+    let schema = PgSchema::create().await;
+    for pooler in ["transaction", "detect"] {
+        let spec = format!(
+            "{}?schema={}&pooler={pooler}&backend=lease",
+            bouncer.url(),
+            schema.name()
+        );
+        let subjects = tokio::task::spawn_blocking(move || bench_json(&spec))
+            .await
+            .unwrap_or_else(|e| panic!("pooler={pooler}: {e}{}", bouncer.log_tail()));
+        assert!(
+            subjects.iter().any(|s| s == "fencelock pg-lease"),
+            "pooler={pooler}: {subjects:?}"
+        );
+        assert!(
+            subjects.iter().any(|s| s == "raw SELECT 1 (simple query)"),
+            "pooler={pooler}: {subjects:?}"
+        );
+        assert!(
+            subjects
+                .iter()
+                .any(|s| s.contains("pg_try_advisory_xact_lock")),
+            "pooler={pooler}: {subjects:?}"
+        );
+        assert!(
+            !subjects
+                .iter()
+                .any(|s| s == "sqlx PgAdvisoryLock" || s.contains("pg_try_advisory_lock ")),
+            "a session lock through a transaction pooler, pooler={pooler}: {subjects:?}"
+        );
+    }
+    assert_eq!(sqlx_count(&schema).await, 0, "the plain table is left");
+    for table in [
+        "fencelock_leases",
+        "fencelock_counters",
+        "fencelock_storage",
+    ] {
+        let column = if table == "fencelock_storage" {
+            "resource"
+        } else {
+            "key"
+        };
+        let left: i64 = sqlx::query_scalar(&format!(
+            "SELECT count(*) FROM {}.{table} WHERE starts_with({column}, 'fencelock-bench/')",
+            schema.name()
+        ))
+        .fetch_one(schema.admin())
+        .await
+        .unwrap();
+        assert_eq!(left, 0, "rows of the runs left in {table}");
+    }
+    drop(bouncer);
+    schema.cleanup().await;
+}
+
 async fn sqlx_count(schema: &PgSchema) -> i64 {
     use fencelock::postgres::sqlx;
     sqlx::query_scalar(
