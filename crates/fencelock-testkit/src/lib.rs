@@ -1,8 +1,10 @@
 //! Test tools for fencelock: real services for real tests. `publish = false`.
 //!
-//! Throwaway Postgres schemas live here; the redis-server spawner and the TCP fault proxy live
-//! in `fencelock-chaos` (the `fencelock chaos` command uses them at run time) and are
-//! re-exported under the same paths.
+//! Throwaway Postgres schemas, a PgBouncer in transaction mode, Redis clusters and TLS servers
+//! (with certificates made at test time) live here; the redis-server and etcd member spawners
+//! and the TCP fault proxy live in `fencelock-chaos` (the `fencelock chaos` command uses them at
+//! run time) and are wrapped under the same paths, panicking with what to install instead of
+//! returning errors.
 
 pub mod etcd;
 pub mod pgbouncer;
