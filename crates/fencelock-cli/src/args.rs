@@ -61,6 +61,16 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|e| format!("{e} (examples: 500ms, 2s, 1m)"))
 }
 
+/// Parses a wait: a duration, or a bare number of seconds as flock's `-w` takes it (`10`,
+/// `0.5`).
+pub(crate) fn parse_wait(text: &str) -> Result<Duration, String> {
+    match text.parse::<f64>() {
+        Ok(seconds) => Duration::try_from_secs_f64(seconds)
+            .map_err(|e| format!("invalid wait {text}: {e} (examples: 10, 0.5, 500ms, 1m)")),
+        Err(_) => parse_duration(text),
+    }
+}
+
 /// Parses a lease ttl: a duration of at least [`fencelock::MIN_TTL`]. A backend may ask for
 /// more ([`fencelock::Capabilities::min_ttl`]); that is checked once it is connected.
 pub(crate) fn parse_ttl(text: &str) -> Result<Duration, String> {

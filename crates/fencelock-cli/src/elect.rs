@@ -78,7 +78,7 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     let leadership = tokio::select! {
         elected = campaign => match elected? {
             Some(leadership) => leadership,
-            None => return Ok(Exit::NotObtained),
+            None => return Ok(Exit::NotObtained(crate::exit::NOT_OBTAINED)),
         },
         signal = signals.recv() => {
             eprintln!("fencelock: {signal} while campaigning; the command was not started");

@@ -4,6 +4,9 @@
 use std::fmt::Write;
 use std::process::ExitCode;
 
+/// The default code of [`Exit::NotObtained`]: 75, `EX_TEMPFAIL` of sysexits.h.
+pub const NOT_OBTAINED: u8 = 75;
+
 /// The subcommands, as the list of exit codes names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sub {
@@ -36,8 +39,9 @@ pub enum Exit {
     Violations,
     /// 4, `chaos`: the control run lost no update, so the run proves nothing.
     ControlFoundNothing,
-    /// 75, `run`: the lock was not obtained within `--wait` (`EX_TEMPFAIL`).
-    NotObtained,
+    /// `run`, `elect`: the lock was not obtained within `--wait`; [`NOT_OBTAINED`] (75,
+    /// `EX_TEMPFAIL`) unless `run -E CODE` chose another code.
+    NotObtained(u8),
     /// 76, `run`: the lease was lost while the command ran.
     LeaseLost,
     /// 126, `run`: the command exists but could not be executed.
@@ -59,7 +63,7 @@ impl Exit {
             Exit::Usage => 2,
             Exit::Violations => 3,
             Exit::ControlFoundNothing => 4,
-            Exit::NotObtained => 75,
+            Exit::NotObtained(code) => code,
             Exit::LeaseLost => 76,
             Exit::CannotExecute => 126,
             Exit::CommandNotFound => 127,
@@ -136,11 +140,16 @@ pub const DOCUMENTED: &[(Exit, &[Sub], &str)] = &[
         "the control run lost no update: the faults did not bite, so the run proves nothing",
     ),
     (
-        Exit::NotObtained,
+        Exit::NotObtained(NOT_OBTAINED),
         &[Run],
-        "the lock was not obtained within --wait",
+        "the lock was not obtained within --wait (or at once with -n); -E/--conflict-exit-code \
+         CODE makes this CODE instead",
     ),
-    (Exit::NotObtained, &[Elect], "not elected within --wait"),
+    (
+        Exit::NotObtained(NOT_OBTAINED),
+        &[Elect],
+        "not elected within --wait",
+    ),
     (
         Exit::LeaseLost,
         &[Elect],

@@ -7,9 +7,10 @@
 //! stopped by `kill`, a closed terminal or `timeout` never outlives its lock, and the next
 //! holder gets the lock as soon as the job is gone.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io::ErrorKind;
 use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::time::Duration;
 
@@ -19,9 +20,9 @@ use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 use tokio::time::{Instant, timeout_at};
 
-use crate::args::{SharedBackendArg, parse_duration, parse_ttl};
+use crate::args::{SharedBackendArg, parse_duration, parse_ttl, parse_wait};
 use crate::error::CliError;
-use crate::exit::Exit;
+use crate::exit::{self, Exit};
 use crate::signals::Signals;
 use crate::spec::Spec;
 
@@ -34,6 +35,10 @@ pub(crate) const EXAMPLES: &str = "  # a cron job that runs once across hosts
   fencelock run --key catalog --shared -- ./export-catalog.sh
   # at most 4 transcoders at once across hosts
   fencelock run --key transcode --permits 4 --wait 10m -- ./transcode.sh
+  # flock(1) spellings: try once, exit 1 (not 75) when held, a shell string, no message
+  fencelock run -n -E 1 -q --key backup -c 'pg_dump app > app.sql'
+  # the grant for a script, one JSON line in a file of its own
+  fencelock run --key deploy --grant-file grant.json -- ./deploy.sh
 ";
 
 /// How long connecting and the one try may take when `--wait` is zero.
@@ -60,10 +65,22 @@ pub(crate) struct Args {
     /// Lease ttl; the lease is renewed at about a third of it while the command runs.
     #[arg(long, default_value = "30s", value_parser = parse_ttl)]
     ttl: Duration,
-    /// How long to wait for the lock, connecting included; 0s connects (within 5s) and tries
-    /// once.
-    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    /// How long to wait for the lock, connecting included (a bare number is seconds, as for
+    /// flock -w); 0 connects (within 5s) and tries once.
+    #[arg(short, long, default_value = "0s", value_parser = parse_wait)]
     wait: Duration,
+    /// Do not wait: connect (within 5s) and try once, the same as --wait 0.
+    #[arg(short, long, conflicts_with = "wait")]
+    nonblock: bool,
+    /// The exit code when the lock is not obtained (default 75, EX_TEMPFAIL), as flock -E:
+    /// a script can then tell "held by someone else" from the command's own codes.
+    #[arg(
+        short = 'E',
+        long,
+        value_name = "CODE",
+        default_value_t = exit::NOT_OBTAINED
+    )]
+    conflict_exit_code: u8,
     /// How long the command has between SIGTERM (or the signal fencelock received) and SIGKILL,
     /// when its lease is lost or fencelock is asked to stop.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
@@ -79,21 +96,66 @@ pub(crate) struct Args {
     /// must pass the same N.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     permits: Option<u32>,
+    /// Write the grant as one JSON line on stderr before the command starts: {"key", "token",
+    /// "owner", "backend"} (and "slot" or "reader"). Nothing the command writes comes before
+    /// it; fencelock's own stdout stays the command's.
+    #[arg(long)]
+    json: bool,
+    /// Write the grant, the same JSON line as --json, to PATH before the command starts (the
+    /// file is replaced, never appended to): a way to read it that mixes with nothing.
+    #[arg(long, value_name = "PATH")]
+    grant_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) verbosity: Verbosity,
     #[command(flatten)]
     pub(crate) command: CommandArgs,
 }
 
-/// The command a subcommand runs while it holds a lock.
+/// How much fencelock itself says on stderr (errors are always said).
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub(crate) struct Verbosity {
+    /// Say nothing when the lock is not obtained (the exit code tells), as flock -q.
+    #[arg(short, long, conflicts_with = "verbose")]
+    quiet: bool,
+    /// Say on stderr when the lock is obtained (key, token, owner, time waited) and when it is
+    /// released.
+    #[arg(short, long)]
+    verbose: bool,
+}
+
+/// The command a subcommand runs while it holds a lock: `-c STRING` for `sh -c`, or the
+/// command and its arguments (after `--`, or starting at the first word that is not an
+/// option: the options of fencelock come before it).
 #[derive(Debug, clap::Args)]
 pub(crate) struct CommandArgs {
+    /// Run this shell command line with `sh -c`, as flock -c.
+    #[arg(
+        short = 'c',
+        long = "command",
+        value_name = "STRING",
+        conflicts_with = "command"
+    )]
+    shell: Option<OsString>,
     /// The command and its arguments.
     #[arg(
-        required = true,
+        required_unless_present = "shell",
         trailing_var_arg = true,
-        allow_hyphen_values = true,
         value_name = "CMD"
     )]
     command: Vec<OsString>,
+}
+
+impl CommandArgs {
+    /// The program and its arguments.
+    fn argv(&self) -> Option<(&OsStr, Vec<&OsStr>)> {
+        match &self.shell {
+            Some(line) => Some((OsStr::new("sh"), vec![OsStr::new("-c"), line.as_os_str()])),
+            None => {
+                let (program, rest) = self.command.split_first()?;
+                Some((program, rest.iter().map(OsString::as_os_str).collect()))
+            }
+        }
+    }
 }
 
 /// What `run` holds.
@@ -112,19 +174,49 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
         (false, Some(n)) => Kind::Permits(n as usize),
         (false, None) => Kind::Exclusive,
     };
+    let wait = if args.nonblock {
+        Duration::ZERO
+    } else {
+        args.wait
+    };
+    let talk = args.verbosity;
     // From here on a signal is ours to handle, so the lock is never left behind by one.
     let mut signals = Signals::install()?;
+    let started = Instant::now();
     let (guard, extra_env) = tokio::select! {
-        obtained = obtain(spec, &key, kind, args.ttl, args.wait) => match obtained? {
+        obtained = obtain(spec, &key, kind, args.ttl, wait, talk) => match obtained? {
             Some(held) => held,
-            None => return Ok(Exit::NotObtained),
+            None => return Ok(Exit::NotObtained(args.conflict_exit_code)),
         },
         signal = signals.recv() => {
             eprintln!("fencelock: {signal} while waiting for the lock; the command was not started");
             return Ok(Exit::Signal(signal as i32));
         }
     };
-    hold_while_running(
+    let grant = grant_json(&guard, spec, &extra_env);
+    if let Some(path) = &args.grant_file
+        && let Err(e) = std::fs::write(path, format!("{grant}\n"))
+    {
+        guard.release().await?;
+        return Err(CliError::io(
+            format!("writing the grant to {}", path.display()),
+            e,
+        ));
+    }
+    if args.json {
+        eprintln!("{grant}");
+    }
+    if talk.verbose {
+        let lease = guard.lease();
+        eprintln!(
+            "fencelock: obtained {:?} with token {} (owner {}) after {} ms",
+            lease.key.as_str(),
+            lease.token,
+            lease.owner,
+            started.elapsed().as_millis()
+        );
+    }
+    let exit = hold_while_running(
         guard,
         &args.key,
         &args.command,
@@ -132,7 +224,36 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
         args.grace,
         &mut signals,
     )
-    .await
+    .await?;
+    // A lost lease has been said already, and there was nothing left to release.
+    if talk.verbose && exit != Exit::LeaseLost {
+        eprintln!(
+            "fencelock: released {:?}; the command ended with {}",
+            args.key,
+            exit.code()
+        );
+    }
+    Ok(exit)
+}
+
+/// The grant as one JSON object: key, token, owner, backend (the spec, password hidden, and
+/// the backend's name), and the variables the kind adds (`slot`, `reader`).
+fn grant_json(guard: &LockGuard, spec: &Spec, extra_env: &[(&str, String)]) -> serde_json::Value {
+    let lease = guard.lease();
+    let mut grant = serde_json::json!({
+        "key": lease.key.as_str(),
+        "token": lease.token.get(),
+        "owner": lease.owner.to_string(),
+        "backend": spec.to_string(),
+    });
+    for (name, value) in extra_env {
+        let field = name.trim_start_matches("FENCELOCK_").to_ascii_lowercase();
+        let value = value
+            .parse::<u64>()
+            .map_or_else(|_| serde_json::json!(value), |n| serde_json::json!(n));
+        grant[field] = value;
+    }
+    grant
 }
 
 /// Runs the command while `guard` is held (with FENCELOCK_KEY, FENCELOCK_TOKEN,
@@ -147,8 +268,7 @@ pub(crate) async fn hold_while_running(
     signals: &mut Signals,
 ) -> Result<Exit, CliError> {
     let (program, rest) = command
-        .command
-        .split_first()
+        .argv()
         .ok_or_else(|| CliError::Input("no command given".into()))?;
     let lease = guard.lease();
     let spawned = Command::new(program)
@@ -211,6 +331,7 @@ async fn obtain(
     kind: Kind,
     ttl: Duration,
     wait: Duration,
+    talk: Verbosity,
 ) -> Result<Option<(LockGuard, Vec<(&'static str, String)>)>, CliError> {
     let budget = if wait.is_zero() {
         TRY_ONCE_WITHIN
@@ -261,10 +382,12 @@ async fn obtain(
         Err(_) => Err(no_answer()),
         Ok(Ok(held)) => Ok(Some(held)),
         Ok(Err(Error::Timeout { waited, .. })) => {
-            eprintln!(
-                "fencelock: lock {:?} is held by another owner; not obtained within {waited:?}",
-                key.as_str()
-            );
+            if !talk.quiet {
+                eprintln!(
+                    "fencelock: lock {:?} is held by another owner; not obtained within {waited:?}",
+                    key.as_str()
+                );
+            }
             Ok(None)
         }
         Ok(Err(e)) => Err(e.into()),
