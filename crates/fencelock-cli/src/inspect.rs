@@ -1,7 +1,12 @@
 //! `fencelock inspect`: who holds a lock, with which token, for how long; and what the backend
-//! guarantees.
+//! guarantees. As aligned text, or as one JSON object (`--json`) for scripts.
 
-use fencelock::{LockKey, Locker, Semaphore};
+use std::time::Duration;
+
+use fencelock::{
+    Capabilities, Fence, LockKey, Locker, Semaphore, TimeAuthority, TokenGuarantee, WakeUp,
+};
+use serde_json::{Value, json};
 
 use crate::args::SharedBackendArg;
 use crate::error::CliError;
@@ -12,6 +17,8 @@ pub(crate) const EXAMPLES: &str =
   FENCELOCK_BACKEND=postgres://postgres@127.0.0.1:5432/test fencelock inspect migrate
   # the 4 permits of a semaphore (fencelock run --permits 4 --key transcode)
   fencelock inspect --permits 4 transcode
+  # the holder's token for a script
+  fencelock inspect --json nightly-report | jq '.holder.token'
 ";
 
 #[derive(Debug, clap::Args)]
@@ -21,9 +28,48 @@ pub(crate) struct Args {
     /// Also show the N permits of the semaphore on this key (`fencelock run --permits N`).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     permits: Option<u32>,
+    /// Print one JSON object instead of the text: key, backend, holder (owner, token,
+    /// remaining_ms) or null, last_token, readers and permits when asked for, and capabilities
+    /// in words.
+    #[arg(long)]
+    json: bool,
     /// The lock's key (an election's key shows its leader: the holder, whose token is the
     /// term).
     key: String,
+}
+
+/// What `inspect` prints, as label and value rows for the text and as JSON.
+struct Shown {
+    rows: Vec<(String, String)>,
+    json: Value,
+}
+
+impl Shown {
+    fn row(&mut self, label: impl Into<String>, value: impl Into<String>) {
+        self.rows.push((label.into(), value.into()));
+    }
+
+    /// The rows with the values in one column, whatever the labels' widths.
+    fn text(&self) -> String {
+        let width = self
+            .rows
+            .iter()
+            .filter(|(_, value)| !value.is_empty())
+            .map(|(label, _)| label.chars().count())
+            .max()
+            .unwrap_or(0);
+        let mut out = String::new();
+        for (label, value) in &self.rows {
+            let line = if value.is_empty() {
+                label.clone()
+            } else {
+                format!("{label:<width$}  {value}")
+            };
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        out
+    }
 }
 
 pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
@@ -32,37 +78,63 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     let connected = spec.spec().connect().await?;
     let backend = connected.backend;
     let info = backend.inspect(&key).await?;
-    println!("key         {key}");
-    println!("backend     {spec} ({})", backend.name());
-    match (info.holder, info.remaining) {
+    let mut shown = Shown {
+        rows: Vec::new(),
+        json: json!({
+            "key": key.as_str(),
+            "backend": spec.to_string(),
+            "backend_name": backend.name(),
+        }),
+    };
+    shown.row("key", key.as_str());
+    shown.row("backend", format!("{spec} ({})", backend.name()));
+    match (&info.holder, info.remaining) {
         (Some(holder), remaining) => {
-            println!("holder      owner {}", holder.owner);
-            println!("token       {}", holder.token);
-            match remaining {
-                Some(left) => println!("time left   {} ms", left.as_millis()),
-                None => println!("time left   unknown"),
+            shown.row("holder", format!("owner {}", holder.owner));
+            shown.row("token", holder.token.to_string());
+            shown.row(
+                "time left",
+                remaining.map_or("unknown".into(), |left| format!("{} ms", left.as_millis())),
+            );
+            shown.json["holder"] = fence_json(holder, remaining);
+        }
+        (None, _) => {
+            shown.json["holder"] = Value::Null;
+            match &info.unfenced_holder {
+                Some(who) => shown.row("holder", format!("held without a fence by {who}")),
+                None => shown.row("holder", "none (the lock is free)"),
             }
         }
-        (None, _) => match &info.unfenced_holder {
-            Some(who) => println!("holder      held without a fence by {who}"),
-            None => println!("holder      none (the lock is free)"),
-        },
     }
-    match info.last_token {
-        Some(token) => println!("last token  {token}"),
-        None => println!("last token  none (never granted)"),
-    }
+    shown.json["unfenced_holder"] = json!(info.unfenced_holder);
+    shown.row(
+        "last token",
+        info.last_token
+            .map_or("none (never granted)".into(), |token| token.to_string()),
+    );
+    shown.json["last_token"] = json!(info.last_token.map(|token| token.get()));
     let caps = backend.capabilities();
     if caps.kinds.shared {
         match backend.inspect_shared(&key).await? {
-            Some(phase) => println!(
-                "readers     {} sharing token {} owner {} ({} ms left)",
-                phase.readers,
-                phase.fence.token,
-                phase.fence.owner,
-                phase.remaining.as_millis()
-            ),
-            None => println!("readers     none"),
+            Some(phase) => {
+                shown.row(
+                    "readers",
+                    format!(
+                        "{} sharing token {} owner {} ({} ms left)",
+                        phase.readers,
+                        phase.fence.token,
+                        phase.fence.owner,
+                        phase.remaining.as_millis()
+                    ),
+                );
+                let mut readers = fence_json(&phase.fence, Some(phase.remaining));
+                readers["count"] = json!(phase.readers);
+                shown.json["readers"] = readers;
+            }
+            None => {
+                shown.row("readers", "none");
+                shown.json["readers"] = Value::Null;
+            }
         }
     }
     if let Some(permits) = args.permits {
@@ -70,39 +142,129 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
         let semaphore = Semaphore::new(&locker, key.as_str(), permits as usize)?;
         let slots = semaphore.inspect().await?;
         let held = slots.iter().filter(|slot| slot.holder.is_some()).count();
-        println!("permits     {held} of {permits} held");
+        shown.row("permits", format!("{held} of {permits} held"));
+        let mut listed = Vec::with_capacity(slots.len());
         for (slot, info) in slots.iter().enumerate() {
-            match info.holder {
-                Some(holder) => println!(
-                    "  permit {slot:<4} token {} owner {} ({} ms left)",
-                    holder.token,
-                    holder.owner,
-                    info.remaining.map_or(0, |left| left.as_millis())
-                ),
-                None => println!("  permit {slot:<4} free"),
+            let label = format!("  permit {slot}");
+            match &info.holder {
+                Some(holder) => {
+                    shown.row(
+                        label,
+                        format!(
+                            "token {} owner {} ({} ms left)",
+                            holder.token,
+                            holder.owner,
+                            info.remaining.map_or(0, |left| left.as_millis())
+                        ),
+                    );
+                    listed.push(json!({
+                        "slot": slot,
+                        "holder": fence_json(holder, info.remaining),
+                    }));
+                }
+                None => {
+                    shown.row(label, "free");
+                    listed.push(json!({ "slot": slot, "holder": null }));
+                }
             }
         }
+        shown.json["permits"] = json!({ "count": permits, "held": held, "slots": listed });
     }
-    println!("capabilities");
-    println!("  tokens              {:?}", caps.tokens);
-    println!("  time authority      {:?}", caps.time_authority);
-    println!("  wake-up             {:?}", caps.wake_up);
-    println!(
-        "  max ttl             {}",
-        humantime::format_duration(caps.max_ttl)
-    );
-    println!("  locks survive restart  {}", caps.locks_survive_restart);
-    let kinds = [
+    capabilities(&mut shown, &caps);
+    if args.json {
+        println!("{}", shown.json);
+    } else {
+        print!("{}", shown.text());
+    }
+    Ok(Exit::Success)
+}
+
+/// A holder as JSON: owner, token, remaining_ms (null when unknown).
+fn fence_json(fence: &Fence, remaining: Option<Duration>) -> Value {
+    json!({
+        "owner": fence.owner.to_string(),
+        "token": fence.token.get(),
+        "remaining_ms": remaining.map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
+    })
+}
+
+/// The backend's capabilities in words: a sentence each in the text, a short word in JSON.
+fn capabilities(shown: &mut Shown, caps: &Capabilities) {
+    let (tokens_word, tokens_text, persists) = match caps.tokens {
+        TokenGuarantee::Durable => (
+            "durable",
+            "durable (the counters survive a restart of the server)".to_owned(),
+            None,
+        ),
+        TokenGuarantee::DurableIfServerPersists { server_persists } => (
+            "durable-if-server-persists",
+            format!(
+                "durable if the server persists its data ({})",
+                match server_persists {
+                    Some(true) => "it does",
+                    Some(false) => "it does not: a restart starts the tokens again",
+                    None => "it could not be asked",
+                }
+            ),
+            server_persists,
+        ),
+        TokenGuarantee::None => (
+            "in-process",
+            "in-process (the counters live as long as the backend)".to_owned(),
+            None,
+        ),
+        _ => ("unknown", "unknown".to_owned(), None),
+    };
+    let (clock_word, clock_text) = match caps.time_authority {
+        TimeAuthority::Server => ("server", "the server's clock expires leases"),
+        TimeAuthority::Client => ("client", "this process's clock expires leases"),
+        _ => ("unknown", "unknown"),
+    };
+    let (wake_word, wake_text) = match caps.wake_up {
+        WakeUp::Notify => ("notify", "waiters are notified of a release at once"),
+        WakeUp::Poll => ("poll", "waiters poll with backoff"),
+        _ => ("unknown", "unknown"),
+    };
+    let kinds: Vec<&str> = [
         ("exclusive", caps.kinds.exclusive),
         ("shared", caps.kinds.shared),
         ("semaphore", caps.kinds.semaphore),
         ("election", caps.kinds.election),
-    ];
-    let offered: Vec<&str> = kinds
-        .iter()
-        .filter(|(_, on)| *on)
-        .map(|(name, _)| *name)
-        .collect();
-    println!("  kinds               {}", offered.join(", "));
-    Ok(Exit::Success)
+    ]
+    .iter()
+    .filter(|(_, on)| *on)
+    .map(|(name, _)| *name)
+    .collect();
+    shown.row("capabilities", "");
+    shown.row("  tokens", tokens_text);
+    shown.row("  time authority", clock_text);
+    shown.row("  wake-up", wake_text);
+    shown.row(
+        "  ttl",
+        format!(
+            "{} to {}",
+            humantime::format_duration(caps.min_ttl),
+            humantime::format_duration(caps.max_ttl)
+        ),
+    );
+    shown.row(
+        "  locks survive restart",
+        if caps.locks_survive_restart {
+            "yes"
+        } else {
+            "no"
+        },
+    );
+    shown.row("  kinds", kinds.join(", "));
+    let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    shown.json["capabilities"] = json!({
+        "tokens": tokens_word,
+        "server_persists": persists,
+        "time_authority": clock_word,
+        "wake_up": wake_word,
+        "min_ttl_ms": millis(caps.min_ttl),
+        "max_ttl_ms": millis(caps.max_ttl),
+        "locks_survive_restart": caps.locks_survive_restart,
+        "kinds": kinds,
+    });
 }

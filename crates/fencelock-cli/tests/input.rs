@@ -202,8 +202,9 @@ fn the_backend_comes_from_the_environment() {
     assert_eq!(code, 0, "{out}\n{err}");
     let (code, out, err) = fencelock_with(&["inspect", "from-env"], &env);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains(&format!("backend     {url}")), "{out}");
-    assert!(out.contains("last token  1"), "{out}");
+    let backend = common::inspect_row(&out, "backend");
+    assert_eq!(backend, Some(format!("{url} (redis)").as_str()), "{out}");
+    assert_eq!(common::inspect_row(&out, "last token"), Some("1"), "{out}");
     let (code, out, err) = fencelock_with(&["demo", "--ttl", "200ms"], &env);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains(&format!("demo on {url}")), "{out}");

@@ -131,11 +131,10 @@ fn inspect_shows_permits_and_the_leader() {
     let (code, out, err) =
         common::fencelock(&["inspect", "--backend", &url, "--permits", "3", "pool"]);
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("permits     1 of 3 held"), "{out}");
-    assert!(
-        out.contains("kinds               exclusive, semaphore, election"),
-        "{out}"
-    );
+    let permits = common::inspect_row(&out, "permits");
+    assert_eq!(permits, Some("1 of 3 held"), "{out}");
+    let kinds = common::inspect_row(&out, "kinds");
+    assert_eq!(kinds, Some("exclusive, semaphore, election"), "{out}");
     let out = permit.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", explain(&out));
 
@@ -154,8 +153,9 @@ fn inspect_shows_permits_and_the_leader() {
     let term = wait_for_file(&started, Duration::from_secs(10));
     let (code, out, err) = common::fencelock(&["inspect", "--backend", &url, "scheduler"]);
     assert_eq!(code, 0, "{out}{err}");
-    assert!(
-        out.contains(&format!("token       {term}")),
+    assert_eq!(
+        common::inspect_row(&out, "token"),
+        Some(term.as_str()),
         "the leader's term is not shown: {out}"
     );
     let out = leader.wait_with_output().unwrap();

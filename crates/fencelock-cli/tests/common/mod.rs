@@ -30,3 +30,12 @@ pub(crate) fn fencelock_with(args: &[&str], env: &[(&str, &str)]) -> (i32, Strin
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// The value of the `label` row in `fencelock inspect`'s text, where labels and values stand in
+/// two columns (however wide the labels are); `None` without such a row.
+pub(crate) fn inspect_row<'a>(out: &'a str, label: &str) -> Option<&'a str> {
+    out.lines().find_map(|line| {
+        let rest = line.trim_start().strip_prefix(label)?;
+        rest.starts_with("  ").then(|| rest.trim())
+    })
+}
