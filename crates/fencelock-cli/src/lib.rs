@@ -78,6 +78,15 @@ enum Command {
     /// without fencing does lose updates.
     #[command(after_help = after_help(Sub::Chaos, chaos::EXAMPLES))]
     Chaos(chaos::Args),
+    /// Print a completion script for a shell on stdout.
+    ///
+    /// bash: `fencelock completions bash > /etc/bash_completion.d/fencelock`; zsh: into a file
+    /// `_fencelock` on `$fpath`; fish: `fencelock completions fish >
+    /// ~/.config/fish/completions/fencelock.fish`. Exit code 0, or 2 for an unknown shell.
+    Completions {
+        /// The shell: bash, zsh, fish (also elvish, powershell).
+        shell: clap_complete::Shell,
+    },
     /// One chaos worker process (started by `fencelock chaos`, configured through stdin).
     #[command(hide = true)]
     Worker,
@@ -94,7 +103,7 @@ impl Command {
             Command::AdvanceToken(args) => args.backend.backend.as_ref(),
             Command::Bench(args) => Some(&args.backend.backend),
             Command::Chaos(args) => args.backend.as_ref(),
-            Command::Worker => None,
+            Command::Worker | Command::Completions { .. } => None,
         }
     }
 }
@@ -112,6 +121,15 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Bench(args) => bench::run(args).await,
         Command::Chaos(args) => chaos::run(args).await,
         Command::Worker => chaos::worker().await,
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut <Cli as clap::CommandFactory>::command(),
+                "fencelock",
+                &mut std::io::stdout(),
+            );
+            Ok(Exit::Success)
+        }
     };
     match outcome {
         Ok(exit) => exit.into(),
