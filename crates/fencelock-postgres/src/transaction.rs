@@ -119,22 +119,72 @@ impl PgStorage {
         async {
             let mut locked = self.begin_locked(key, wait).await?;
             tracing::debug!(token = locked.fence.token.get(), "locked");
-            match f(&mut locked).await {
-                Ok(value) => {
-                    timed(BACKEND, self.timeout(), locked.tx.commit()).await?;
-                    tracing::debug!(outcome = "committed");
-                    Ok(value)
-                }
-                Err(error) => {
-                    // A failed rollback still ends the transaction: the connection is closed.
-                    let _ = timed(BACKEND, self.timeout(), locked.tx.rollback()).await;
-                    tracing::debug!(outcome = "rolled back");
-                    Err(error)
-                }
-            }
+            let outcome = f(&mut locked).await;
+            self.finish(locked, outcome).await
         }
         .instrument(span)
         .await
+    }
+
+    /// [`transaction`](Self::transaction) with an `async` closure: no `Box::pin`, the
+    /// transaction borrowed for the closure's run. Same lock, token, commit and rollback.
+    ///
+    /// ```no_run
+    /// # async fn demo(storage: fencelock_postgres::PgStorage) -> fencelock_core::Result<()> {
+    /// use std::time::Duration;
+    /// use fencelock_core::LockKey;
+    /// let account = LockKey::new("account/7")?;
+    /// let balance = storage
+    ///     .transaction_with(&account, Duration::from_secs(5), async |tx| -> fencelock_core::Result<u64> {
+    ///         let old = tx.read(&account).await?.unwrap_or_default();
+    ///         let next = u64::from_le_bytes(old.try_into().unwrap_or_default()) + 10;
+    ///         tx.write(&account, &next.to_le_bytes()).await?;
+    ///         Ok(next)
+    ///     })
+    ///     .await?;
+    /// # let _ = balance; Ok(()) }
+    /// ```
+    pub async fn transaction_with<T, E, F>(
+        &self,
+        key: &LockKey,
+        wait: Duration,
+        f: F,
+    ) -> Result<T, E>
+    where
+        T: Send,
+        E: From<Error> + Send,
+        F: AsyncFnOnce(&mut FencedTransaction) -> Result<T, E> + Send,
+    {
+        let span = tracing::debug_span!("fencelock.pg.transaction", key = %key);
+        async {
+            let mut locked = self.begin_locked(key, wait).await?;
+            tracing::debug!(token = locked.fence.token.get(), "locked");
+            let outcome = f(&mut locked).await;
+            self.finish(locked, outcome).await
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Commits after `Ok`, rolls back after `Err`.
+    async fn finish<T, E: From<Error>>(
+        &self,
+        locked: FencedTransaction,
+        outcome: Result<T, E>,
+    ) -> Result<T, E> {
+        match outcome {
+            Ok(value) => {
+                timed(BACKEND, self.timeout(), locked.tx.commit()).await?;
+                tracing::debug!(outcome = "committed");
+                Ok(value)
+            }
+            Err(error) => {
+                // A failed rollback still ends the transaction: the connection is closed.
+                let _ = timed(BACKEND, self.timeout(), locked.tx.rollback()).await;
+                tracing::debug!(outcome = "rolled back");
+                Err(error)
+            }
+        }
     }
 
     async fn begin_locked(&self, key: &LockKey, wait: Duration) -> Result<FencedTransaction> {

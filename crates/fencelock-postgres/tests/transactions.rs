@@ -244,3 +244,41 @@ async fn transaction_waits_at_most_its_budget() {
     );
     schema.cleanup().await;
 }
+
+/// `transaction_with` takes an `async` closure: commits on `Ok` (the value written, a token
+/// taken), rolls back on `Err`, and runs inside a spawned task (its future is `Send`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_closure_transactions_commit_and_roll_back() {
+    let (schema, db) = common::database().await;
+    let storage = db.storage();
+    let key = LockKey::new("async-closure").unwrap();
+    let resource = account(3);
+    let spawned = {
+        let storage = storage.clone();
+        let key = key.clone();
+        let resource = resource.clone();
+        tokio::spawn(async move {
+            storage
+                .transaction_with(&key, WAIT, async |tx| -> Result<Fence, Error> {
+                    tx.write(&resource, b"committed").await?;
+                    Ok(tx.fence())
+                })
+                .await
+        })
+    };
+    let fence = spawned.await.unwrap().unwrap();
+    let snapshot = storage.peek(&resource).await.unwrap().unwrap();
+    assert_eq!(snapshot.value.as_deref(), Some(&b"committed"[..]));
+    assert_eq!(snapshot.fence, fence);
+
+    let outcome = storage
+        .transaction_with(&key, WAIT, async |tx| -> Result<(), Error> {
+            tx.write(&resource, b"rolled back").await?;
+            Err(Error::config("the caller changed its mind"))
+        })
+        .await;
+    assert!(matches!(outcome, Err(Error::InvalidConfig { .. })));
+    let after = storage.peek(&resource).await.unwrap().unwrap();
+    assert_eq!(after.value.as_deref(), Some(&b"committed"[..]));
+    schema.cleanup().await;
+}
