@@ -39,6 +39,25 @@ const SCHEMES: &[(&str, &str)] = &[
 /// whole URL (the owning crate's `from_url`); connecting happens in [`BackendSpec::connect`].
 ///
 /// `Display` and `Debug` hide passwords; [`to_url`](Self::to_url) gives the URL back whole.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> fencelock::Result<()> {
+/// use fencelock::spec::BackendSpec;
+/// use fencelock::{FencedStorageExt, Locker};
+///
+/// // Any spec: `redis://host:6379`, `postgres://user@host/db?backend=lease`, `etcd://h1:2379`...
+/// let spec = BackendSpec::parse("memory://")?;
+/// let connected = spec.connect().await?;
+/// let locker = Locker::new(connected.backend);
+/// let guard = locker.lock("jobs/nightly").await?;
+/// connected.storage.write_key("jobs/nightly", guard.fence(), b"started").await?;
+/// guard.release().await?;
+///
+/// // Passwords never show, and a bad URL is a typed error naming what is wrong.
+/// assert!(BackendSpec::parse("redis://:secret@127.0.0.1:99999").is_err());
+/// # Ok(()) }
+/// ```
 #[derive(Clone, PartialEq)]
 #[non_exhaustive]
 // A spec is parsed once per process and moved rarely: boxing the configs would only add noise

@@ -37,6 +37,27 @@ use crate::watchdog::supervise;
 /// - [`Locker::shutdown`](crate::Locker::shutdown)`.await`, before the runtime ends,
 ///   releases every guard of that locker still alive and waits for the releases that drops
 ///   started, so nothing is left to the ttl.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> fencelock_core::Result<()> {
+/// use std::time::Duration;
+/// use fencelock_core::{FencedStorageExt, Locker};
+/// use fencelock_memory::{MemoryLockBackend, MemoryStorage};
+///
+/// let locker = Locker::new(MemoryLockBackend::new());
+/// let storage = MemoryStorage::new();
+/// let guard = locker.lock("report/daily").ttl(Duration::from_secs(30)).await?;
+/// tokio::select! {
+///     // The work, every write fenced with this grant's fence...
+///     written = storage.write_key("report/daily", guard.fence(), b"done") => written?,
+///     // ...abandoned the moment the lease is lost.
+///     reason = guard.lost() => return Err(fencelock_core::Error::lease_lost(&guard.lease().key, reason)),
+/// }
+/// assert!(guard.is_held());
+/// assert!(guard.release().await?, "released while still held");
+/// # Ok(()) }
+/// ```
 pub struct LockGuard {
     held: Arc<Held>,
     supervisor: Option<JoinHandle<()>>,

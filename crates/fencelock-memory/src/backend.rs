@@ -82,6 +82,23 @@ impl Entry {
 ///
 /// Tokens come from one counter per key that is never removed, so they strictly increase for
 /// the life of the backend; they do not survive the process ([`TokenGuarantee::None`]).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> fencelock_core::Result<()> {
+/// use std::time::Duration;
+/// use fencelock_core::{LockBackend, LockKey};
+/// use fencelock_memory::MemoryLockBackend;
+///
+/// let backend = MemoryLockBackend::new();
+/// let key = LockKey::new("cache/warm")?;
+/// let lease = backend.try_acquire(&key, Duration::from_secs(5)).await?.expect("free");
+/// assert!(backend.try_acquire(&key, Duration::from_secs(5)).await?.is_none(), "held");
+/// assert!(backend.release(&lease).await?);
+/// let next = backend.try_acquire(&key, Duration::from_secs(5)).await?.expect("free again");
+/// assert!(next.token > lease.token);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct MemoryLockBackend {
     entries: Arc<Shards<Entry>>,
