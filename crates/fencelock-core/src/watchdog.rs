@@ -19,23 +19,17 @@ pub(crate) async fn supervise(held: Arc<Held>, renew: bool) {
 }
 
 async fn watch(held: &Held, renew: bool) {
+    if !renew {
+        // Unrenewed, the lease ends at its stored deadline, however `extend` moves it.
+        deadline_passed(held).await;
+        held.mark_lost(LostReason::DeadlinePassed);
+        return;
+    }
     loop {
         let (lease, stored_at, renewals) = held.snapshot();
-        let wake_at = if renew {
-            renew_at(stored_at, lease.valid_until)
-        } else {
-            lease.valid_until
-        };
         tokio::select! {
-            _ = sleep_until(wake_at) => {}
+            _ = sleep_until(renew_at(stored_at, lease.valid_until)) => {}
             _ = held.changed.notified() => continue,
-        }
-        if !renew {
-            if !held.lease().is_valid() {
-                held.mark_lost(LostReason::DeadlinePassed);
-                return;
-            }
-            continue;
         }
         if let Err(reason) = renew_once(held, renewals).await {
             tracing::debug!(key = %lease.key, %reason, "lease lost");
