@@ -215,6 +215,37 @@ impl Error {
         }
     }
 
+    /// This error with `context` (the server, the operation) in front of its message, for
+    /// the variants that carry one a user reads to act (`InvalidConfig`, `Unavailable`,
+    /// `Backend`); any other error as it is.
+    pub fn in_context(self, context: &str) -> Self {
+        match self {
+            Error::InvalidConfig { message, source } => Error::InvalidConfig {
+                message: format!("{context}: {message}"),
+                source,
+            },
+            Error::Unavailable {
+                backend,
+                message,
+                source,
+            } => Error::Unavailable {
+                backend,
+                message: format!("{context}: {message}"),
+                source,
+            },
+            Error::Backend {
+                backend,
+                message,
+                source,
+            } => Error::Backend {
+                backend,
+                message: format!("{context}: {message}"),
+                source,
+            },
+            other => other,
+        }
+    }
+
     /// A [`Error::LeaseLost`] for `key`.
     pub fn lease_lost(key: &crate::LockKey, reason: LostReason) -> Self {
         Error::LeaseLost {

@@ -111,32 +111,15 @@ pub(crate) fn mapped(error: etcd_client::Error, what: &str, members: &str) -> Er
     with_context(map_etcd_error(BACKEND, error), what, members)
 }
 
-/// Prefixes an error's message with the operation and the cluster's members.
+/// Prefixes an error's message with the operation and the cluster's members; a config error
+/// names the cluster after its message instead.
 fn with_context(error: Error, what: &str, members: &str) -> Error {
     match error {
-        Error::Unavailable {
-            backend,
-            message,
-            source,
-        } => Error::Unavailable {
-            backend,
-            message: format!("{what} on {members}: {message}"),
-            source,
-        },
-        Error::Backend {
-            backend,
-            message,
-            source,
-        } => Error::Backend {
-            backend,
-            message: format!("{what} on {members}: {message}"),
-            source,
-        },
         Error::InvalidConfig { message, source } => Error::InvalidConfig {
             message: format!("{message} (cluster {members})"),
             source,
         },
-        other => other,
+        other => other.in_context(&format!("{what} on {members}")),
     }
 }
 

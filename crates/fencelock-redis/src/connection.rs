@@ -179,16 +179,16 @@ impl Connection {
     ) -> Result<T> {
         bounded(self.backend, self.call_timeout, what, call)
             .await
-            .map_err(|e| in_context(e, &self.server))
+            .map_err(|e| e.in_context(&self.server))
     }
 
     /// A fresh connection for pub/sub.
     pub(crate) async fn pubsub(&self) -> Result<redis::aio::PubSub> {
         let Some(client) = &self.client else {
-            return Err(in_context(
-                Error::config("a Redis Cluster connection has no pub/sub of this kind"),
-                &self.server,
-            ));
+            return Err(
+                Error::config("a Redis Cluster connection has no pub/sub of this kind")
+                    .in_context(&self.server),
+            );
         };
         bounded(
             self.backend,
@@ -197,7 +197,7 @@ impl Connection {
             client.get_async_pubsub(),
         )
         .await
-        .map_err(|e| in_context(e, &self.server))
+        .map_err(|e| e.in_context(&self.server))
     }
 }
 
@@ -215,35 +215,6 @@ pub(crate) fn refuse_eviction(
                  risk with allow_eviction(true) (`?allow_eviction=true` in the URL)"
         ))),
         _ => Ok(()),
-    }
-}
-
-/// `e` with `context` (the server) in front of its message.
-pub(crate) fn in_context(e: Error, context: &str) -> Error {
-    match e {
-        Error::InvalidConfig { message, source } => Error::InvalidConfig {
-            message: format!("{context}: {message}"),
-            source,
-        },
-        Error::Unavailable {
-            backend,
-            message,
-            source,
-        } => Error::Unavailable {
-            backend,
-            message: format!("{context}: {message}"),
-            source,
-        },
-        Error::Backend {
-            backend,
-            message,
-            source,
-        } => Error::Backend {
-            backend,
-            message: format!("{context}: {message}"),
-            source,
-        },
-        other => other,
     }
 }
 
@@ -290,7 +261,7 @@ pub(crate) async fn connect_failure(
                 ),
                 source: Some(Box::new(e)),
             },
-            None => in_context(map_error(backend, e), server),
+            None => map_error(backend, e).in_context(server),
         },
     }
 }

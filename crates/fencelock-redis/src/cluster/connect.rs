@@ -11,9 +11,7 @@ use redis::{Client, FromRedisValue};
 use tracing::Instrument;
 
 use super::config::RedisClusterConfig;
-use crate::connection::{
-    Connection, ServerSettings, connect_failure, in_context, no_answer, refuse_eviction,
-};
+use crate::connection::{Connection, ServerSettings, connect_failure, no_answer, refuse_eviction};
 use crate::error::{REDIS_CLUSTER as BACKEND, bounded};
 use crate::link::Link;
 
@@ -153,7 +151,7 @@ async fn read_settings(
                 ),
             )
             .await
-            .map_err(|e| in_context(e, &format!("{host}:{port}")))?;
+            .map_err(|e| e.in_context(&format!("{host}:{port}")))?;
             HashMap::<String, String>::from_redis_value(reply).map_err(|e| Error::Backend {
                 backend: BACKEND,
                 message: e.to_string(),
