@@ -6,19 +6,20 @@ use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
 use fencelock_core::{
-    Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LostReason, OwnerId,
-    Result, TimeAuthority, TokenGuarantee, WakeUp, async_trait, valid_until, validate_ttl,
+    Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LockKinds,
+    LostReason, OwnerId, ReadPhase, Result, TimeAuthority, TokenGuarantee, WakeUp, async_trait,
+    valid_until, validate_ttl,
 };
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::cluster::Shared;
 use crate::error::{BACKEND, is_lease_not_found, protocol};
-use crate::grant::Grant;
+use crate::grant::{Grant, first_under_prefix};
 use crate::keys::{counter_value, holder_value, parse_counter, parse_holder};
 use crate::leases::{LeaseSlot, Leases};
 use crate::reply::{Applied, applied, counter_seen, lost_reason, reads};
-use crate::seen::{CounterSeen, Seen};
+use crate::seen::{CounterSeen, HeldBy, Seen};
 use crate::waiters::Waiters;
 
 /// The longest ttl accepted: 30 days (etcd itself allows far longer leases).
@@ -166,6 +167,7 @@ impl LockBackend for EtcdLockBackend {
         ))
         // Leases are kept in etcd's store and restored (with a fresh ttl) after a restart.
         .with_locks_survive_restart(true)
+        .with_kinds(LockKinds::GENERIC.with_shared())
     }
 
     async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
@@ -286,8 +288,8 @@ impl LockBackend for EtcdLockBackend {
     }
 
     async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {
-        let held_at = match self.seen.held_at(key) {
-            Some(revision) => revision,
+        let (held_at, by) = match self.seen.held_at(key) {
+            Some(seen) => seen,
             None => {
                 let response = self
                     .shared
@@ -300,21 +302,37 @@ impl LockBackend for EtcdLockBackend {
                     .header()
                     .map(|h| h.revision())
                     .ok_or_else(|| protocol("reading the lock"))?;
-                self.seen.set_held_at(key, revision);
-                revision
+                self.seen.set_held_at(key, revision, HeldBy::Writer);
+                (revision, HeldBy::Writer)
             }
         };
-        self.waiters
-            .wait(&self.shared.keys.lock(key), held_at, max)
-            .await;
+        match by {
+            HeldBy::Writer => {
+                self.waiters
+                    .wait(&self.shared.keys.lock(key), false, held_at, max)
+                    .await;
+            }
+            HeldBy::Readers => {
+                self.waiters
+                    .wait(&self.shared.keys.readers(key), true, held_at, max)
+                    .await;
+            }
+        }
         Ok(())
     }
 
     async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
         let (lock, counter) = (self.shared.keys.lock(key), self.shared.keys.counter(key));
-        let txn = Txn::new().and_then([TxnOp::get(lock, None), TxnOp::get(counter, None)]);
+        let readers = self.shared.keys.readers(key);
+        let txn = Txn::new().and_then([
+            TxnOp::get(lock, None),
+            TxnOp::get(counter, None),
+            TxnOp::get(readers, Some(first_under_prefix())),
+        ]);
         let Applied { response, .. } = self.txn("inspecting", txn).await?;
-        let [lock_kv, counter_kv] = reads(&response, "inspecting")?;
+        let [lock_kv, counter_kv, reader_kv] = reads(&response, "inspecting")?;
+        // During a read phase the holder is the phase's fence (every reader key carries it).
+        let lock_kv = lock_kv.or(reader_kv);
         let last_token = match &counter_kv {
             Some(kv) => Some(parse_counter(kv.value())?),
             None => None,
@@ -349,6 +367,31 @@ impl LockBackend for EtcdLockBackend {
             last_token,
             unfenced_holder: None,
         })
+    }
+
+    async fn try_acquire_shared(
+        &self,
+        key: &LockKey,
+        reader: OwnerId,
+        ttl: Duration,
+    ) -> Result<Option<Lease>> {
+        validate_ttl(ttl, &self.capabilities())?;
+        self.join_read_phase(key, reader, ttl)
+            .instrument(tracing::debug_span!("try_acquire_shared", backend = BACKEND, key = %key))
+            .await
+    }
+
+    async fn extend_shared(&self, lease: &Lease, reader: OwnerId, ttl: Duration) -> Result<Lease> {
+        validate_ttl(ttl, &self.capabilities())?;
+        self.renew_reader(lease, reader, ttl).await
+    }
+
+    async fn release_shared(&self, lease: &Lease, reader: OwnerId) -> Result<bool> {
+        self.release_reader(lease, reader).await
+    }
+
+    async fn inspect_shared(&self, key: &LockKey) -> Result<Option<ReadPhase>> {
+        self.read_phase(key).await
     }
 
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use fencelock_core::{Error, FencingToken, Lease, LockKey, OwnerId, Result, valid_until};
 use tokio::time::Instant;
 
@@ -12,7 +12,7 @@ use crate::error::{BACKEND, is_lease_not_found};
 use crate::keys::{counter_value, holder_value};
 use crate::leases::LeaseSlot;
 use crate::reply::{Applied, applied, counter_seen, reads};
-use crate::seen::CounterSeen;
+use crate::seen::{CounterSeen, HeldBy};
 
 /// What one grant transaction did.
 pub(crate) enum Grant {
@@ -47,9 +47,12 @@ impl EtcdLockBackend {
                 source: None,
             })?;
         let (lock, counter_key) = (self.shared.keys.lock(key), self.shared.keys.counter(key));
+        let readers = self.shared.keys.readers(key);
         let txn = Txn::new()
             .when([
                 Compare::create_revision(lock.clone(), CompareOp::Equal, 0),
+                // No reader key: a range compare on `version` treats an empty range as 0.
+                Compare::version(readers.clone(), CompareOp::Equal, 0).with_prefix(),
                 Compare::mod_revision(counter_key.clone(), CompareOp::Equal, counter.mod_revision),
             ])
             .and_then([
@@ -60,7 +63,11 @@ impl EtcdLockBackend {
                 ),
                 TxnOp::put(counter_key.clone(), counter_value(token), None),
             ])
-            .or_else([TxnOp::get(lock, None), TxnOp::get(counter_key, None)]);
+            .or_else([
+                TxnOp::get(lock, None),
+                TxnOp::get(counter_key, None),
+                TxnOp::get(readers, Some(first_under_prefix())),
+            ]);
         let sent = Instant::now();
         let (reply, refreshed) = if refresh {
             // The spare's keep-alive travels beside the transaction: one round trip.
@@ -127,15 +134,19 @@ impl EtcdLockBackend {
         }
         // The compare failed: the lease carries nothing and serves a later grant.
         self.leases.put_spare(lease);
-        let [lock_kv, counter_kv] = reads(&response, "granting")?;
+        let [lock_kv, counter_kv, reader_kv] = reads(&response, "granting")?;
         self.seen
             .set_counter(key, counter_seen(counter_kv.as_ref())?);
-        match lock_kv {
-            Some(_) => {
-                self.seen.set_held_at(key, revision);
+        match (lock_kv, reader_kv) {
+            (Some(_), _) => {
+                self.seen.set_held_at(key, revision, HeldBy::Writer);
                 Ok(Grant::Held)
             }
-            None => Ok(Grant::CounterMoved),
+            (None, Some(_)) => {
+                self.seen.set_held_at(key, revision, HeldBy::Readers);
+                Ok(Grant::Held)
+            }
+            (None, None) => Ok(Grant::CounterMoved),
         }
     }
 
@@ -150,4 +161,10 @@ impl EtcdLockBackend {
             None => Ok((self.leases.grant(secs).await?, false)),
         }
     }
+}
+
+/// Reads the first key under a prefix (keys and values), enough to tell whether a read phase
+/// lives and what its fence is.
+pub(crate) fn first_under_prefix() -> GetOptions {
+    GetOptions::new().with_prefix().with_limit(1)
 }

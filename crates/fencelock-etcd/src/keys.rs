@@ -4,6 +4,7 @@
 //! |---|---|---|
 //! | `<prefix>/lock/<key>` | `<owner>:<token>` (32 hex digits, decimal) | attached to the grant's lease |
 //! | `<prefix>/token/<key>` | the key's last token, decimal | never deleted |
+//! | `<prefix>/read/<n>:<key>/<reader>` | the read phase's `<owner>:<token>` | attached to the reader's lease |
 //! | `<prefix>/fence/<resource>` | `<token, 20 digits>:<owner>` | never deleted |
 //! | `<prefix>/data/<resource>` | the value's bytes | written with the fence |
 //!
@@ -34,6 +35,26 @@ impl Keys {
     /// The lock key: present while a lease holds the lock.
     pub(crate) fn lock(&self, key: &LockKey) -> Vec<u8> {
         self.key("lock", key)
+    }
+
+    /// The prefix of the key's reader keys (one per reader of its read phase). The key's
+    /// length in bytes comes first, so no key's prefix starts another's: `a`'s readers are
+    /// under `read/1:a/`, and `a/b`'s under `read/3:a/b/`, outside that range.
+    pub(crate) fn readers(&self, key: &LockKey) -> Vec<u8> {
+        format!(
+            "{}/read/{}:{}/",
+            self.prefix,
+            key.as_str().len(),
+            key.as_str()
+        )
+        .into_bytes()
+    }
+
+    /// One reader's key in the key's read phase.
+    pub(crate) fn reader(&self, key: &LockKey, reader: OwnerId) -> Vec<u8> {
+        let mut name = self.readers(key);
+        name.extend_from_slice(reader.to_string().as_bytes());
+        name
     }
 
     /// The key's token counter.
@@ -141,6 +162,21 @@ mod tests {
         assert_eq!(keys.counter(&key), "p re/fix/token/a/b {c} ü".as_bytes());
         assert_eq!(keys.fence(&key), "p re/fix/fence/a/b {c} ü".as_bytes());
         assert_eq!(keys.data(&key), "p re/fix/data/a/b {c} ü".as_bytes());
+    }
+
+    #[test]
+    fn no_key_has_its_readers_under_another_keys_readers() {
+        let keys = Keys::new("p");
+        let reader = OwnerId::from_u128(7);
+        let names = ["a", "a/b", "a/", "1:a", "ab", "a/b/c"];
+        for one in names {
+            let one = LockKey::new(one).unwrap();
+            for other in names {
+                let other = LockKey::new(other).unwrap();
+                let under = keys.reader(&other, reader).starts_with(&keys.readers(&one));
+                assert_eq!(under, one == other, "{one} / {other}");
+            }
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@ mod keys;
 mod leases;
 mod reply;
 mod seen;
+mod shared;
 mod storage;
 mod waiters;
 

@@ -23,8 +23,17 @@ pub(crate) struct CounterSeen {
 #[derive(Debug, Clone, Copy, Default)]
 struct KeySeen {
     counter: CounterSeen,
-    /// A revision at which the lock key was seen held.
-    held_at: Option<i64>,
+    /// A revision at which the lock was seen held, and by whom.
+    held_at: Option<(i64, HeldBy)>,
+}
+
+/// Who held a lock when a grant found it taken: what a waiter watches for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HeldBy {
+    /// The exclusive lock key: its deletion frees the lock.
+    Writer,
+    /// A read phase: the deletion of its last reader key frees the lock.
+    Readers,
 }
 
 /// The table, one per backend.
@@ -52,17 +61,17 @@ impl Seen {
         keys.entry(key.clone()).or_default().counter = counter;
     }
 
-    /// Records that the lock was held at `revision`.
-    pub(crate) fn set_held_at(&self, key: &LockKey, revision: i64) {
+    /// Records that the lock was held at `revision`, by `by`.
+    pub(crate) fn set_held_at(&self, key: &LockKey, revision: i64, by: HeldBy) {
         let mut keys = self.keys();
         if keys.len() >= REMEMBERED_KEYS && !keys.contains_key(key) {
             keys.clear();
         }
-        keys.entry(key.clone()).or_default().held_at = Some(revision);
+        keys.entry(key.clone()).or_default().held_at = Some((revision, by));
     }
 
     /// The last revision at which the lock was seen held, if any.
-    pub(crate) fn held_at(&self, key: &LockKey) -> Option<i64> {
+    pub(crate) fn held_at(&self, key: &LockKey) -> Option<(i64, HeldBy)> {
         self.keys().get(key).and_then(|k| k.held_at)
     }
 }

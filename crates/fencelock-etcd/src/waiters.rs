@@ -1,5 +1,6 @@
 //! Wake-ups for [`LockBackend::wait_for_release`](fencelock_core::LockBackend::wait_for_release):
-//! one etcd watch per waited-for lock key, shared by the waiters of this backend.
+//! one etcd watch per waited-for lock key (or reader-key prefix, for a writer waiting out a
+//! read phase), shared by the waiters of this backend.
 //!
 //! A waiter knows a revision at which it saw the lock held (the failed grant's). The watch
 //! reports the lock key's deletions from a start revision on, including past ones still in
@@ -74,10 +75,11 @@ impl Waiters {
 
     /// Waits until `lock_key`, seen held at revision `held_at`, is deleted (this waiter's turn
     /// to be woken), or at most `max`. Returns early when the watch cannot tell; when no
-    /// watch can be opened it sleeps for `max`, as a polling backend would.
-    pub(crate) async fn wait(&self, lock_key: &[u8], held_at: i64, max: Duration) {
+    /// watch can be opened it sleeps for `max`, as a polling backend would. With `prefix`,
+    /// `lock_key` is a prefix and the deletion of any key under it counts.
+    pub(crate) async fn wait(&self, lock_key: &[u8], prefix: bool, held_at: i64, max: Duration) {
         let deadline = Instant::now().checked_add(max);
-        let Some(key_watch) = self.open(lock_key, held_at) else {
+        let Some(key_watch) = self.open(lock_key, prefix, held_at) else {
             return;
         };
         let state = key_watch.state.clone();
@@ -114,7 +116,7 @@ impl Waiters {
 
     /// The open watch on `lock_key` that covers revision `held_at`, opening one if needed.
     /// `None` when the open watch started after `held_at` (a deletion may have been missed).
-    fn open(&self, lock_key: &[u8], held_at: i64) -> Option<Arc<KeyWatch>> {
+    fn open(&self, lock_key: &[u8], prefix: bool, held_at: i64) -> Option<Arc<KeyWatch>> {
         let mut watches = self.watches();
         if let Some(open) = watches.get(lock_key).and_then(Weak::upgrade)
             && !open.state.ended.load(Ordering::Acquire)
@@ -127,6 +129,7 @@ impl Waiters {
         let task = tokio::spawn(run_watch(
             self.shared.clone(),
             lock_key.to_vec(),
+            prefix,
             start,
             state.clone(),
         ))
@@ -141,7 +144,13 @@ impl Waiters {
 /// until the stream ends or the watch is dropped; then every waiter is woken. A watch the
 /// server cancels (its start was compacted away) counts as a deletion, so its waiters try
 /// again.
-async fn run_watch(shared: Arc<Shared>, lock_key: Vec<u8>, start: i64, state: Arc<WatchState>) {
+async fn run_watch(
+    shared: Arc<Shared>,
+    lock_key: Vec<u8>,
+    prefix: bool,
+    start: i64,
+    state: Arc<WatchState>,
+) {
     /// Marks the watch ended and wakes every waiter, however the task stops (aborted
     /// included).
     struct End(Arc<WatchState>);
@@ -153,9 +162,12 @@ async fn run_watch(shared: Arc<Shared>, lock_key: Vec<u8>, start: i64, state: Ar
     }
     let _end = End(state.clone());
     let mut client = shared.client.watch_client();
-    let options = WatchOptions::new()
+    let mut options = WatchOptions::new()
         .with_start_revision(start)
         .with_filters([WatchFilterType::NoPut]);
+    if prefix {
+        options = options.with_prefix();
+    }
     let Ok(Ok(mut stream)) = tokio::time::timeout(
         shared.operation_timeout,
         client.watch(lock_key, Some(options)),
