@@ -13,7 +13,7 @@ use tokio::time::timeout;
 use crate::args::{SharedBackendArg, parse_duration, parse_ttl};
 use crate::error::CliError;
 use crate::exit::Exit;
-use crate::run::{CommandArgs, hold_while_running};
+use crate::run::{CommandArgs, hold_while_running, record_holder};
 use crate::signals::Signals;
 
 pub(crate) const EXAMPLES: &str =
@@ -51,6 +51,7 @@ pub(crate) struct Args {
 pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     let spec = args.backend.shared("fencelock elect")?;
     let key = LockKey::new(&args.key)?;
+    let holder = args.command.holder()?;
     let mut signals = Signals::install()?;
     let campaign = async {
         let connected = timeout(CONNECT_WITHIN, spec.spec().connect())
@@ -59,6 +60,7 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
                 server: spec.to_string(),
                 within: CONNECT_WITHIN,
             })??;
+        let storage = connected.storage;
         let locker = Locker::new(connected.backend);
         let election = Election::new(&locker, key.as_str())?;
         let request = election.campaign().ttl(args.ttl);
@@ -67,7 +69,7 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
             None => request.wait_forever(),
         };
         match request.await {
-            Ok(leadership) => Ok(Some(leadership)),
+            Ok(leadership) => Ok(Some((leadership, storage))),
             Err(Error::Timeout { waited, .. }) => {
                 eprintln!("fencelock: not elected leader of {key:?} within {waited:?}");
                 Ok(None)
@@ -75,9 +77,9 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
             Err(e) => Err(CliError::from(e)),
         }
     };
-    let leadership = tokio::select! {
+    let (leadership, storage) = tokio::select! {
         elected = campaign => match elected? {
-            Some(leadership) => leadership,
+            Some(elected) => elected,
             None => return Ok(Exit::NotObtained(crate::exit::NOT_OBTAINED)),
         },
         signal = signals.recv() => {
@@ -87,8 +89,9 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     };
     let term = leadership.term().to_string();
     eprintln!("fencelock: leader of {key:?} for term {term}");
+    let guard = record_holder(leadership.into_guard(), &*storage, &holder).await?;
     hold_while_running(
-        leadership.into_guard(),
+        guard,
         &args.key,
         &args.command,
         &[("FENCELOCK_TERM", term)],

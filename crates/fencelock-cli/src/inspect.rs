@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use fencelock::{
-    Capabilities, Fence, LockKey, Locker, Semaphore, TimeAuthority, TokenGuarantee, WakeUp,
+    Capabilities, Fence, FencedStorage, HolderInfo, LockKey, Locker, Semaphore, TimeAuthority,
+    TokenGuarantee, WakeUp, holder_resource, read_holder,
 };
 use serde_json::{Value, json};
 
@@ -77,6 +78,7 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     let key = LockKey::new(&args.key)?;
     let connected = spec.spec().connect().await?;
     let backend = connected.backend;
+    let storage = connected.storage;
     let info = backend.inspect(&key).await?;
     let mut shown = Shown {
         rows: Vec::new(),
@@ -97,6 +99,10 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
                 remaining.map_or("unknown".into(), |left| format!("{} ms", left.as_millis())),
             );
             shown.json["holder"] = fence_json(holder, remaining);
+            if let Some(who) = described(&*storage, &key, *holder).await? {
+                shown.row("held by", who.to_string());
+                shown.json["holder"]["described"] = holder_json(&who);
+            }
         }
         (None, _) => {
             shown.json["holder"] = Value::Null;
@@ -129,6 +135,10 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
                 );
                 let mut readers = fence_json(&phase.fence, Some(phase.remaining));
                 readers["count"] = json!(phase.readers);
+                if let Some(who) = described(&*storage, &key, phase.fence).await? {
+                    shown.row("  last reader", who.to_string());
+                    readers["described"] = holder_json(&who);
+                }
                 shown.json["readers"] = readers;
             }
             None => {
@@ -148,19 +158,26 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
             let label = format!("  permit {slot}");
             match &info.holder {
                 Some(holder) => {
+                    let who = described(&*storage, &info.key, *holder).await?;
+                    let by = who.as_ref().map(|w| format!(", held by {w}"));
                     shown.row(
                         label,
                         format!(
-                            "token {} owner {} ({} ms left)",
+                            "token {} owner {} ({} ms left){}",
                             holder.token,
                             holder.owner,
-                            info.remaining.map_or(0, |left| left.as_millis())
+                            info.remaining.map_or(0, |left| left.as_millis()),
+                            by.unwrap_or_default()
                         ),
                     );
-                    listed.push(json!({
+                    let mut entry = json!({
                         "slot": slot,
                         "holder": fence_json(holder, info.remaining),
-                    }));
+                    });
+                    if let Some(who) = &who {
+                        entry["holder"]["described"] = holder_json(who);
+                    }
+                    listed.push(entry);
                 }
                 None => {
                     shown.row(label, "free");
@@ -177,6 +194,24 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
         print!("{}", shown.text());
     }
     Ok(Exit::Success)
+}
+
+/// The holder record of `key` written under `fence`, if any (a key too long for a record has
+/// none).
+async fn described(
+    storage: &dyn FencedStorage,
+    key: &LockKey,
+    fence: Fence,
+) -> Result<Option<HolderInfo>, CliError> {
+    if holder_resource(key).is_err() {
+        return Ok(None);
+    }
+    Ok(read_holder(storage, key, fence).await?)
+}
+
+/// A holder record as JSON: host, pid, purpose.
+fn holder_json(who: &HolderInfo) -> Value {
+    json!({ "host": who.host(), "pid": who.pid(), "purpose": who.purpose() })
 }
 
 /// A holder as JSON: owner, token, remaining_ms (null when unknown).

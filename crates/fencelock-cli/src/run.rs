@@ -12,9 +12,13 @@ use std::io::ErrorKind;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::ExitStatus;
+use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock::{Error, LockGuard, LockKey, Locker, RwLocker, Semaphore};
+use fencelock::{
+    Error, FencedStorage, HolderInfo, LockGuard, LockKey, Locker, RwLocker, Semaphore,
+    holder_resource,
+};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
@@ -143,9 +147,38 @@ pub(crate) struct CommandArgs {
         value_name = "CMD"
     )]
     command: Vec<OsString>,
+    /// What the lock is held for, recorded with this host's name and fencelock's pid beside
+    /// the lock, where `fencelock inspect` shows it (default: the command's program name; the
+    /// arguments are never recorded, as they may hold secrets).
+    #[arg(long, value_name = "TEXT")]
+    purpose: Option<String>,
 }
 
 impl CommandArgs {
+    /// The holder record to write once the lock is held: checked before any lock is taken.
+    pub(crate) fn holder(&self) -> Result<HolderInfo, CliError> {
+        let purpose = match (&self.purpose, &self.shell) {
+            (Some(purpose), _) => purpose.clone(),
+            (None, Some(_)) => "sh -c".to_owned(),
+            (None, None) => self
+                .command
+                .first()
+                .map(|program| {
+                    let program = std::path::Path::new(program);
+                    program
+                        .file_name()
+                        .unwrap_or(program.as_os_str())
+                        .to_string_lossy()
+                        .chars()
+                        .filter(|c| !c.is_control())
+                        .take(64)
+                        .collect()
+                })
+                .unwrap_or_default(),
+        };
+        HolderInfo::this_process(purpose).map_err(|e| CliError::Input(format!("--purpose: {e}")))
+    }
+
     /// The program and its arguments.
     fn argv(&self) -> Option<(&OsStr, Vec<&OsStr>)> {
         match &self.shell {
@@ -157,6 +190,14 @@ impl CommandArgs {
         }
     }
 }
+
+/// A lock `run` obtained: its guard, the environment variables its kind adds, and the
+/// storage beside it.
+type Obtained = (
+    LockGuard,
+    Vec<(&'static str, String)>,
+    Arc<dyn FencedStorage>,
+);
 
 /// What `run` holds.
 #[derive(Debug, Clone, Copy)]
@@ -180,10 +221,11 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
         args.wait
     };
     let talk = args.verbosity;
+    let holder = args.command.holder()?;
     // From here on a signal is ours to handle, so the lock is never left behind by one.
     let mut signals = Signals::install()?;
     let started = Instant::now();
-    let (guard, extra_env) = tokio::select! {
+    let (guard, extra_env, storage) = tokio::select! {
         obtained = obtain(spec, &key, kind, args.ttl, wait, talk) => match obtained? {
             Some(held) => held,
             None => return Ok(Exit::NotObtained(args.conflict_exit_code)),
@@ -193,6 +235,7 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
             return Ok(Exit::Signal(signal as i32));
         }
     };
+    let guard = record_holder(guard, &*storage, &holder).await?;
     let grant = grant_json(&guard, spec, &extra_env);
     if let Some(path) = &args.grant_file
         && let Err(e) = std::fs::write(path, format!("{grant}\n"))
@@ -332,7 +375,7 @@ async fn obtain(
     ttl: Duration,
     wait: Duration,
     talk: Verbosity,
-) -> Result<Option<(LockGuard, Vec<(&'static str, String)>)>, CliError> {
+) -> Result<Option<Obtained>, CliError> {
     let budget = if wait.is_zero() {
         TRY_ONCE_WITHIN
     } else {
@@ -346,6 +389,7 @@ async fn obtain(
     let connected = timeout_at(deadline, spec.spec().connect())
         .await
         .map_err(|_| no_answer())??;
+    let storage = connected.storage;
     let locker = Locker::new(connected.backend);
     let left = if wait.is_zero() {
         Duration::ZERO
@@ -380,7 +424,7 @@ async fn obtain(
     };
     match timeout_at(deadline + ANSWER_SLACK, request).await {
         Err(_) => Err(no_answer()),
-        Ok(Ok(held)) => Ok(Some(held)),
+        Ok(Ok((guard, env))) => Ok(Some((guard, env, storage))),
         Ok(Err(Error::Timeout { waited, .. })) => {
             if !talk.quiet {
                 eprintln!(
@@ -391,6 +435,27 @@ async fn obtain(
             Ok(None)
         }
         Ok(Err(e)) => Err(e.into()),
+    }
+}
+
+/// Records `holder` beside the lock `guard` holds, under its fence (on a permit's slot key,
+/// a reader under the phase's fence). A key too long to have a record goes without one; a
+/// failed record releases the lock and is the run's error (the command does not start).
+pub(crate) async fn record_holder(
+    guard: LockGuard,
+    storage: &dyn FencedStorage,
+    holder: &HolderInfo,
+) -> Result<LockGuard, CliError> {
+    let lease = guard.lease();
+    if holder_resource(&lease.key).is_err() {
+        return Ok(guard);
+    }
+    match fencelock::record_holder(storage, &lease.key, lease.fence(), holder).await {
+        Ok(()) => Ok(guard),
+        Err(e) => {
+            let _ = guard.release().await;
+            Err(e.in_context("recording the lock's holder").into())
+        }
     }
 }
 

@@ -9,6 +9,7 @@ mod error;
 mod fence;
 mod guard;
 mod held;
+mod holder;
 mod host;
 mod key;
 mod kinds;
@@ -26,6 +27,10 @@ pub use capabilities::{Capabilities, LockKinds, TimeAuthority, TokenGuarantee, W
 pub use error::{BoxError, Error, LostReason, NodeReport, Result};
 pub use fence::{Fence, FenceRule, FencingToken, OwnerId};
 pub use guard::LockGuard;
+pub use holder::{
+    HOLDER_RESOURCE_PREFIX, HolderInfo, MAX_HOST_LEN, MAX_PURPOSE_LEN, holder_resource,
+    read_holder, record_holder,
+};
 pub use host::HostPort;
 pub use key::LockKey;
 pub use kinds::{

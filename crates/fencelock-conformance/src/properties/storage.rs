@@ -4,7 +4,9 @@
 //! [`storage_suite!`](crate::storage_suite) runs this group against any `FencedStorage` with
 //! any honest backend.
 
-use fencelock_core::{Error, Fence, OwnerId, Snapshot};
+use fencelock_core::{
+    Error, Fence, HolderInfo, OwnerId, Snapshot, read_holder, record_holder,
+};
 use tokio::time::sleep;
 
 use super::support::{
@@ -13,6 +15,39 @@ use super::support::{
 use crate::Setup;
 
 declare_properties!(__fencelock_conformance_storage, {
+    /// Holder metadata follows the holder: a record is shown only under the fence it was
+    /// recorded with, and a superseded holder cannot overwrite its successor's record.
+    pub async fn holder_record_follows_the_holder(s: &Setup) {
+        let (b, st) = (&*s.backend, &*s.storage);
+        let key = key("described");
+        let first_info = HolderInfo::new("host-a", 11, "first").unwrap();
+        let second_info = HolderInfo::new("host-b", 22, "second").unwrap();
+        let first = grant(b, &key, s.short_ttl()).await;
+        record_holder(st, &key, first.fence(), &first_info).await.unwrap();
+        assert_eq!(
+            read_holder(st, &key, first.fence()).await.unwrap(),
+            Some(first_info.clone())
+        );
+        sleep(s.past_short_ttl()).await; // the first holder's lease ends
+        let second = grant(b, &key, LONG_TTL).await;
+        assert_eq!(
+            read_holder(st, &key, second.fence()).await.unwrap(),
+            None,
+            "an earlier holder's record shown as the current holder's"
+        );
+        record_holder(st, &key, second.fence(), &second_info).await.unwrap();
+        assert_stale(
+            record_holder(st, &key, first.fence(), &first_info).await,
+            first.fence(),
+            second.fence(),
+        );
+        assert_eq!(
+            read_holder(st, &key, second.fence()).await.unwrap(),
+            Some(second_info)
+        );
+        b.release(&second).await.unwrap();
+    }
+
     /// The story of DESIGN section 1: a client pauses past its ttl, another takes the lock and
     /// writes, the first wakes and writes: its write is refused and the data stays the second's.
     pub async fn paused_client_is_refused(s: &Setup) {
