@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_core::{
-    Capabilities, Error, FencingToken, Lease, LockInfo, LockKey, LostReason, OwnerId, Result,
+    Capabilities, Error, FencingToken, Lease, LockInfo, LockKey, LockKinds, LostReason, OwnerId,
+    Result,
     TimeAuthority, TokenGuarantee, WakeUp, valid_until, validate_ttl,
 };
 use redis::aio::ConnectionManager;
@@ -25,9 +26,13 @@ use crate::waiters::{Waiters, poll_release};
 /// A [`LockBackend`](fencelock_core::LockBackend) on one Redis server.
 ///
 /// Each key has a lock (`{prefix}:{<key>}:lock`, a string `<owner>:<token>` with a `PX`
-/// expiry set by the server's clock) and a counter (`{prefix}:{<key>}:token`, never expired or
-/// deleted). Acquire, extend, release, inspect and `advance_token` are one Lua script each, so
-/// each is atomic and one round trip. Release publishes on `{prefix}:{<key>}:released`, which
+/// expiry set by the server's clock), a counter (`{prefix}:{<key>}:token`, never expired or
+/// deleted) and, while readers hold it, a read phase (`{prefix}:{<key>}:readers`, a hash of
+/// the phase's fence and each reader's expiry by the server's clock). Acquire, extend,
+/// release, inspect and `advance_token` are one Lua script each, and so are their shared
+/// (reader) forms, so each is atomic and one round trip; a writer is refused while a read
+/// phase lives and a reader while a writer holds ([`RwLocker`](fencelock_core::RwLocker)).
+/// Releases (a writer's, a phase's last reader's) publish on `{prefix}:{<key>}:released`, which
 /// [`wait_for_release`](fencelock_core::LockBackend::wait_for_release) listens to over one shared pub/sub
 /// connection. Clones share the connection and the subscriber.
 ///
@@ -66,6 +71,7 @@ impl RedisLockBackend {
             WakeUp::Notify,
             MAX_TTL,
         )
+        .with_kinds(LockKinds::GENERIC.with_shared())
         .with_locks_survive_restart(server_persists == Some(true));
         RedisLockBackend {
             locks: Locks {
@@ -171,6 +177,39 @@ macro_rules! delegate_lock_backend {
             ) -> fencelock_core::Result<fencelock_core::FencingToken> {
                 self.locks.advance_token(key, floor).await
             }
+
+            async fn try_acquire_shared(
+                &self,
+                key: &fencelock_core::LockKey,
+                reader: fencelock_core::OwnerId,
+                ttl: std::time::Duration,
+            ) -> fencelock_core::Result<Option<fencelock_core::Lease>> {
+                self.locks.try_acquire_shared(key, reader, ttl).await
+            }
+
+            async fn extend_shared(
+                &self,
+                lease: &fencelock_core::Lease,
+                reader: fencelock_core::OwnerId,
+                ttl: std::time::Duration,
+            ) -> fencelock_core::Result<fencelock_core::Lease> {
+                self.locks.extend_shared(lease, reader, ttl).await
+            }
+
+            async fn release_shared(
+                &self,
+                lease: &fencelock_core::Lease,
+                reader: fencelock_core::OwnerId,
+            ) -> fencelock_core::Result<bool> {
+                self.locks.release_shared(lease, reader).await
+            }
+
+            async fn inspect_shared(
+                &self,
+                key: &fencelock_core::LockKey,
+            ) -> fencelock_core::Result<Option<fencelock_core::ReadPhase>> {
+                self.locks.inspect_shared(key).await
+            }
         }
     };
 }
@@ -216,6 +255,7 @@ impl Locks {
             invocation
                 .key(self.conn.keys.lock(key))
                 .key(self.conn.keys.token(key))
+                .key(self.conn.keys.readers(key))
                 .arg(owner.to_string())
                 .arg(ttl_millis(ttl));
             let mut conn = self.conn.link.clone();
@@ -314,16 +354,30 @@ impl Locks {
     pub(crate) async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
         let span = tracing::debug_span!("inspect", backend = self.conn.backend, key = %key, outcome = Empty);
         let result = async {
-            let mut invocation = SCRIPTS.inspect.prepare_invoke();
+            let mut invocation = SCRIPTS.inspect_key.prepare_invoke();
             invocation
                 .key(self.conn.keys.lock(key))
-                .key(self.conn.keys.token(key));
+                .key(self.conn.keys.token(key))
+                .key(self.conn.keys.readers(key));
             let mut conn = self.conn.link.clone();
-            let (value, pttl, last): (Option<String>, i64, Option<String>) = self
+            let (value, pttl, last, phase, phase_pttl): (
+                Option<String>,
+                i64,
+                Option<String>,
+                Option<String>,
+                i64,
+            ) = self
                 .conn
                 .call("inspect", invocation.invoke_async(&mut conn))
                 .await?;
-            let holder = value
+            // A writer and a read phase never overlap; a writer found is the holder, else the
+            // phase's shared fence is.
+            let (holder, pttl) = match (value, phase) {
+                (Some(value), _) => (Some(value), pttl),
+                (None, Some(phase)) => (Some(phase), phase_pttl),
+                (None, None) => (None, -2),
+            };
+            let holder = holder
                 .as_deref()
                 .map(|v| parse_lock_value(self.conn.backend, v))
                 .transpose()?;

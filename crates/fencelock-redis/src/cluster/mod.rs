@@ -7,7 +7,9 @@
 mod config;
 mod connect;
 
-use fencelock_core::{Capabilities, FenceRule, Result, TimeAuthority, TokenGuarantee, WakeUp};
+use fencelock_core::{
+    Capabilities, FenceRule, LockKinds, Result, TimeAuthority, TokenGuarantee, WakeUp,
+};
 use redis::cluster_async::ClusterConnection;
 
 pub use config::RedisClusterConfig;
@@ -100,6 +102,7 @@ impl RedisClusterConfig {
             WakeUp::Poll,
             MAX_TTL,
         )
+        .with_kinds(LockKinds::GENERIC.with_shared())
         .with_locks_survive_restart(server_persists == Some(true));
         Ok(RedisClusterBackend {
             locks: Locks {

@@ -21,6 +21,8 @@ pub(crate) enum KeyName {
     Lock,
     /// `{prefix}:{<key>}:token`.
     Token,
+    /// `{prefix}:{<key>}:readers`.
+    Readers,
     /// `{prefix}:{<key>}:released`.
     Channel,
 }
@@ -30,6 +32,7 @@ impl KeyName {
         match self {
             KeyName::Lock => keys.lock(key),
             KeyName::Token => keys.token(key),
+            KeyName::Readers => keys.readers(key),
             KeyName::Channel => keys.channel(key),
         }
     }
