@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use fencelock_core::{
     Capabilities, Error, FencingToken, Lease, LockInfo, LockKey, LockKinds, LostReason, OwnerId,
-    Result,
-    TimeAuthority, TokenGuarantee, WakeUp, valid_until, validate_ttl,
+    Result, TimeAuthority, TokenGuarantee, WakeUp, valid_until, validate_ttl,
 };
 use redis::aio::ConnectionManager;
 use tokio::time::Instant;
