@@ -113,10 +113,12 @@ async fn readers_and_writer_never_overlap(backend: Arc<dyn LockBackend>) {
     for task in tasks {
         task.await.unwrap();
     }
-    let h = holders.lock().unwrap();
-    // Without grants of both kinds, and readers side by side, the run proved nothing.
-    assert!(h.writer_grants > 0 && h.reader_grants > 0, "{h:?}");
-    assert!(h.shared_grants > 0, "readers never overlapped: {h:?}");
+    {
+        let h = holders.lock().unwrap();
+        // Without grants of both kinds, and readers side by side, the run proved nothing.
+        assert!(h.writer_grants > 0 && h.reader_grants > 0, "{h:?}");
+        assert!(h.shared_grants > 0, "readers never overlapped: {h:?}");
+    }
     assert!(backend.inspect(&key).await.unwrap().holder.is_none());
 }
 
