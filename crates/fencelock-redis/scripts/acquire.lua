@@ -1,11 +1,9 @@
 -- Takes the lock if it is free and hands out the next fencing token, in one step.
--- KEYS[1] lock key, KEYS[2] token counter (never expires, never deleted),
--- KEYS[3] readers hash (the key's read phase, see read_phase.lua)
+-- KEYS[1] lock key, KEYS[2] token counter (never expires, never deleted)
 -- ARGV[1] owner (32 hex digits), ARGV[2] ttl in milliseconds
--- Returns the new token as a decimal string, or false when the lock is held by a writer or
--- by a live read phase (the readers hash exists exactly while one of its readers is live).
--- GET and HLEN (not EXISTS) so that a key of the wrong type is a WRONGTYPE error, not "held".
-if redis.call('GET', KEYS[1]) or redis.call('HLEN', KEYS[3]) > 0 then
+-- Returns the new token as a decimal string, or false when the lock is held.
+-- GET (not EXISTS) so that a lock key of the wrong type is a WRONGTYPE error, not "held".
+if redis.call('GET', KEYS[1]) then
   return false
 end
 local last = redis.call('GET', KEYS[2])

@@ -26,8 +26,9 @@ use crate::waiters::{Waiters, poll_release};
 ///
 /// Each key has a lock (`{prefix}:{<key>}:lock`, a string `<owner>:<token>` with a `PX`
 /// expiry set by the server's clock), a counter (`{prefix}:{<key>}:token`, never expired or
-/// deleted) and, while readers hold it, a read phase (`{prefix}:{<key>}:readers`, a hash of
-/// the phase's fence and each reader's expiry by the server's clock). Acquire, extend,
+/// deleted). While readers hold the key, the lock holds their read phase's fence instead
+/// (`<owner>:<token>:read`, expiring with the phase) and `{prefix}:{<key>}:readers` each
+/// reader's expiry by the server's clock. Acquire, extend,
 /// release, inspect and `advance_token` are one Lua script each, and so are their shared
 /// (reader) forms, so each is atomic and one round trip; a writer is refused while a read
 /// phase lives and a reader while a writer holds ([`RwLocker`](fencelock_core::RwLocker)).
@@ -254,7 +255,6 @@ impl Locks {
             invocation
                 .key(self.conn.keys.lock(key))
                 .key(self.conn.keys.token(key))
-                .key(self.conn.keys.readers(key))
                 .arg(owner.to_string())
                 .arg(ttl_millis(ttl));
             let mut conn = self.conn.link.clone();
@@ -353,30 +353,16 @@ impl Locks {
     pub(crate) async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
         let span = tracing::debug_span!("inspect", backend = self.conn.backend, key = %key, outcome = Empty);
         let result = async {
-            let mut invocation = SCRIPTS.inspect_key.prepare_invoke();
+            let mut invocation = SCRIPTS.inspect.prepare_invoke();
             invocation
                 .key(self.conn.keys.lock(key))
-                .key(self.conn.keys.token(key))
-                .key(self.conn.keys.readers(key));
+                .key(self.conn.keys.token(key));
             let mut conn = self.conn.link.clone();
-            let (value, pttl, last, phase, phase_pttl): (
-                Option<String>,
-                i64,
-                Option<String>,
-                Option<String>,
-                i64,
-            ) = self
+            let (value, pttl, last): (Option<String>, i64, Option<String>) = self
                 .conn
                 .call("inspect", invocation.invoke_async(&mut conn))
                 .await?;
-            // A writer and a read phase never overlap; a writer found is the holder, else the
-            // phase's shared fence is.
-            let (holder, pttl) = match (value, phase) {
-                (Some(value), _) => (Some(value), pttl),
-                (None, Some(phase)) => (Some(phase), phase_pttl),
-                (None, None) => (None, -2),
-            };
-            let holder = holder
+            let holder = value
                 .as_deref()
                 .map(|v| parse_lock_value(self.conn.backend, v))
                 .transpose()?;

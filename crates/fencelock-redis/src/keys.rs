@@ -60,7 +60,8 @@ impl KeySpace {
             .is_some_and(|rest| rest.starts_with(':'))
     }
 
-    /// `{prefix}:{<key>}:lock`: the lock, a string `<owner>:<token>` with a PX expiry.
+    /// `{prefix}:{<key>}:lock`: the lock, a string `<owner>:<token>` with a PX expiry; while
+    /// a read phase lives, `<owner>:<token>:read`, the phase's fence, expiring with the phase.
     pub(crate) fn lock(&self, key: &LockKey) -> String {
         self.name(key, "lock")
     }
@@ -70,8 +71,8 @@ impl KeySpace {
         self.name(key, "token")
     }
 
-    /// `{prefix}:{<key>}:readers`: the key's read phase, a hash of the phase's fence and
-    /// each reader's expiry by the server's clock, expiring with its last reader.
+    /// `{prefix}:{<key>}:readers`: the readers of the key's read phase, a hash of each
+    /// reader's expiry by the server's clock, expiring with its last reader.
     pub(crate) fn readers(&self, key: &LockKey) -> String {
         self.name(key, "readers")
     }

@@ -1,6 +1,7 @@
 //! Shared (reader) locks on one server or a cluster: the read phase of DESIGN section 4.1,
-//! one Lua script per operation over the key's readers hash (`scripts/read_phase.lua` says
-//! what it holds), beside the writer's lock and the one token counter.
+//! one Lua script per operation over the writer's lock key (which holds the phase's fence
+//! while it lives), the key's readers hash and the one token counter
+//! (`scripts/read_phase.lua` says what each holds).
 
 use std::time::Duration;
 
@@ -70,6 +71,7 @@ impl Locks {
         let result = async {
             let mut invocation = SCRIPTS.extend_shared.prepare_invoke();
             invocation
+                .key(self.conn.keys.lock(&lease.key))
                 .key(self.conn.keys.readers(&lease.key))
                 .arg(lock_value(lease.owner, lease.token))
                 .arg(reader.to_string())
@@ -104,6 +106,7 @@ impl Locks {
         let result = async {
             let mut invocation = SCRIPTS.release_shared.prepare_invoke();
             invocation
+                .key(self.conn.keys.lock(&lease.key))
                 .key(self.conn.keys.readers(&lease.key))
                 .arg(lock_value(lease.owner, lease.token))
                 .arg(reader.to_string())
@@ -131,7 +134,9 @@ impl Locks {
         let span = tracing::debug_span!("inspect_shared", backend = self.conn.backend, key = %key, outcome = Empty);
         let result = async {
             let mut invocation = SCRIPTS.inspect_shared.prepare_invoke();
-            invocation.key(self.conn.keys.readers(key));
+            invocation
+                .key(self.conn.keys.lock(key))
+                .key(self.conn.keys.readers(key));
             let mut conn = self.conn.link.clone();
             let (fence, pttl, readers): (Option<String>, i64, usize) = self
                 .conn
@@ -140,7 +145,7 @@ impl Locks {
             let Some(fence) = fence else {
                 return Ok(None);
             };
-            // The hash expires with its last reader: one without a live reader is a phase
+            // The phase expires with its last reader: one without a live reader is a phase
             // ending in this very millisecond.
             if readers == 0 {
                 return Ok(None);
@@ -148,7 +153,7 @@ impl Locks {
             if pttl < 0 {
                 return Err(protocol(
                     self.conn.backend,
-                    "a read phase without an expiry was not written by fencelock",
+                    "a read phase whose lock has no expiry was not written by fencelock",
                 ));
             }
             Ok(Some(ReadPhase {

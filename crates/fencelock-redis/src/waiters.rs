@@ -13,7 +13,6 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::connection::Connection;
-use crate::scripts::SCRIPTS;
 
 /// The subscriber connection and the waiters per channel.
 ///
@@ -134,7 +133,16 @@ impl Waiters {
             // Without a subscription the holder's ttl still bounds the wait.
             tracing::debug!(error = %e, "release channel subscription failed");
         }
-        let pttl = held_for(&self.conn, key).await?;
+        let mut conn = self.conn.link.clone();
+        let pttl: i64 = self
+            .conn
+            .call(
+                "PTTL",
+                redis::cmd("PTTL")
+                    .arg(self.conn.keys.lock(key))
+                    .query_async(&mut conn),
+            )
+            .await?;
         let until = match pttl {
             // -2: no lock; 0: expiring right now.
             ms if ms == -2 || ms == 0 => return Ok(()),
@@ -265,29 +273,21 @@ async fn read(waiters: Weak<Waiters>, mut stream: PubSubStream, generation: u64)
     waiters.wake_all();
 }
 
-/// How long `key` stays held by anyone, its writer or its read phase, as a `PTTL` reply: -2
-/// when free, -1 when held by a key without expiry (not written by fencelock).
-async fn held_for(conn: &Connection, key: &LockKey) -> Result<i64> {
-    let mut invocation = SCRIPTS.held_for.prepare_invoke();
-    invocation
-        .key(conn.keys.lock(key))
-        .key(conn.keys.readers(key));
-    let mut link = conn.link.clone();
-    conn.call("held_for", invocation.invoke_async(&mut link))
-        .await
-}
-
 /// How often [`poll_release`] asks whether a lock is still held.
 pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(25);
 
-/// Waits until the lock on `key` may have been released, at most `max`, by asking how long
-/// its writer or read phase still holds it every [`POLL_INTERVAL`] (and not past the holder's expiry). For a
+/// Waits until the lock on `key` may have been released, at most `max`, by asking for the
+/// lock's remaining time every [`POLL_INTERVAL`] (and not past the holder's expiry). For a
 /// Redis Cluster, where the driver's cluster connection offers no pub/sub connection of the
 /// kind [`Waiters`] uses: a release is seen within one interval instead of at once.
 pub(crate) async fn poll_release(conn: &Connection, key: &LockKey, max: Duration) -> Result<()> {
     let deadline = Instant::now().checked_add(max);
+    let lock = conn.keys.lock(key);
     loop {
-        let pttl = held_for(conn, key).await?;
+        let mut link = conn.link.clone();
+        let pttl: i64 = conn
+            .call("PTTL", redis::cmd("PTTL").arg(&lock).query_async(&mut link))
+            .await?;
         // -2: no lock; 0: expiring right now.
         if pttl == -2 || pttl == 0 {
             return Ok(());

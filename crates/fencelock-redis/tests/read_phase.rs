@@ -1,7 +1,8 @@
 //! Shared (reader) locks on a real server and a real cluster, beyond the conformance suite's
 //! rwlock group: readers and writers trying at once never overlap, a phase lasts exactly as
-//! long as its longest live reader, and a writer waiting for a phase waits (no busy loop) and
-//! is woken when the last reader leaves.
+//! long as its longest live reader, the exclusive calls never take a phase for their grant,
+//! and a writer waiting for a phase waits (no busy loop) and is woken when the last reader
+//! leaves.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::{Arc, Mutex};
@@ -50,9 +51,11 @@ struct Holders {
     shared_grants: usize,
 }
 
-/// Eight tasks, each 40 rounds, try a reader or the writer on one key at once (two of
-/// every three tries a reader); each grant checks the counts, holds a moment and checks
-/// again. A writer beside anyone, or a reader beside a writer, fails.
+/// Eight tasks, each 40 rounds, try a reader or the writer on one key at once (half of
+/// them readers, which rest a little after each release, so that read phases end and
+/// writers get their turns: readers have no writer preference to leave them one); each grant
+/// checks the counts, holds a moment and checks again. A writer beside anyone, or a reader
+/// beside a writer, fails.
 async fn readers_and_writer_never_overlap(backend: Arc<dyn LockBackend>) {
     let key = LockKey::new("overlap").unwrap();
     let holders = Arc::new(Mutex::new(Holders::default()));
@@ -60,8 +63,8 @@ async fn readers_and_writer_never_overlap(backend: Arc<dyn LockBackend>) {
     for task in 0..8_usize {
         let (backend, key, holders) = (backend.clone(), key.clone(), holders.clone());
         tasks.push(tokio::spawn(async move {
-            for round in 0..40_usize {
-                let writer = (task + round) % 3 == 0;
+            for round in 0..40_u64 {
+                let writer = task % 2 == 0;
                 let reader = OwnerId::random();
                 let lease = if writer {
                     backend.try_acquire(&key, LONG).await.unwrap()
@@ -107,6 +110,9 @@ async fn readers_and_writer_never_overlap(backend: Arc<dyn LockBackend>) {
                     backend.release_shared(&lease, reader).await.unwrap()
                 };
                 assert!(released, "a lease held {LONG:?} was lost within moments");
+                if !writer {
+                    sleep(Duration::from_millis(10 + round % 4)).await;
+                }
             }
         }));
     }
@@ -172,6 +178,48 @@ async fn phase_ends_with_its_last_live_reader(backend: Arc<dyn LockBackend>) {
     assert!(next.token > writer.token);
     assert_ne!(next.owner, a.owner);
     assert!(b.release_shared(&next, ra).await.unwrap());
+}
+
+/// A reader's lease carries the phase's fence, which the key's lock holds while the phase
+/// lives; handed to the exclusive calls by mistake it still releases and renews nothing.
+async fn exclusive_calls_never_take_a_phase_for_their_grant(backend: Arc<dyn LockBackend>) {
+    let b = &*backend;
+    let key = LockKey::new("not-a-writer").unwrap();
+    let reader = OwnerId::random();
+    let lease = b
+        .try_acquire_shared(&key, reader, LONG)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        !b.release(&lease).await.unwrap(),
+        "a writer's release ended a read phase"
+    );
+    assert!(
+        matches!(
+            b.extend(&lease, Duration::from_millis(300)).await,
+            Err(fencelock_core::Error::LeaseLost { .. })
+        ),
+        "a writer's extend renewed a read phase"
+    );
+    let info = b.inspect(&key).await.unwrap();
+    assert_eq!(info.holder, Some(lease.fence()));
+    assert!(info.remaining.is_some_and(|r| r > LONG / 2), "{info:?}");
+    assert!(b.try_acquire(&key, LONG).await.unwrap().is_none());
+    assert!(b.release_shared(&lease, reader).await.unwrap());
+    assert!(b.inspect(&key).await.unwrap().holder.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_exclusive_calls_never_take_a_phase_for_their_grant() {
+    let server = RedisServer::spawn();
+    exclusive_calls_never_take_a_phase_for_their_grant(node(&server).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_exclusive_calls_never_take_a_phase_for_their_grant() {
+    let (_cluster, backend) = cluster().await;
+    exclusive_calls_never_take_a_phase_for_their_grant(backend).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

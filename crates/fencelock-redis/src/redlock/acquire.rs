@@ -55,14 +55,11 @@ pub(crate) async fn acquire(
     let sent_at = Instant::now();
     // EVAL, not EVALSHA: after a restart EVALSHA answers NOSCRIPT and is sent again after
     // loading the script, which would let a release sent meanwhile run before this grant and
-    // leave the grant behind. One EVAL keeps the connection's order. The script also asks
-    // for the readers hash; Redlock grants no readers, so on its nodes that hash exists only
-    // if a one-node backend with the same prefix started a read phase there, which must then
-    // keep this writer out as well.
+    // leave the grant behind. One EVAL keeps the connection's order.
     let call = NodeCall {
         code: Code::Eval(ACQUIRE),
         key: key.clone(),
-        keys: &[KeyName::Lock, KeyName::Token, KeyName::Readers],
+        keys: &[KeyName::Lock, KeyName::Token],
         args: vec![owner.to_string().into(), ttl_millis(ttl).to_string().into()],
     };
     let round = cluster.round(limit, call, |reply: Option<String>| {

@@ -21,8 +21,6 @@ pub(crate) enum KeyName {
     Lock,
     /// `{prefix}:{<key>}:token`.
     Token,
-    /// `{prefix}:{<key>}:readers`.
-    Readers,
     /// `{prefix}:{<key>}:released`.
     Channel,
 }
@@ -32,7 +30,6 @@ impl KeyName {
         match self {
             KeyName::Lock => keys.lock(key),
             KeyName::Token => keys.token(key),
-            KeyName::Readers => keys.readers(key),
             KeyName::Channel => keys.channel(key),
         }
     }
