@@ -4,7 +4,7 @@
 //! The fenced scripts (`storage_apply.lua`, `fence_apply.lua`) are `admit.lua` followed by
 //! their own text, so the fence rule of DESIGN section 2 is written once in Lua; the
 //! shared-lock scripts are `read_phase.lua` followed by theirs, so the read phase's upkeep
-//! (the server's clock, forgetting expired readers, the hash's expiry) is written once too.
+//! (the server's clock, forgetting expired readers, the phase's expiry) is written once too.
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
