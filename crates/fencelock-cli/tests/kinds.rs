@@ -134,7 +134,11 @@ fn inspect_shows_permits_and_the_leader() {
     let permits = common::inspect_row(&out, "permits");
     assert_eq!(permits, Some("1 of 3 held"), "{out}");
     let kinds = common::inspect_row(&out, "kinds");
-    assert_eq!(kinds, Some("exclusive, semaphore, election"), "{out}");
+    assert_eq!(
+        kinds,
+        Some("exclusive, shared, semaphore, election"),
+        "{out}"
+    );
     let out = permit.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", explain(&out));
 
@@ -261,12 +265,13 @@ fn elect_gives_up_after_wait_and_shared_needs_a_backend_that_offers_it() {
     assert_eq!(code, 75, "{out}{err}");
     assert!(err.contains("not elected"), "{err}");
     assert_eq!(holder.wait_with_output().unwrap().status.code(), Some(0));
-    // Redis does not offer shared locks (yet): a typed refusal, an input error (exit 2: the
+    // Redlock does not offer shared locks: a typed refusal, an input error (exit 2: the
     // backend chosen cannot do what was asked), and the command never started.
+    let redlock = format!("redlock://127.0.0.1:{}", server.port());
     let (code, out, err) = common::fencelock(&[
         "run",
         "--backend",
-        &url,
+        &redlock,
         "--key",
         "catalog",
         "--shared",
@@ -295,4 +300,82 @@ fn elect_gives_up_after_wait_and_shared_needs_a_backend_that_offers_it() {
         "true",
     ]);
     assert_eq!(code, 2, "{err}");
+}
+
+#[test]
+fn shared_runs_overlap_on_redis_share_one_token_and_keep_a_writer_out() {
+    let server = RedisServer::spawn();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let mark = |name: &str| dir.path().join(name).display().to_string();
+    // Each reader writes its token, then waits (up to 20 s) for the other's: both exit 0 only
+    // if they held their readers' locks at the same time.
+    let reader = |mine: &str, other: &str| {
+        format!(
+            "echo \"$FENCELOCK_TOKEN\" > {mine}.tmp && mv {mine}.tmp {mine}; i=0; \
+             while [ ! -f {other} ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done; \
+             test -f {other} && sleep 0.5",
+        )
+    };
+    let readers: Vec<Child> = [("a", "b"), ("b", "a")]
+        .iter()
+        .map(|(mine, other)| {
+            spawn(&[
+                "run",
+                "--backend",
+                &url,
+                "--key",
+                "catalog",
+                "--shared",
+                "--",
+                "sh",
+                "-c",
+                &reader(&mark(mine), &mark(other)),
+            ])
+        })
+        .collect();
+    let a = wait_for_file(Path::new(&mark("a")), Duration::from_secs(20));
+    let b = wait_for_file(Path::new(&mark("b")), Duration::from_secs(20));
+    assert_eq!(a, b, "overlapping readers got different tokens");
+    // While they read, a writer is refused at once and inspect shows the read phase.
+    let (code, out, err) = common::fencelock(&[
+        "run",
+        "--backend",
+        &url,
+        "--key",
+        "catalog",
+        "-n",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, 75, "a writer got in beside readers: {out}{err}");
+    let (code, out, err) = common::fencelock(&["inspect", "--backend", &url, "catalog"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let phase = common::inspect_row(&out, "readers").unwrap_or_default();
+    assert!(
+        phase.starts_with(&format!("2 sharing token {a} ")),
+        "inspect does not show both readers: {out}"
+    );
+    for child in readers {
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", explain(&out));
+    }
+    let (code, out, err) = common::fencelock(&[
+        "run",
+        "--backend",
+        &url,
+        "--key",
+        "catalog",
+        "-n",
+        "--",
+        "sh",
+        "-c",
+        "echo \"$FENCELOCK_TOKEN\"",
+    ]);
+    assert_eq!(code, 0, "the readers left the key held: {out}{err}");
+    let writer: u64 = out.trim().parse().unwrap();
+    assert!(
+        writer > a.parse().unwrap(),
+        "writer token {writer} after read phase {a}"
+    );
 }

@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_core::{
-    Capabilities, Error, FencingToken, Lease, LockInfo, LockKey, LostReason, OwnerId, Result,
-    TimeAuthority, TokenGuarantee, WakeUp, valid_until, validate_ttl,
+    Capabilities, Error, FencingToken, Lease, LockInfo, LockKey, LockKinds, LostReason, OwnerId,
+    Result, TimeAuthority, TokenGuarantee, WakeUp, valid_until, validate_ttl,
 };
 use redis::aio::ConnectionManager;
 use tokio::time::Instant;
@@ -25,9 +25,14 @@ use crate::waiters::{Waiters, poll_release};
 /// A [`LockBackend`](fencelock_core::LockBackend) on one Redis server.
 ///
 /// Each key has a lock (`{prefix}:{<key>}:lock`, a string `<owner>:<token>` with a `PX`
-/// expiry set by the server's clock) and a counter (`{prefix}:{<key>}:token`, never expired or
-/// deleted). Acquire, extend, release, inspect and `advance_token` are one Lua script each, so
-/// each is atomic and one round trip. Release publishes on `{prefix}:{<key>}:released`, which
+/// expiry set by the server's clock), a counter (`{prefix}:{<key>}:token`, never expired or
+/// deleted). While readers hold the key, the lock holds their read phase's fence instead
+/// (`<owner>:<token>:read`, expiring with the phase) and `{prefix}:{<key>}:readers` each
+/// reader's expiry by the server's clock. Acquire, extend,
+/// release, inspect and `advance_token` are one Lua script each, and so are their shared
+/// (reader) forms, so each is atomic and one round trip; a writer is refused while a read
+/// phase lives and a reader while a writer holds ([`RwLocker`](fencelock_core::RwLocker)).
+/// Releases (a writer's, a phase's last reader's) publish on `{prefix}:{<key>}:released`, which
 /// [`wait_for_release`](fencelock_core::LockBackend::wait_for_release) listens to over one shared pub/sub
 /// connection. Clones share the connection and the subscriber.
 ///
@@ -66,6 +71,7 @@ impl RedisLockBackend {
             WakeUp::Notify,
             MAX_TTL,
         )
+        .with_kinds(LockKinds::GENERIC.with_shared())
         .with_locks_survive_restart(server_persists == Some(true));
         RedisLockBackend {
             locks: Locks {
@@ -170,6 +176,39 @@ macro_rules! delegate_lock_backend {
                 floor: fencelock_core::FencingToken,
             ) -> fencelock_core::Result<fencelock_core::FencingToken> {
                 self.locks.advance_token(key, floor).await
+            }
+
+            async fn try_acquire_shared(
+                &self,
+                key: &fencelock_core::LockKey,
+                reader: fencelock_core::OwnerId,
+                ttl: std::time::Duration,
+            ) -> fencelock_core::Result<Option<fencelock_core::Lease>> {
+                self.locks.try_acquire_shared(key, reader, ttl).await
+            }
+
+            async fn extend_shared(
+                &self,
+                lease: &fencelock_core::Lease,
+                reader: fencelock_core::OwnerId,
+                ttl: std::time::Duration,
+            ) -> fencelock_core::Result<fencelock_core::Lease> {
+                self.locks.extend_shared(lease, reader, ttl).await
+            }
+
+            async fn release_shared(
+                &self,
+                lease: &fencelock_core::Lease,
+                reader: fencelock_core::OwnerId,
+            ) -> fencelock_core::Result<bool> {
+                self.locks.release_shared(lease, reader).await
+            }
+
+            async fn inspect_shared(
+                &self,
+                key: &fencelock_core::LockKey,
+            ) -> fencelock_core::Result<Option<fencelock_core::ReadPhase>> {
+                self.locks.inspect_shared(key).await
             }
         }
     };

@@ -35,9 +35,14 @@ pub(crate) fn parse_token(backend: &'static str, value: &str) -> Result<FencingT
     FencingToken::from_backend(backend, number)
 }
 
-/// A lock key's value, as [`lock_value`] wrote it.
+/// What marks a lock value as a read phase's: `<owner>:<token>:read` (see
+/// `scripts/read_phase.lua`), so the exclusive scripts never take a phase for their grant.
+pub(crate) const READ_PHASE_SUFFIX: &str = ":read";
+
+/// A lock key's value, as [`lock_value`] wrote it, or a read phase's (its fence then).
 pub(crate) fn parse_lock_value(backend: &'static str, value: &str) -> Result<Fence> {
-    let parsed = value.split_once(':').and_then(|(owner, token)| {
+    let fence = value.strip_suffix(READ_PHASE_SUFFIX).unwrap_or(value);
+    let parsed = fence.split_once(':').and_then(|(owner, token)| {
         let owner = owner.parse::<OwnerId>().ok()?;
         let token = parse_token(backend, token).ok()?;
         Some(Fence::new(token, owner))
@@ -89,12 +94,16 @@ mod tests {
         let value = lock_value(fence.owner, fence.token);
         assert_eq!(parse_lock_value(REDIS, &value).unwrap(), fence);
         assert!(value.starts_with(&owner_prefix(fence.owner)));
+        let phase = format!("{value}{READ_PHASE_SUFFIX}");
+        assert_eq!(parse_lock_value(REDIS, &phase).unwrap(), fence);
         for bad in [
             "",
             "x",
             "abc:1",
             &format!("{}:0", fence.owner),
             &format!("{}:-3", fence.owner),
+            &format!("{}:3:write", fence.owner),
+            &format!("{}:read", fence.owner),
         ] {
             assert!(
                 matches!(parse_lock_value(REDIS, bad), Err(Error::Backend { .. })),

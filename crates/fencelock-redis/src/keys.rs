@@ -1,5 +1,5 @@
-//! Redis key names: one hash tag per user key, so a lock, its counter and its channel share a
-//! Redis Cluster slot.
+//! Redis key names: one hash tag per user key, so a lock, its counter, its read phase and its
+//! channel share a Redis Cluster slot.
 
 use fencelock_core::{Error, LockKey, Result};
 
@@ -60,7 +60,8 @@ impl KeySpace {
             .is_some_and(|rest| rest.starts_with(':'))
     }
 
-    /// `{prefix}:{<key>}:lock`: the lock, a string `<owner>:<token>` with a PX expiry.
+    /// `{prefix}:{<key>}:lock`: the lock, a string `<owner>:<token>` with a PX expiry; while
+    /// a read phase lives, `<owner>:<token>:read`, the phase's fence, expiring with the phase.
     pub(crate) fn lock(&self, key: &LockKey) -> String {
         self.name(key, "lock")
     }
@@ -68,6 +69,12 @@ impl KeySpace {
     /// `{prefix}:{<key>}:token`: the key's token counter; never expires, never deleted.
     pub(crate) fn token(&self, key: &LockKey) -> String {
         self.name(key, "token")
+    }
+
+    /// `{prefix}:{<key>}:readers`: the readers of the key's read phase, a hash of each
+    /// reader's expiry by the server's clock, expiring with its last reader.
+    pub(crate) fn readers(&self, key: &LockKey) -> String {
+        self.name(key, "readers")
     }
 
     /// `{prefix}:{<key>}:released`: the pub/sub channel a release publishes on.
@@ -122,6 +129,7 @@ mod tests {
         let key = LockKey::new("orders/42").unwrap();
         assert_eq!(space.lock(&key), "fencelock:{orders/42}:lock");
         assert_eq!(space.token(&key), "fencelock:{orders/42}:token");
+        assert_eq!(space.readers(&key), "fencelock:{orders/42}:readers");
     }
 
     #[test]
@@ -132,13 +140,14 @@ mod tests {
         for k in keys {
             let key = LockKey::new(k).unwrap();
             let (lock, token, data) = (space.lock(&key), space.token(&key), space.data(&key));
-            let fence = space.fence(&key);
+            let (fence, readers) = (space.fence(&key), space.readers(&key));
             assert_eq!(hash_tag(&lock), hash_tag(&token), "{k:?}");
+            assert_eq!(hash_tag(&lock), hash_tag(&readers), "{k:?}");
             assert_eq!(hash_tag(&lock), hash_tag(&data), "{k:?}");
             assert_eq!(hash_tag(&lock), hash_tag(&fence), "{k:?}");
             assert_eq!(format!("{{{}}}", hash_tag(&lock)), tag(&key), "{k:?}");
             assert_ne!(hash_tag(&lock), lock, "{k:?} has no tag");
-            for name in [lock, token, data, fence] {
+            for name in [lock, token, data, fence, readers] {
                 assert!(seen.insert(name.clone()), "{name} named twice");
             }
         }

@@ -20,6 +20,7 @@ mod waiters;
 
 mod backend;
 mod cluster;
+mod read_phase;
 mod redlock;
 mod storage;
 

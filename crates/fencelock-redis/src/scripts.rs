@@ -2,7 +2,9 @@
 //! falls back to loading the script on `NOSCRIPT` (after a restart or `SCRIPT FLUSH`).
 //!
 //! The fenced scripts (`storage_apply.lua`, `fence_apply.lua`) are `admit.lua` followed by
-//! their own text, so the fence rule of DESIGN section 2 is written once in Lua.
+//! their own text, so the fence rule of DESIGN section 2 is written once in Lua; the
+//! shared-lock scripts are `read_phase.lua` followed by theirs, so the read phase's upkeep
+//! (the server's clock, forgetting expired readers, the phase's expiry) is written once too.
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -15,6 +17,10 @@ pub(crate) struct Scripts {
     pub(crate) extend: Script,
     pub(crate) release: Script,
     pub(crate) inspect: Script,
+    pub(crate) acquire_shared: Script,
+    pub(crate) extend_shared: Script,
+    pub(crate) release_shared: Script,
+    pub(crate) inspect_shared: Script,
     pub(crate) advance_token: Script,
     pub(crate) storage_apply: Script,
     pub(crate) fence_apply: Script,
@@ -44,6 +50,13 @@ fn fenced(body: &str) -> String {
     format!("{ADMIT}\n{body}")
 }
 
+/// The read phase's helpers, prepended to every shared-lock script.
+const READ_PHASE: &str = include_str!("../scripts/read_phase.lua");
+
+fn shared(body: &str) -> String {
+    format!("{READ_PHASE}\n{body}")
+}
+
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
     let mut texts = HashMap::new();
     let mut script = |text: String| {
@@ -56,6 +69,10 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         extend: script(include_str!("../scripts/extend.lua").to_owned()),
         release: script(include_str!("../scripts/release.lua").to_owned()),
         inspect: script(include_str!("../scripts/inspect.lua").to_owned()),
+        acquire_shared: script(shared(include_str!("../scripts/acquire_shared.lua"))),
+        extend_shared: script(shared(include_str!("../scripts/extend_shared.lua"))),
+        release_shared: script(shared(include_str!("../scripts/release_shared.lua"))),
+        inspect_shared: script(shared(include_str!("../scripts/inspect_shared.lua"))),
         advance_token: script(include_str!("../scripts/advance_token.lua").to_owned()),
         storage_apply: script(fenced(include_str!("../scripts/storage_apply.lua"))),
         fence_apply: script(fenced(include_str!("../scripts/fence_apply.lua"))),

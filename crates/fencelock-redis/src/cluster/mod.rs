@@ -7,7 +7,9 @@
 mod config;
 mod connect;
 
-use fencelock_core::{Capabilities, FenceRule, Result, TimeAuthority, TokenGuarantee, WakeUp};
+use fencelock_core::{
+    Capabilities, FenceRule, LockKinds, Result, TimeAuthority, TokenGuarantee, WakeUp,
+};
 use redis::cluster_async::ClusterConnection;
 
 pub use config::RedisClusterConfig;
@@ -20,11 +22,11 @@ use crate::storage::RedisStorage;
 /// A [`LockBackend`](fencelock_core::LockBackend) on a Redis Cluster.
 ///
 /// Keys, scripts and tokens are those of [`RedisLockBackend`](crate::RedisLockBackend): each
-/// lock key `k` has `{prefix}:{k}:lock` and `{prefix}:{k}:token` (and, for the storage,
-/// `{prefix}:{k}:data`), all in the slot of the hash tag `{k}`, so each operation is one
-/// atomic script on the master serving that slot. The driver follows `MOVED` (a slot moved
-/// for good) and `ASK` (a slot being moved) and refreshes its slot map; a script a node has
-/// not cached is sent whole to that node.
+/// lock key `k` has `{prefix}:{k}:lock` and `{prefix}:{k}:token` (and, during a read phase,
+/// `{prefix}:{k}:readers`; for the storage, `{prefix}:{k}:data`), all in the slot of the hash
+/// tag `{k}`, so each operation is one atomic script on the master serving that slot. The
+/// driver follows `MOVED` (a slot moved for good) and `ASK` (a slot being moved) and
+/// refreshes its slot map; a script a node has not cached is sent whole to that node.
 ///
 /// **What a failover does.** Replication is asynchronous: a master acknowledges a grant (the
 /// lock set, the counter incremented) before its replica has it. If the master dies then and
@@ -100,6 +102,7 @@ impl RedisClusterConfig {
             WakeUp::Poll,
             MAX_TTL,
         )
+        .with_kinds(LockKinds::GENERIC.with_shared())
         .with_locks_survive_restart(server_persists == Some(true));
         Ok(RedisClusterBackend {
             locks: Locks {
