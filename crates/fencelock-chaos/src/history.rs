@@ -508,6 +508,29 @@ mod tests {
     }
 
     #[test]
+    fn operations_are_on_the_counter_their_grant_names() {
+        let mut r = Recorder::new(0, vec!["slot/0".into(), "slot/1".into()], 2);
+        for (worker, resource) in [(0, 1), (1, 0)] {
+            let grant = Event::Acquired {
+                fence: fence(1),
+                resource,
+            };
+            r.record(worker, &at(10, grant));
+            r.record(worker, &at(20, Event::ReadBegin { fence: fence(1) }));
+        }
+        let h = r.finish(0, vec![(1, Some(4), 30, 40)], Vec::new());
+        let keys: Vec<(Option<usize>, &str)> = h
+            .operations
+            .iter()
+            .map(|op| (op.process, op.key.as_str()))
+            .collect();
+        assert_eq!(
+            keys,
+            [(Some(0), "slot/1"), (Some(1), "slot/0"), (None, "slot/1")]
+        );
+    }
+
+    #[test]
     fn begin_and_answer_make_one_operation_and_unanswered_calls_stay_open() {
         let mut r = Recorder::new(1000, vec!["k".into()], 2);
         r.record(

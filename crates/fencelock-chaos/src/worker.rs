@@ -337,7 +337,7 @@ impl Worker {
             Workload::RwLock if !backend.capabilities().kinds.shared => {
                 return Err(Error::unsupported(backend.name(), "shared locks").into());
             }
-            Workload::RwLock if config.index % 2 == 0 => {
+            Workload::RwLock if config.index.is_multiple_of(2) => {
                 Grant::Writer(RwLocker::new(locker.clone()))
             }
             Workload::RwLock => Grant::Reader(RwLocker::new(locker.clone())),
