@@ -25,6 +25,9 @@ pub(crate) const EXAMPLES: &str = "  fencelock chaos --spawn-redis 1 --faults pa
   fencelock chaos --backend memory:// --workload rwlock --duration 10s
 ";
 
+/// Permits of the semaphore workload when `--permits` is not given.
+const DEFAULT_PERMITS: u16 = 2;
+
 /// `--workload`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum WorkloadArg {
@@ -96,14 +99,9 @@ pub(crate) struct Args {
     /// What the workers do: which lock kind they take and the counters they keep under it.
     #[arg(long, value_enum, default_value = "lock")]
     workload: WorkloadArg,
-    /// Permits of the semaphore workload (fewer than --workers).
-    #[arg(
-        long,
-        value_name = "P",
-        default_value_t = 2,
-        value_parser = clap::value_parser!(u16).range(1..=255)
-    )]
-    permits: u16,
+    /// Permits of the semaphore workload, fewer than --workers [default: 2].
+    #[arg(long, value_name = "P", value_parser = clap::value_parser!(u16).range(1..=255))]
+    permits: Option<u16>,
     /// Faults to inject, comma separated: pause, kill, partition, terminate.
     #[arg(long, value_delimiter = ',', default_value = "pause", value_parser = parse_fault)]
     faults: Vec<FaultKind>,
@@ -193,10 +191,15 @@ impl Args {
         config.duration = self.duration;
         config.control_duration = self.control_duration;
         config.faults.clone_from(&self.faults);
+        if self.permits.is_some() && self.workload != WorkloadArg::Semaphore {
+            return Err(CliError::Input(
+                "--permits applies to --workload semaphore only".to_owned(),
+            ));
+        }
         config.workload = match self.workload {
             WorkloadArg::Lock => Workload::Lock,
             WorkloadArg::Semaphore => Workload::Semaphore {
-                permits: self.permits,
+                permits: self.permits.unwrap_or(DEFAULT_PERMITS),
             },
             WorkloadArg::Election => Workload::Election,
             WorkloadArg::Rwlock => Workload::RwLock,
@@ -361,6 +364,24 @@ mod tests {
             "queue",
         ];
         assert!(Cli::try_parse_from(junk).is_err());
+        let default = chaos_args(&[
+            "fencelock",
+            "chaos",
+            "--backend",
+            "memory://",
+            "--workload",
+            "semaphore",
+        ]);
+        assert_eq!(
+            default.config().unwrap().workload,
+            Workload::Semaphore { permits: 2 }
+        );
+        let stray = chaos_args(&["fencelock", "chaos", "--spawn-redis", "1", "--permits", "2"]);
+        let err = stray.config().unwrap_err();
+        assert!(
+            err.to_string().contains("--workload semaphore only"),
+            "{err}"
+        );
     }
 
     #[cfg(feature = "etcd")]
