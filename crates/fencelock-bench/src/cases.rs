@@ -8,8 +8,9 @@ use async_trait::async_trait;
 use fencelock_core::LockKey;
 
 use crate::error::Result;
+use crate::kinds::{Failover, Kind, KindGrant};
 use crate::report::Measurement;
-use crate::scenario::{Scenario, Settings};
+use crate::scenario::{FAILOVER_TTL, Scenario, Settings};
 use crate::subject::{Baseline, Op, Subject};
 use crate::suite::Suite;
 
@@ -36,6 +37,8 @@ pub(crate) struct Case {
     pub(crate) subject: String,
     /// Whether the row is its scenario's baseline.
     pub(crate) baseline: bool,
+    /// The lease ttl the case runs with, when its row is also counted in ttls.
+    pub(crate) ttl: Option<Duration>,
     pub(crate) workload: Workload,
 }
 
@@ -71,7 +74,8 @@ pub(crate) async fn finish_all(cases: Vec<Case>) -> Result<()> {
 
 /// The cases of `step` against `suite`, prepared (leases taken where a case needs one):
 /// the single place that says what each scenario measures. Finish them with
-/// [`finish_all`]. A scenario that is not in [`Scenario::STEPS`] has no cases.
+/// [`finish_all`]. A scenario that is not in [`Scenario::STEPS`] has no cases, nor has a lock
+/// kind the backend does not offer.
 pub(crate) async fn prepare(
     suite: &Suite,
     step: Scenario,
@@ -83,6 +87,7 @@ pub(crate) async fn prepare(
         scenario,
         subject,
         baseline,
+        ttl: None,
         workload: Workload::Latency(op),
     };
     Ok(match step {
@@ -159,6 +164,7 @@ pub(crate) async fn prepare(
                     scenario: step,
                     subject: subject.label(),
                     baseline: is_baseline,
+                    ttl: None,
                     workload: Workload::Contended {
                         subject,
                         keys: Arc::new(keys),
@@ -167,7 +173,52 @@ pub(crate) async fn prepare(
             }
             cases
         }
-        Scenario::IdleRoundTrip => Vec::new(),
+        Scenario::ExclusiveGrant => {
+            let kinds = fenced.backend().capabilities().kinds;
+            let locker = fenced.locker();
+            let mut grants = vec![(step, Kind::Exclusive, "exclusive")];
+            if kinds.shared {
+                grants.push((Scenario::ReaderGrant, Kind::Reader, "reader"));
+            }
+            grants.push((Scenario::WriterGrant, Kind::Writer, "writer"));
+            if kinds.semaphore {
+                grants.push((Scenario::PermitGrant, Kind::Permit, "permit"));
+            }
+            let mut cases = Vec::with_capacity(grants.len());
+            for (scenario, kind, name) in grants {
+                let op = KindGrant::new(kind, locker, &suite.key(1, name)?)?;
+                cases.push(case(
+                    scenario,
+                    fenced.label(),
+                    kind == Kind::Exclusive,
+                    Box::new(op),
+                ));
+            }
+            cases
+        }
+        Scenario::ElectionFailover => {
+            let backend = fenced.backend();
+            let capabilities = backend.capabilities();
+            if !capabilities.kinds.election {
+                return Ok(Vec::new());
+            }
+            let ttl = FAILOVER_TTL.max(capabilities.min_ttl);
+            let op = Failover::new(
+                backend.clone(),
+                fenced.storage().clone(),
+                &suite.key(1, "election")?,
+                &suite.key(1, "elected")?,
+                ttl,
+            )?;
+            vec![Case {
+                ttl: Some(ttl),
+                ..case(step, fenced.label(), false, Box::new(op))
+            }]
+        }
+        Scenario::IdleRoundTrip
+        | Scenario::ReaderGrant
+        | Scenario::WriterGrant
+        | Scenario::PermitGrant => Vec::new(),
     })
 }
 
@@ -288,6 +339,12 @@ mod tests {
         assert_eq!(scenarios, Scenario::ALL.into_iter().collect());
         assert!(
             prepare(&suite, Scenario::IdleRoundTrip, &settings)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert!(
+            prepare(&suite, Scenario::ReaderGrant, &settings)
                 .await
                 .unwrap()
                 .is_empty()

@@ -46,6 +46,16 @@ impl FencedSubject {
         &self.backend
     }
 
+    /// The storage.
+    pub fn storage(&self) -> &Arc<dyn FencedStorage> {
+        &self.storage
+    }
+
+    /// The locker over the backend (the lock kinds are taken through it).
+    pub fn locker(&self) -> &Locker {
+        &self.locker
+    }
+
     // Calls go through `&dyn LockBackend`: on the `Arc` itself they would take the forwarding
     // impl for `Arc<T>` and box every future twice.
     async fn grant(&self, key: &LockKey) -> Result<Lease> {

@@ -46,8 +46,21 @@ pub struct Row {
     pub measurement: Measurement,
     /// Cost relative to the scenario's baseline (above 1 is slower): median latency over the
     /// baseline's, or for throughput scenarios the baseline's ops/s over this row's; for
-    /// hand-off and extend, the median in round trips (see [`Scenario::round_trip_unit`]).
+    /// hand-off, extend and election failover, the median in round trips (see
+    /// [`Scenario::round_trip_unit`]); for the lock kinds, the median over the exclusive
+    /// grant's (see [`Scenario::compared_with`]).
     pub ratio: Option<f64>,
+    /// The lease ttl the row ran with, when it is also counted in ttls (election failover:
+    /// see [`Row::ttls`]).
+    pub ttl: Option<Duration>,
+}
+
+impl Row {
+    /// The median in lease ttls, for a row that ran with a [`ttl`](Self::ttl).
+    pub fn ttls(&self) -> Option<f64> {
+        let ttl = self.ttl?.as_secs_f64();
+        (ttl > 0.0).then(|| self.measurement.latencies.quantile(0.5).as_secs_f64() / ttl)
+    }
 }
 
 /// The outcome of [`run_all`](crate::run_all).
@@ -81,7 +94,7 @@ pub(crate) fn fill_ratios(rows: &mut [Row]) {
                 .map(|m| m.latencies.quantile(0.5).as_secs_f64())
                 .filter(|rt| *rt > 0.0)
                 .map(|rt| p50 / rt),
-            None => baseline_of(row.scenario).and_then(|base| {
+            None => baseline_of(row.scenario.compared_with()).and_then(|base| {
                 if row.scenario.is_throughput() {
                     let ours = row.measurement.ops_per_sec();
                     (ours > 0.0).then(|| base.ops_per_sec() / ours)
@@ -114,6 +127,7 @@ mod tests {
             baseline,
             measurement,
             ratio: None,
+            ttl: None,
         }
     }
 
@@ -133,6 +147,12 @@ mod tests {
             row(Scenario::ContendedOneKey, true, 1, 1000),
             row(Scenario::ContendedOneKey, false, 1, 250),
             row(Scenario::FencedWrite, false, 100, 1),
+            row(Scenario::ExclusiveGrant, true, 200, 1),
+            row(Scenario::PermitGrant, false, 500, 1),
+            Row {
+                ttl: Some(Duration::from_millis(100)),
+                ..row(Scenario::ElectionFailover, false, 110_000, 1)
+            },
         ];
         fill_ratios(&mut rows);
         let ratio = |i: usize| rows[i].ratio.unwrap();
@@ -145,5 +165,21 @@ mod tests {
         assert!(close(ratio(5), 1.5), "extend in round trips: {}", ratio(5));
         assert!(close(ratio(7), 4.0), "contended throughput: {}", ratio(7));
         assert_eq!(rows[8].ratio, None, "no baseline, no ratio");
+        assert!(
+            close(ratio(10), 2.5),
+            "permit over exclusive: {}",
+            ratio(10)
+        );
+        assert!(
+            close(ratio(11), 1100.0),
+            "failover in round trips: {}",
+            ratio(11)
+        );
+        assert!(
+            close(rows[11].ttls().unwrap(), 1.1),
+            "{:?}",
+            rows[11].ttls()
+        );
+        assert_eq!(rows[10].ttls(), None);
     }
 }

@@ -60,9 +60,9 @@ async fn finish_all_after(
     cases: Vec<Case>,
     measured: Result<Vec<Measurement>>,
 ) -> Result<Vec<Row>> {
-    let heads: Vec<(Scenario, String, bool)> = cases
+    let heads: Vec<(Scenario, String, bool, Option<Duration>)> = cases
         .iter()
-        .map(|c| (c.scenario, c.subject.clone(), c.baseline))
+        .map(|c| (c.scenario, c.subject.clone(), c.baseline, c.ttl))
         .collect();
     let finished = finish_all(cases).await;
     let measured = measured?;
@@ -70,12 +70,13 @@ async fn finish_all_after(
     Ok(heads
         .into_iter()
         .zip(measured)
-        .map(|((scenario, subject, baseline), measurement)| Row {
+        .map(|((scenario, subject, baseline, ttl), measurement)| Row {
             scenario,
             subject,
             baseline,
             measurement,
             ratio: None,
+            ttl,
         })
         .collect())
 }
@@ -187,13 +188,17 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(lines.len(), Scenario::STEPS.len());
-        assert!(lines[0].starts_with("[1/7] round trip: "), "{lines:?}");
+        assert!(lines[0].starts_with("[1/9] round trip: "), "{lines:?}");
         assert!(
-            lines[6].starts_with("[7/7] contended 2x4 keys: "),
+            lines[6].starts_with("[7/9] contended 2x4 keys: "),
             "{lines:?}"
         );
-        // Memory: the baseline and the fenced lock, no peers.
-        assert_eq!(report.rows.len(), 12);
+        assert!(
+            lines[8].starts_with("[9/9] election failover (leader killed): "),
+            "{lines:?}"
+        );
+        // Memory: the baseline and the fenced lock, no peers; every lock kind.
+        assert_eq!(report.rows.len(), 17);
         for scenario in Scenario::ALL {
             let rows: Vec<&Row> = report
                 .rows
@@ -203,7 +208,12 @@ mod tests {
             assert!(!rows.is_empty(), "{scenario:?}");
             assert_eq!(
                 rows.iter().any(|r| r.baseline),
-                !scenario.in_round_trips(),
+                !scenario.in_round_trips() && scenario.compared_with() == scenario,
+                "{scenario:?}"
+            );
+            assert_eq!(
+                rows.iter().all(|r| r.ttls().is_some()),
+                scenario.in_ttls(),
                 "{scenario:?}"
             );
         }

@@ -28,7 +28,9 @@ impl Default for Settings {
 ///
 /// A run is the steps of [`Scenario::STEPS`], in order; each step measures its subjects
 /// (the baseline, the fenced lock, the peers) under one scenario, except the hand-off step,
-/// which also measures the [`IdleRoundTrip`](Scenario::IdleRoundTrip) its ratio is counted in.
+/// which also measures the [`IdleRoundTrip`](Scenario::IdleRoundTrip) its ratio is counted in,
+/// and the exclusive-grant step, which measures the other lock kinds next to it (readers,
+/// writers, permits: the fenced lock's, no baseline of their own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Scenario {
@@ -52,12 +54,35 @@ pub enum Scenario {
     ContendedOneKey,
     /// `concurrency` tasks lock and release keys drawn from `keys`.
     ContendedManyKeys,
+    /// The exclusive lock through `Locker` (a guard, watchdog off), taken free and released:
+    /// the unit the other lock kinds are counted in.
+    ExclusiveGrant,
+    /// A reader joins the free read phase of a read/write lock and leaves it (`RwLocker::read`
+    /// and `ReadGuard::release`); measured where the backend offers shared locks.
+    ReaderGrant,
+    /// A writer takes the free read/write lock and releases it (`RwLocker::write`).
+    WriterGrant,
+    /// A permit of a free semaphore of [`PERMITS`] permits, taken and released
+    /// (`Semaphore::acquire` and `PermitGuard::release`).
+    PermitGrant,
+    /// A leader is killed (it neither renews nor releases) just after its grant and a write;
+    /// a standby blocked in `Election::campaign` takes over: from the kill to the standby's
+    /// first admitted write. The old leader's write after that (a paused leader waking up)
+    /// must be refused, or the step fails.
+    ElectionFailover,
 }
+
+/// Permits of the semaphore of [`Scenario::PermitGrant`].
+pub const PERMITS: usize = 4;
+
+/// The lease ttl of [`Scenario::ElectionFailover`]'s leaders (or the backend's shortest
+/// lease, if longer): a failover takes about one ttl, so it is short.
+pub const FAILOVER_TTL: Duration = Duration::from_millis(100);
 
 impl Scenario {
     /// The steps of a run, in order: the one list the wall-clock driver and the criterion
     /// driver loop over. A step is named by the scenario of its main rows.
-    pub const STEPS: [Scenario; 7] = [
+    pub const STEPS: [Scenario; 9] = [
         Scenario::RoundTrip,
         Scenario::AcquireRelease,
         Scenario::FencedWrite,
@@ -65,10 +90,12 @@ impl Scenario {
         Scenario::Extend,
         Scenario::ContendedOneKey,
         Scenario::ContendedManyKeys,
+        Scenario::ExclusiveGrant,
+        Scenario::ElectionFailover,
     ];
 
     /// Every scenario, in report order.
-    pub const ALL: [Scenario; 8] = [
+    pub const ALL: [Scenario; 13] = [
         Scenario::RoundTrip,
         Scenario::IdleRoundTrip,
         Scenario::AcquireRelease,
@@ -77,6 +104,11 @@ impl Scenario {
         Scenario::Extend,
         Scenario::ContendedOneKey,
         Scenario::ContendedManyKeys,
+        Scenario::ExclusiveGrant,
+        Scenario::ReaderGrant,
+        Scenario::WriterGrant,
+        Scenario::PermitGrant,
+        Scenario::ElectionFailover,
     ];
 
     /// A short stable identifier (`acquire_release`, ...), as in criterion group names and
@@ -91,6 +123,11 @@ impl Scenario {
             Scenario::Extend => "extend",
             Scenario::ContendedOneKey => "contended_one_key",
             Scenario::ContendedManyKeys => "contended_many_keys",
+            Scenario::ExclusiveGrant => "exclusive_grant",
+            Scenario::ReaderGrant => "reader_grant",
+            Scenario::WriterGrant => "writer_grant",
+            Scenario::PermitGrant => "permit_grant",
+            Scenario::ElectionFailover => "election_failover",
         }
     }
 
@@ -107,6 +144,11 @@ impl Scenario {
             Scenario::ContendedManyKeys => {
                 format!("contended {}x{} keys", settings.concurrency, settings.keys)
             }
+            Scenario::ExclusiveGrant => "exclusive grant+release".into(),
+            Scenario::ReaderGrant => "reader grant+release".into(),
+            Scenario::WriterGrant => "writer grant+release".into(),
+            Scenario::PermitGrant => format!("permit grant+release (of {PERMITS})"),
+            Scenario::ElectionFailover => "election failover (leader killed)".into(),
         }
     }
 
@@ -124,9 +166,26 @@ impl Scenario {
     pub fn round_trip_unit(self) -> Option<Scenario> {
         match self {
             Scenario::Handoff => Some(Scenario::IdleRoundTrip),
-            Scenario::Extend => Some(Scenario::RoundTrip),
+            Scenario::Extend | Scenario::ElectionFailover => Some(Scenario::RoundTrip),
             _ => None,
         }
+    }
+
+    /// The scenario whose baseline row this one's ratio is counted against: the lock kinds
+    /// against the exclusive lock's grant on the same backend, every other scenario against
+    /// its own baseline.
+    pub fn compared_with(self) -> Scenario {
+        match self {
+            Scenario::ReaderGrant | Scenario::WriterGrant | Scenario::PermitGrant => {
+                Scenario::ExclusiveGrant
+            }
+            other => other,
+        }
+    }
+
+    /// Whether the scenario is also counted in lease ttls (see [`Row::ttl`](crate::Row::ttl)).
+    pub fn in_ttls(self) -> bool {
+        self == Scenario::ElectionFailover
     }
 
     /// Whether the ratio counts round trips (hand-off: after idle; extend: back to back).
@@ -138,7 +197,10 @@ impl Scenario {
     /// to block), so a criterion group of it keeps its sample small.
     #[cfg(feature = "criterion")]
     pub(crate) fn pauses(self) -> bool {
-        matches!(self, Scenario::Handoff | Scenario::IdleRoundTrip)
+        matches!(
+            self,
+            Scenario::Handoff | Scenario::IdleRoundTrip | Scenario::ElectionFailover
+        )
     }
 }
 

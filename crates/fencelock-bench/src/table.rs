@@ -6,8 +6,9 @@ use crate::report::{Report, Row};
 
 /// The line under the table that says how to read the ratio column.
 const LEGEND: &str = "ratio: p50 over the baseline's p50 (contended: the baseline's ops/s over \
-                      ours); RT: p50 in round trips (hand-off: the round trip after idle; extend: \
-                      the round trip).";
+                      ours; reader, writer, permit: over the exclusive grant's p50); RT: p50 in \
+                      round trips (hand-off: the round trip after idle; extend and failover: the \
+                      round trip); ttl: p50 in the leaders' lease ttls.";
 
 impl Report {
     /// The report as a table: a header, one line per row (scenario, subject, p50, p99, ops/s,
@@ -82,7 +83,10 @@ pub fn format_latency(d: Duration) -> String {
 fn ratio(row: &Row) -> String {
     match (row.baseline, row.ratio) {
         (true, _) => "baseline".into(),
-        (false, Some(r)) if row.scenario.in_round_trips() => format!("{r:.2} RT"),
+        (false, Some(r)) if row.scenario.in_round_trips() => match row.ttls() {
+            Some(ttls) => format!("{r:.0} RT, {ttls:.2} ttl"),
+            None => format!("{r:.2} RT"),
+        },
         (false, Some(r)) => format!("{r:.2}x"),
         (false, None) => "-".into(),
     }
@@ -107,6 +111,7 @@ mod tests {
             baseline,
             measurement,
             ratio,
+            ttl: None,
         }
     }
 

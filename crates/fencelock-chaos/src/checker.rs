@@ -35,7 +35,7 @@ pub struct Verdict {
     pub heals: u64,
     /// Backend errors reported by workers (not checked, only counted).
     pub errors: u64,
-    /// The counter's final value.
+    /// The counter's final value (a semaphore's: the sum of its slots' counters).
     pub final_value: u64,
     /// Admitted increments that the final value does not contain.
     pub lost_updates: u64,
@@ -46,6 +46,26 @@ pub struct Verdict {
 }
 
 impl Verdict {
+    /// Adds `other`'s counts and examples: the verdicts of several counters (a semaphore's
+    /// slots) make one. Final values add up too.
+    pub(crate) fn merge(&mut self, other: &Verdict) {
+        self.cycles += other.cycles;
+        self.reads_admitted += other.reads_admitted;
+        self.reads_stale += other.reads_stale;
+        self.reads_unknown += other.reads_unknown;
+        self.writes_admitted += other.writes_admitted;
+        self.writes_stale += other.writes_stale;
+        self.writes_unknown += other.writes_unknown;
+        self.heals += other.heals;
+        self.errors += other.errors;
+        self.final_value += other.final_value;
+        self.lost_updates += other.lost_updates;
+        self.violations += other.violations;
+        let room = KEPT.saturating_sub(self.examples.len());
+        self.examples
+            .extend(other.examples.iter().take(room).cloned());
+    }
+
     fn violation(&mut self, what: String) {
         self.violations += 1;
         if self.examples.len() < KEPT {
@@ -260,7 +280,10 @@ mod tests {
     #[test]
     fn a_clean_history_passes() {
         let events = [
-            Event::Acquired { fence: fence(1, 1) },
+            Event::Acquired {
+                fence: fence(1, 1),
+                resource: 0,
+            },
             read(1, 1, 0),
             begin(1, 1, 1),
             write(1, 1, 1),

@@ -12,7 +12,7 @@ use std::time::Duration;
 use fencelock::HostPort;
 use fencelock::postgres::{PgConfig, sqlx};
 use fencelock::redis::{RedisConfig, RedlockConfig};
-use fencelock::spec::BackendSpec;
+use fencelock::spec::{BackendSpec, Connected};
 
 use crate::config::Persistence;
 use crate::error::{ChaosError, Result};
@@ -44,6 +44,9 @@ pub(crate) struct Cluster {
     pub(crate) pg: Option<PgAdmin>,
     /// How the spec was given, for the report (passwords hidden).
     pub(crate) described: String,
+    /// A backend that lives inside this process (`memory://`), connected once and shared by
+    /// every worker, which then run as threads.
+    pub(crate) in_process: Option<Connected>,
 }
 
 /// A server the run started, which the kill fault kills with SIGKILL and restarts on its port
@@ -219,6 +222,7 @@ impl Cluster {
             proxies: proxies.0,
             pg: None,
             described,
+            in_process: None,
         })
     }
 
@@ -269,18 +273,27 @@ impl Cluster {
             proxies: proxies.0,
             pg: None,
             described,
+            in_process: None,
         })
     }
 
     /// A backend the user runs. With `proxied`, a fault proxy is put in front of every lock
-    /// server of the spec and the workers reach them through it.
+    /// server of the spec and the workers reach them through it. A backend that lives inside
+    /// one process (`memory://`) is connected here, and the workers will be threads sharing it.
     pub(crate) async fn external(spec: &BackendSpec, run_tag: &str, proxied: bool) -> Result<Self> {
         if !spec.is_shared() {
-            return Err(ChaosError::config(format!(
-                "{spec} lives inside one process, and chaos runs its workers as separate \
-                 processes (so that they can really be paused and killed): use a shared \
-                 backend (redis://, redlock://, postgres://, etcd://) or --spawn-redis N"
-            )));
+            return Ok(Cluster {
+                worker_backend: spec.clone(),
+                worker_storage: None,
+                direct_storage: spec.clone(),
+                nodes: Vec::new(),
+                kill_at_most: 0,
+                _storage_node: None,
+                proxies: Vec::new(),
+                pg: None,
+                described: format!("{spec} (workers are threads of this process)"),
+                in_process: Some(spec.connect().await?),
+            });
         }
         let mut proxies = Proxies::default();
         let mut worker_backend = if proxied {
@@ -311,7 +324,25 @@ impl Cluster {
             proxies: proxies.0,
             pg,
             described: spec.to_string(),
+            in_process: None,
         })
+    }
+
+    /// The storage, for the coordinator's reads: the workers' own when they share an
+    /// in-process backend.
+    pub(crate) async fn storage(&self) -> Result<Arc<dyn fencelock::FencedStorage>> {
+        match &self.in_process {
+            Some(connected) => Ok(connected.storage.clone()),
+            None => Ok(self.direct_storage.connect().await?.storage),
+        }
+    }
+
+    /// The lock backend, as the coordinator reaches it (to check its capabilities).
+    pub(crate) async fn backend(&self) -> Result<Arc<dyn fencelock::LockBackend>> {
+        match &self.in_process {
+            Some(connected) => Ok(connected.backend.clone()),
+            None => Ok(self.worker_backend.connect().await?.backend),
+        }
     }
 
     /// Removes every network fault and restarts every lock node that is down.

@@ -97,6 +97,63 @@ impl FromStr for FaultKind {
     }
 }
 
+/// What the workers do: which lock kind they take, and what they keep under it. Every
+/// workload is a fenced read-modify-write of counters, so the same checker, the same history
+/// checker and the same negative control apply to each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase", tag = "kind")]
+pub enum Workload {
+    /// Each cycle takes the exclusive lock and increments one counter under its fence.
+    Lock,
+    /// A semaphore of `permits` permits: each holder increments the counter of the slot it
+    /// holds, fenced with the slot's fence (a resource per slot, as DESIGN section 4.1 says a
+    /// permit fences).
+    Semaphore {
+        /// Permits, fewer than the workers so that slots change hands.
+        permits: u16,
+    },
+    /// Workers campaign; the leader increments a leader-only counter a few times with its
+    /// term as the fence, then resigns. The leadership is held with the watchdog, so a paused
+    /// leader stops renewing and loses it.
+    Election,
+    /// A read/write lock: even workers are writers (increment the counter under the writer's
+    /// fence), odd workers readers (two fenced reads under the shared read fence, with the
+    /// work between them). Needs a backend that offers shared locks.
+    RwLock,
+}
+
+impl Workload {
+    /// Every name `--workload` takes.
+    pub const NAMES: [&'static str; 4] = ["lock", "semaphore", "election", "rwlock"];
+
+    /// The name `--workload` uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Lock => "lock",
+            Workload::Semaphore { .. } => "semaphore",
+            Workload::Election => "election",
+            Workload::RwLock => "rwlock",
+        }
+    }
+
+    /// Counters the workers keep: one per permit for a semaphore, else one.
+    pub fn resources(self) -> usize {
+        match self {
+            Workload::Semaphore { permits } => usize::from(permits).max(1),
+            Workload::Lock | Workload::Election | Workload::RwLock => 1,
+        }
+    }
+}
+
+impl fmt::Display for Workload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Workload::Semaphore { permits } => write!(f, "semaphore of {permits} permits"),
+            other => f.write_str(other.name()),
+        }
+    }
+}
+
 /// The two runs of a chaos run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -134,6 +191,8 @@ pub struct ChaosConfig {
     pub control_duration: Option<Duration>,
     /// Faults to inject (default: pause).
     pub faults: Vec<FaultKind>,
+    /// What the workers do (default: [`Workload::Lock`]).
+    pub workload: Workload,
     /// Lease ttl of the workers' locks, never renewed; at least 10 ms (default 200 ms).
     pub ttl: Duration,
     /// Sleep between each cycle's read and write; `None`: ttl / 10.
@@ -158,6 +217,7 @@ impl ChaosConfig {
             duration: Duration::from_secs(30),
             control_duration: None,
             faults: vec![FaultKind::Pause],
+            workload: Workload::Lock,
             ttl: Duration::from_millis(200),
             work: None,
             op_timeout: Duration::from_secs(1),
@@ -191,6 +251,16 @@ impl ChaosConfig {
             return Err(ChaosError::config(
                 "the history checker's search budget must be at least one state",
             ));
+        }
+        if let Workload::Semaphore { permits } = self.workload
+            && (permits == 0 || permits >= self.workers)
+        {
+            return Err(ChaosError::config(format!(
+                "a semaphore of {permits} permits for {} workers: give between 1 and {} permits \
+                 (fewer than the workers, so that permits change hands)",
+                self.workers,
+                self.workers - 1
+            )));
         }
         if let Target::SpawnRedis { nodes: 0, .. } = self.target {
             return Err(ChaosError::config("spawning Redis needs at least one node"));
@@ -257,9 +327,20 @@ mod tests {
         let mut none = ChaosConfig::new(target.clone());
         none.duration = Duration::ZERO;
         assert!(none.validate().is_err());
-        let mut lonely = ChaosConfig::new(target);
+        let mut lonely = ChaosConfig::new(target.clone());
         lonely.workers = 1;
         assert!(lonely.validate().is_err());
+        let mut crowded = ChaosConfig::new(target);
+        crowded.workload = Workload::Semaphore { permits: 5 };
+        assert!(
+            crowded
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("between 1 and 4 permits")
+        );
+        crowded.workload = Workload::Semaphore { permits: 4 };
+        assert!(crowded.validate().is_ok());
         let empty = ChaosConfig::new(Target::SpawnRedis {
             nodes: 0,
             persistence: Persistence::None,

@@ -7,7 +7,8 @@
 //!
 //! ```text
 //! ready                                      (connected; the run may start)
-//! acquired <token> <owner>
+//! acquired <token> <owner> <resource>          (resource: the counter's index, 0 but for a
+//!                                            semaphore's slots)
 //! read-begin <token> <owner>                 (sent before the fenced read)
 //! read <token> <owner> ok <value|->          read <token> <owner> stale <cur-token> <cur-owner>
 //! read <token> <owner> unknown <reason>
@@ -39,8 +40,10 @@ pub(crate) enum Outcome<T> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Event {
     Ready,
+    /// A grant; the cycle's storage operations are on counter `resource`.
     Acquired {
         fence: Fence,
+        resource: usize,
     },
     ReadBegin {
         fence: Fence,
@@ -103,7 +106,9 @@ impl fmt::Display for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Event::Ready => f.write_str("ready"),
-            Event::Acquired { fence } => write!(f, "acquired {}", F(fence)),
+            Event::Acquired { fence, resource } => {
+                write!(f, "acquired {} {resource}", F(fence))
+            }
             Event::ReadBegin { fence } => write!(f, "read-begin {}", F(fence)),
             Event::PeekBegin => f.write_str("peek-begin"),
             Event::Read { fence, outcome } => {
@@ -167,6 +172,7 @@ fn parse_event(line: &str) -> Option<Event> {
         "ready" => Event::Ready,
         "acquired" => Event::Acquired {
             fence: fence(&mut words)?,
+            resource: words.next()?.parse().ok()?,
         },
         "read-begin" => Event::ReadBegin {
             fence: fence(&mut words)?,
@@ -264,7 +270,10 @@ mod tests {
     fn every_event_round_trips() {
         let events = [
             Event::Ready,
-            Event::Acquired { fence: fence(3, 7) },
+            Event::Acquired {
+                fence: fence(3, 7),
+                resource: 2,
+            },
             Event::ReadBegin { fence: fence(3, 7) },
             Event::PeekBegin,
             Event::Read {
@@ -348,6 +357,7 @@ mod tests {
             "-1 ready",
             "12 acquired",
             "12 acquired 0 00",
+            "12 acquired 3 00000000000000000000000000000007",
             "12 read 1 xyz ok 1",
             "12 nope 1",
             "12 peek 1 2",

@@ -276,29 +276,39 @@ fn operation(v: &Value) -> std::result::Result<Operation, String> {
 /// An operation invoked and not answered yet.
 #[derive(Debug, Clone)]
 struct Pending {
+    /// The index of its resource.
+    key: usize,
     kind: OpKind,
     fence: Option<Fence>,
     value: Option<u64>,
     invoke_ns: u64,
 }
 
+/// The coordinator's read of counter `.0` after a run: the value, and when it was invoked and
+/// answered (monotonic nanoseconds).
+pub(crate) type FinalRead = (usize, Option<u64>, u64, u64);
+
 /// Builds a [`RunHistory`] from the workers' stamped events as they arrive.
 #[derive(Debug)]
 pub(crate) struct Recorder {
     origin: u64,
-    key: String,
+    /// The resources, by the index a grant names.
+    keys: Vec<String>,
+    /// The resource of each worker's current grant.
+    current: Vec<usize>,
     pending: Vec<Option<Pending>>,
     open_leases: Vec<Option<(Fence, u64)>>,
     history: RunHistory,
 }
 
 impl Recorder {
-    /// A recorder for `workers` workers operating on `key`, with times counted from `origin`
-    /// (monotonic nanoseconds).
-    pub(crate) fn new(origin: u64, key: String, workers: usize) -> Self {
+    /// A recorder for `workers` workers operating on `keys` (each grant names the one its
+    /// operations are on), with times counted from `origin` (monotonic nanoseconds).
+    pub(crate) fn new(origin: u64, keys: Vec<String>, workers: usize) -> Self {
         Recorder {
             origin,
-            key,
+            keys,
+            current: vec![0; workers],
             pending: vec![None; workers],
             open_leases: vec![None; workers],
             history: RunHistory {
@@ -342,7 +352,8 @@ impl Recorder {
                 };
                 self.complete(worker, OpKind::Write, Some(*value), outcome, at);
             }
-            Event::Acquired { fence } => {
+            Event::Acquired { fence, resource } => {
+                self.current[worker] = (*resource).min(self.keys.len().saturating_sub(1));
                 self.close_lease(worker, None);
                 self.open_leases[worker] = Some((*fence, at));
             }
@@ -362,6 +373,7 @@ impl Recorder {
         // A call begun before and never answered (its answer could not be reported).
         self.abandon(worker);
         self.pending[worker] = Some(Pending {
+            key: self.current[worker],
             kind,
             fence,
             value,
@@ -390,7 +402,7 @@ impl Recorder {
         };
         self.history.operations.push(Operation {
             process: Some(worker),
-            key: self.key.clone(),
+            key: self.key(pending.key),
             kind,
             fence: pending.fence,
             value,
@@ -405,7 +417,7 @@ impl Recorder {
         if let Some(p) = self.pending[worker].take() {
             self.history.operations.push(Operation {
                 process: Some(worker),
-                key: self.key.clone(),
+                key: self.key(p.key),
                 kind: p.kind,
                 fence: p.fence,
                 value: p.value,
@@ -414,6 +426,10 @@ impl Recorder {
                 complete_ns: None,
             });
         }
+    }
+
+    fn key(&self, index: usize) -> String {
+        self.keys.get(index).cloned().unwrap_or_default()
     }
 
     fn close_lease(&mut self, worker: usize, end_ns: Option<u64>) {
@@ -428,12 +444,12 @@ impl Recorder {
     }
 
     /// Ends the history: calls still pending have no answer, leases still open end with the
-    /// run, `final_read` (the coordinator's peek of the counter) is added, faults are put on
-    /// the time line.
+    /// run, `final_reads` (the coordinator's peek of each counter: its index, the value, invoke
+    /// and completion) are added, faults are put on the time line.
     pub(crate) fn finish(
         mut self,
         faults_from: u64,
-        final_read: Option<(Option<u64>, u64, u64)>,
+        final_reads: Vec<FinalRead>,
         mut faults: Vec<FaultSpan>,
     ) -> RunHistory {
         for worker in 0..self.pending.len() {
@@ -441,13 +457,13 @@ impl Recorder {
             self.close_lease(worker, None);
         }
         let mut end = 0;
-        if let Some((value, invoked, completed)) = final_read {
+        for (index, value, invoked, completed) in final_reads {
             let (invoke_ns, complete_ns) =
                 (self.since_origin(invoked), self.since_origin(completed));
-            end = complete_ns;
+            end = end.max(complete_ns);
             self.history.operations.push(Operation {
                 process: None,
-                key: self.key.clone(),
+                key: self.key(index),
                 kind: OpKind::Peek,
                 fence: None,
                 value,
@@ -492,9 +508,41 @@ mod tests {
     }
 
     #[test]
+    fn operations_are_on_the_counter_their_grant_names() {
+        let mut r = Recorder::new(0, vec!["slot/0".into(), "slot/1".into()], 2);
+        for (worker, resource) in [(0, 1), (1, 0)] {
+            let grant = Event::Acquired {
+                fence: fence(1),
+                resource,
+            };
+            r.record(worker, &at(10, grant));
+            r.record(worker, &at(20, Event::ReadBegin { fence: fence(1) }));
+        }
+        let h = r.finish(0, vec![(1, Some(4), 30, 40)], Vec::new());
+        let keys: Vec<(Option<usize>, &str)> = h
+            .operations
+            .iter()
+            .map(|op| (op.process, op.key.as_str()))
+            .collect();
+        assert_eq!(
+            keys,
+            [(Some(0), "slot/1"), (Some(1), "slot/0"), (None, "slot/1")]
+        );
+    }
+
+    #[test]
     fn begin_and_answer_make_one_operation_and_unanswered_calls_stay_open() {
-        let mut r = Recorder::new(1000, "k".into(), 2);
-        r.record(0, &at(1100, Event::Acquired { fence: fence(1) }));
+        let mut r = Recorder::new(1000, vec!["k".into()], 2);
+        r.record(
+            0,
+            &at(
+                1100,
+                Event::Acquired {
+                    fence: fence(1),
+                    resource: 0,
+                },
+            ),
+        );
         r.record(0, &at(1200, Event::ReadBegin { fence: fence(1) }));
         r.record(
             0,
@@ -527,7 +575,7 @@ mod tests {
                 },
             ),
         );
-        let h = r.finish(1050, Some((Some(1), 2000, 2100)), Vec::new());
+        let h = r.finish(1050, vec![(0, Some(1), 2000, 2100)], Vec::new());
         assert_eq!(h.operations.len(), 4, "{:?}", h.operations);
         let read = &h.operations[0];
         assert_eq!(

@@ -73,7 +73,7 @@ mod worker;
 #[cfg(feature = "harness")]
 pub use checker::Verdict;
 #[cfg(feature = "harness")]
-pub use config::{ChaosConfig, FaultKind, MIN_TTL, Mode, Persistence, Target};
+pub use config::{ChaosConfig, FaultKind, MIN_TTL, Mode, Persistence, Target, Workload};
 #[cfg(feature = "harness")]
 pub use error::{ChaosError, Result};
 #[cfg(feature = "harness")]

@@ -26,6 +26,7 @@ use crate::cluster::Cluster;
 use crate::config::FaultKind;
 use crate::error::{ChaosError, Result};
 use crate::history::FaultSpan;
+use crate::process::Stoppable;
 
 /// What the nemesis did in one run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -119,6 +120,12 @@ impl FaultCounts {
 pub(crate) fn check_applicable(faults: &[FaultKind], cluster: &Cluster) -> Result<()> {
     for fault in faults {
         match fault {
+            FaultKind::Partition if cluster.in_process.is_some() => {
+                return Err(ChaosError::config(
+                    "the partition fault needs servers reached over the network: an \
+                     in-process backend (memory://) only takes the pause fault",
+                ));
+            }
             FaultKind::Pause | FaultKind::Partition => {}
             FaultKind::Kill if cluster.nodes.is_empty() => {
                 return Err(ChaosError::config(
@@ -151,11 +158,39 @@ fn between(low: Duration, high: Duration) -> Duration {
     low + Duration::from_micros(rand::random_range(0..=span))
 }
 
+/// A pid of 0 (a worker already reaped) would signal the whole process group.
+fn pid(pid: u32) -> Option<Pid> {
+    i32::try_from(pid)
+        .ok()
+        .filter(|p| *p > 0)
+        .map(Pid::from_raw)
+}
+
+/// Stops a worker: SIGSTOP for a process, its gate for a thread. `false` when it could not.
+fn stop(worker: &Stoppable) -> bool {
+    match worker {
+        Stoppable::Process(p) => pid(*p).is_some_and(|p| kill(p, Signal::SIGSTOP).is_ok()),
+        Stoppable::Thread(gate) => gate.close(),
+    }
+}
+
+/// Continues a stopped worker.
+fn resume(worker: &Stoppable) {
+    match worker {
+        Stoppable::Process(p) => {
+            if let Some(p) = pid(*p) {
+                let _ = kill(p, Signal::SIGCONT);
+            }
+        }
+        Stoppable::Thread(gate) => gate.open(),
+    }
+}
+
 /// Stops lock holders between their read and their write.
 #[derive(Debug)]
 pub(crate) struct Pauser {
     ttl: Duration,
-    pids: Vec<Pid>,
+    workers: Vec<Stoppable>,
     armed: AtomicBool,
     /// Workers stopped right now, with when they were stopped.
     paused: Mutex<HashMap<usize, (JoinHandle<()>, u64)>>,
@@ -167,17 +202,14 @@ pub(crate) struct Pauser {
 
 impl Pauser {
     pub(crate) fn new(
-        pids: Vec<u32>,
+        workers: Vec<Stoppable>,
         ttl: Duration,
         counts: Arc<FaultCounts>,
         enabled: bool,
     ) -> Arc<Self> {
         Arc::new(Pauser {
             ttl,
-            pids: pids
-                .into_iter()
-                .map(|p| Pid::from_raw(i32::try_from(p).unwrap_or(i32::MAX)))
-                .collect(),
+            workers,
             armed: AtomicBool::new(false),
             paused: Mutex::new(HashMap::new()),
             resumed: Mutex::new(HashSet::new()),
@@ -210,16 +242,15 @@ impl Pauser {
         if !self.enabled || !self.armed.load(Ordering::Relaxed) {
             return;
         }
-        // A pid of 0 (a worker already reaped) would stop the whole process group.
-        let Some(pid) = self.pids.get(worker).copied().filter(|p| p.as_raw() > 0) else {
+        let Some(target) = self.workers.get(worker).cloned() else {
             return;
         };
         let mut paused = lock(&self.paused);
         // Keep one worker running so the run makes progress while others are stopped.
-        if paused.contains_key(&worker) || paused.len() + 1 >= self.pids.len().max(2) {
+        if paused.contains_key(&worker) || paused.len() + 1 >= self.workers.len().max(2) {
             return;
         }
-        if kill(pid, Signal::SIGSTOP).is_err() {
+        if !stop(&target) {
             return;
         }
         let stopped_at = clock::now_ns();
@@ -230,7 +261,7 @@ impl Pauser {
         let this = Arc::clone(self);
         let task = tokio::spawn(async move {
             tokio::time::sleep(hold).await;
-            let _ = kill(pid, Signal::SIGCONT);
+            resume(&target);
             if lock(&this.paused).remove(&worker).is_some() {
                 this.counts
                     .span(FaultKind::Pause, Some(worker), "SIGSTOP".into(), stopped_at);
@@ -255,8 +286,8 @@ impl Pauser {
     pub(crate) fn release_all(&self) {
         for (worker, (task, stopped_at)) in lock(&self.paused).drain() {
             task.abort();
-            if let Some(pid) = self.pids.get(worker).filter(|p| p.as_raw() > 0) {
-                let _ = kill(*pid, Signal::SIGCONT);
+            if let Some(target) = self.workers.get(worker) {
+                resume(target);
             }
             self.counts
                 .span(FaultKind::Pause, Some(worker), "SIGSTOP".into(), stopped_at);

@@ -11,10 +11,10 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout, timeout_at};
 
-use crate::checker::History;
+use crate::checker::{History, Verdict};
 use crate::clock;
 use crate::cluster::Cluster;
-use crate::config::{FaultKind, Mode};
+use crate::config::{FaultKind, Mode, Workload};
 use crate::error::{ChaosError, Result};
 use crate::events::{Event, Outcome, Stamped};
 use crate::history::Recorder;
@@ -35,6 +35,8 @@ pub(crate) struct Settings {
     pub(crate) work: Duration,
     pub(crate) op_timeout: Duration,
     pub(crate) faults: Vec<FaultKind>,
+    /// What the workers do.
+    pub(crate) workload: Workload,
     /// States the history checker may visit per key.
     pub(crate) search_budget: usize,
     /// Unique to the chaos run: keys and Postgres sessions carry it.
@@ -47,6 +49,8 @@ struct Seen {
     ready: bool,
     /// A write sent but not answered yet.
     pending_write: bool,
+    /// The counter of the worker's current grant.
+    resource: usize,
 }
 
 /// A run in progress.
@@ -54,11 +58,13 @@ struct Phase<'a> {
     cluster: &'a Arc<Cluster>,
     settings: &'a Settings,
     mode: Mode,
-    resource: LockKey,
+    /// The counters, by the index a grant names.
+    resources: Vec<LockKey>,
     workers: Vec<WorkerProcess>,
     events: mpsc::UnboundedReceiver<(usize, Stamped)>,
     seen: Vec<Seen>,
-    history: History,
+    /// One history per counter.
+    histories: Vec<History>,
     recorder: Recorder,
     /// When the nemesis was let loose (monotonic nanoseconds).
     faults_from: u64,
@@ -107,31 +113,47 @@ impl<'a> Phase<'a> {
         mode: Mode,
     ) -> Result<Self> {
         let base = format!("chaos/{}/{}", settings.tag, mode.name());
-        let config = WorkerConfig {
+        let names: Vec<String> = match settings.workload {
+            Workload::Semaphore { .. } => (0..settings.workload.resources())
+                .map(|slot| format!("{base}/counter/{slot}"))
+                .collect(),
+            Workload::Lock | Workload::Election | Workload::RwLock => {
+                vec![format!("{base}/counter")]
+            }
+        };
+        let mut config = WorkerConfig {
             backend: cluster.worker_backend.to_url(),
             storage: cluster.worker_storage.as_ref().map(BackendSpec::to_url),
             key: format!("{base}/lock"),
-            resource: format!("{base}/counter"),
+            resources: names.clone(),
+            workload: settings.workload,
+            index: 0,
             ttl: settings.ttl,
             work: settings.work,
             op_timeout: settings.op_timeout,
             mode,
         };
-        let resource = LockKey::new(&config.resource)?;
-        let recorder = Recorder::new(
-            clock::now_ns(),
-            config.resource.clone(),
-            usize::from(settings.workers),
-        );
+        let resources = names
+            .iter()
+            .map(LockKey::new)
+            .collect::<fencelock::Result<Vec<_>>>()?;
+        let recorder = Recorder::new(clock::now_ns(), names, usize::from(settings.workers));
         let (tx, events) = mpsc::unbounded_channel();
         let count = usize::from(settings.workers);
         let mut workers = Vec::with_capacity(count);
         for index in 0..count {
-            workers.push(WorkerProcess::spawn(launcher, &config, index, tx.clone()).await?);
+            config.index = index;
+            let worker = match &cluster.in_process {
+                Some(connected) => {
+                    WorkerProcess::spawn_thread(config.clone(), connected, index, tx.clone())?
+                }
+                None => WorkerProcess::spawn(launcher, &config, index, tx.clone()).await?,
+            };
+            workers.push(worker);
         }
         let counts = Arc::new(FaultCounts::default());
         let pauser = Pauser::new(
-            workers.iter().map(WorkerProcess::pid).collect(),
+            workers.iter().map(WorkerProcess::stoppable).collect(),
             settings.ttl,
             counts.clone(),
             settings.faults.contains(&FaultKind::Pause),
@@ -140,11 +162,11 @@ impl<'a> Phase<'a> {
             cluster,
             settings,
             mode,
-            resource,
             seen: vec![Seen::default(); workers.len()],
+            histories: resources.iter().map(|_| History::default()).collect(),
+            resources,
             workers,
             events,
-            history: History::default(),
             recorder,
             faults_from: 0,
             counts,
@@ -236,8 +258,17 @@ impl<'a> Phase<'a> {
         }
     }
 
+    /// The counts so far, over every counter.
+    fn verdict(&self) -> Verdict {
+        let mut v = Verdict::default();
+        for history in &self.histories {
+            v.merge(history.verdict());
+        }
+        v
+    }
+
     fn progress(&self, elapsed: Duration, duration: Duration) -> Progress {
-        let v = self.history.verdict();
+        let v = self.verdict();
         Progress {
             mode: self.mode,
             elapsed,
@@ -254,7 +285,7 @@ impl<'a> Phase<'a> {
     /// A worker that exited while the run was going: the run is invalid.
     fn exited_early(&mut self) -> Option<String> {
         for (i, w) in self.workers.iter_mut().enumerate() {
-            if let Ok(Some(status)) = w.child.try_wait() {
+            if let Some(status) = w.exited() {
                 return Some(format!(
                     "worker {i} exited during the run ({status}): {}",
                     w.stderr_tail()
@@ -281,7 +312,7 @@ impl<'a> Phase<'a> {
         .await;
         if drained.is_err() {
             for w in &mut self.workers {
-                let _ = w.child.start_kill();
+                w.kill();
             }
             while let Ok(Some((worker, stamped))) =
                 timeout(Duration::from_secs(2), self.events.recv()).await
@@ -290,40 +321,53 @@ impl<'a> Phase<'a> {
             }
         }
         for w in &mut self.workers {
-            let _ = timeout(Duration::from_secs(5), w.child.wait()).await;
+            w.wait(Duration::from_secs(5)).await;
         }
     }
 
-    /// Reads the final counter and checks the history against it.
+    /// Reads the final counters and checks each one's history against it.
     async fn check(mut self, elapsed: Duration) -> Result<RunReport> {
-        let unanswered = self.seen.iter().filter(|s| s.pending_write).count();
-        self.history
-            .note_unanswered_writes(u64::try_from(unanswered).unwrap_or(u64::MAX));
+        let unanswered: Vec<usize> = self
+            .seen
+            .iter()
+            .filter(|s| s.pending_write)
+            .map(|s| s.resource)
+            .collect();
+        for resource in unanswered {
+            if let Some(history) = self.histories.get_mut(resource) {
+                history.note_unanswered_writes(1);
+            }
+        }
         // A request cut short may still be executing on the server; let it land before reading.
         sleep(Duration::from_millis(500)).await;
-        let storage = self.cluster.direct_storage.connect().await?.storage;
-        let invoked = clock::now_ns();
-        let snapshot = storage.peek(&self.resource).await?;
-        let completed = clock::now_ns();
-        let stored = match snapshot.and_then(|s| s.value) {
-            None => None,
-            Some(bytes) => Some(
-                std::str::from_utf8(&bytes)
-                    .ok()
-                    .and_then(|s| s.parse::<u64>().ok())
-                    .ok_or_else(|| {
-                        ChaosError::harness(format!(
-                            "the counter {} holds something that is not a number",
-                            self.resource
-                        ))
-                    })?,
-            ),
-        };
-        let history = self.recorder.finish(
-            self.faults_from,
-            Some((stored, invoked, completed)),
-            self.counts.spans(),
-        );
+        let storage = self.cluster.storage().await?;
+        let mut finals = Vec::with_capacity(self.resources.len());
+        for (index, resource) in self.resources.iter().enumerate() {
+            let invoked = clock::now_ns();
+            let snapshot = storage.peek(resource).await?;
+            let completed = clock::now_ns();
+            let stored = match snapshot.and_then(|s| s.value) {
+                None => None,
+                Some(bytes) => Some(
+                    std::str::from_utf8(&bytes)
+                        .ok()
+                        .and_then(|s| s.parse::<u64>().ok())
+                        .ok_or_else(|| {
+                            ChaosError::harness(format!(
+                                "the counter {resource} holds something that is not a number"
+                            ))
+                        })?,
+                ),
+            };
+            finals.push((index, stored, invoked, completed));
+        }
+        let mut verdict = Verdict::default();
+        for (history, (_, stored, _, _)) in self.histories.into_iter().zip(&finals) {
+            verdict.merge(&history.check(stored.unwrap_or(0), self.mode));
+        }
+        let history = self
+            .recorder
+            .finish(self.faults_from, finals, self.counts.spans());
         let operations = history.operations.clone();
         let budget = self.settings.search_budget;
         let linearizability =
@@ -335,7 +379,7 @@ impl<'a> Phase<'a> {
         Ok(RunReport {
             mode: self.mode,
             elapsed,
-            verdict: self.history.check(stored.unwrap_or(0), self.mode),
+            verdict,
             faults: self.counts.tally(),
             linearizability,
             history,
@@ -345,11 +389,16 @@ impl<'a> Phase<'a> {
     /// Records one event and tells the pauser what it needs to know.
     fn observe_one(&mut self, worker: usize, stamped: &Stamped) {
         let event = &stamped.event;
-        self.history.record(event);
         self.recorder.record(worker, stamped);
         let Some(seen) = self.seen.get_mut(worker) else {
             return;
         };
+        if let Event::Acquired { resource, .. } = event {
+            seen.resource = (*resource).min(self.histories.len().saturating_sub(1));
+        }
+        if let Some(history) = self.histories.get_mut(seen.resource) {
+            history.record(event);
+        }
         match event {
             Event::Ready => seen.ready = true,
             Event::Read {

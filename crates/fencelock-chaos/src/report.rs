@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::checker::Verdict;
-use crate::config::{FaultKind, Mode};
+use crate::config::{FaultKind, Mode, Workload};
 use crate::history::RunHistory;
 use crate::linearizability::Linearizability;
 use crate::nemesis::FaultTally;
@@ -38,6 +38,8 @@ pub struct RunReport {
 pub struct ChaosReport {
     /// The servers, in words (passwords hidden).
     pub backend: String,
+    /// What the workers did.
+    pub workload: Workload,
     /// Worker processes per run.
     pub workers: u16,
     /// The workers' lease ttl.
@@ -159,6 +161,11 @@ impl ChaosReport {
     pub fn json(&self) -> Value {
         json!({
             "backend": self.backend,
+            "workload": self.workload.name(),
+            "permits": match self.workload {
+                Workload::Semaphore { permits } => Some(permits),
+                Workload::Lock | Workload::Election | Workload::RwLock => None,
+            },
             "workers": self.workers,
             "ttl_ms": self.ttl.as_secs_f64() * 1000.0,
             "work_ms": self.work.as_secs_f64() * 1000.0,
@@ -191,7 +198,8 @@ impl ChaosReport {
     /// Workers, ttl, work and faults on one line.
     pub(crate) fn settings_line(&self) -> String {
         format!(
-            "workers {}, ttl {:?}, work {:?}, faults {}",
+            "workload {}, workers {}, ttl {:?}, work {:?}, faults {}",
+            self.workload,
             self.workers,
             self.ttl,
             self.work,

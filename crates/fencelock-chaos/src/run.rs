@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::cluster::Cluster;
-use crate::config::{ChaosConfig, FaultKind, Mode, Target};
+use crate::config::{ChaosConfig, FaultKind, Mode, Target, Workload};
 use crate::error::{ChaosError, Result};
 use crate::nemesis;
 use crate::phase::{Settings, run_phase};
@@ -37,18 +37,18 @@ pub async fn run(
     nemesis::check_applicable(&faults, &cluster)?;
     // Connecting once up front checks the spec (and migrates a Postgres schema) before any
     // worker starts.
-    let connected = cluster.direct_storage.connect().await?;
-    if cluster.worker_storage.is_none() {
-        // The lock service is this one: a ttl below its shortest lease would fail every grant.
-        let min_ttl = connected.backend.capabilities().min_ttl;
-        if config.ttl < min_ttl {
-            return Err(ChaosError::config(format!(
-                "{} grants leases of at least {min_ttl:?}: give a ttl of at least that \
-                 (--ttl {}ms)",
-                cluster.described,
-                min_ttl.as_millis()
-            )));
-        }
+    cluster.storage().await?;
+    let backend = cluster.backend().await?;
+    check_workload(config.workload, backend.as_ref())?;
+    // A ttl below the lock service's shortest lease would fail every grant.
+    let min_ttl = backend.capabilities().min_ttl;
+    if config.ttl < min_ttl {
+        return Err(ChaosError::config(format!(
+            "{} grants leases of at least {min_ttl:?}: give a ttl of at least that \
+             (--ttl {}ms)",
+            cluster.described,
+            min_ttl.as_millis()
+        )));
     }
     let settings = Settings {
         workers: config.workers,
@@ -56,6 +56,7 @@ pub async fn run(
         work: config.work(),
         op_timeout: config.op_timeout,
         faults,
+        workload: config.workload,
         search_budget: config.search_budget,
         tag,
     };
@@ -81,6 +82,7 @@ pub async fn run(
     let outcome = Outcome::of(&fenced, &control);
     Ok(ChaosReport {
         backend: cluster.described.clone(),
+        workload: settings.workload,
         workers: settings.workers,
         ttl: settings.ttl,
         work: settings.work,
@@ -89,4 +91,24 @@ pub async fn run(
         control,
         outcome,
     })
+}
+
+/// Refuses a workload whose lock kind the backend does not offer, before any worker starts.
+fn check_workload(workload: Workload, backend: &dyn fencelock::LockBackend) -> Result<()> {
+    let kinds = backend.capabilities().kinds;
+    let (offered, what) = match workload {
+        Workload::Lock => (true, ""),
+        Workload::Semaphore { .. } => (kinds.semaphore, "semaphores"),
+        Workload::Election => (kinds.election, "leader election"),
+        Workload::RwLock => (kinds.shared, "shared (reader) locks"),
+    };
+    if offered {
+        Ok(())
+    } else {
+        Err(ChaosError::config(format!(
+            "the {} workload needs {what}, which {} does not offer",
+            workload.name(),
+            backend.name()
+        )))
+    }
 }

@@ -144,9 +144,13 @@ fn json(spec: &Spec, report: &Report) -> serde_json::Value {
                     "round_trips"
                 } else if row.scenario.is_throughput() {
                     "throughput"
+                } else if row.scenario.compared_with() != row.scenario {
+                    "p50_over_exclusive_grant"
                 } else {
                     "p50"
                 },
+                "ttl_ms": row.ttl.map(|ttl| ttl.as_secs_f64() * 1000.0),
+                "ttls": row.ttls(),
             })
         })
         .collect();

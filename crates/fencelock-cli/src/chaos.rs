@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use fencelock_chaos::{
-    ChaosConfig, FaultKind, Outcome, Persistence, Progress, Target, WorkerLauncher,
+    ChaosConfig, FaultKind, Outcome, Persistence, Progress, Target, WorkerLauncher, Workload,
 };
 
 use crate::args::parse_duration;
@@ -20,7 +20,29 @@ pub(crate) const EXAMPLES: &str = "  fencelock chaos --spawn-redis 1 --faults pa
   fencelock chaos --backend 'postgres://postgres@127.0.0.1/test?backend=advisory' --faults pause,terminate,partition
   fencelock chaos --spawn-redis 1 --faults pause,kill --duration 10s --report chaos-report
   fencelock chaos --spawn-etcd 3 --faults pause,kill,partition --ttl 1s   (built with --features etcd)
+  fencelock chaos --spawn-redis 1 --workload semaphore --permits 2 --faults pause,kill
+  fencelock chaos --spawn-redis 1 --workload election --faults pause,partition
+  fencelock chaos --backend memory:// --workload rwlock --duration 10s
 ";
+
+/// Permits of the semaphore workload when `--permits` is not given.
+const DEFAULT_PERMITS: u16 = 2;
+
+/// `--workload`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum WorkloadArg {
+    /// The exclusive lock: increment one counter under each grant's fence.
+    Lock,
+    /// A semaphore of --permits permits: each holder increments its slot's counter under the
+    /// slot's fence.
+    Semaphore,
+    /// Leader election: the leader increments a leader-only counter with its term as the
+    /// fence (leadership held with the watchdog, lost under pauses).
+    Election,
+    /// A read/write lock: even workers write (increment), odd workers read twice under the
+    /// shared read fence. Needs a backend with shared locks (memory://).
+    Rwlock,
+}
 
 /// `--persistence`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -34,7 +56,8 @@ enum PersistenceArg {
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// Backend spec of servers you run: redis://, redlock://, postgres://...?backend=lease|advisory,
-    /// mysql://, etcd://. memory:// is refused: it cannot be shared between worker processes.
+    /// mysql://, etcd://; or memory://, whose workers are then threads of this process (the
+    /// pause fault stops a thread's whole runtime; no other fault applies).
     #[arg(
         long,
         env = BACKEND_ENV,
@@ -73,6 +96,12 @@ pub(crate) struct Args {
     /// most --duration].
     #[arg(long, value_parser = parse_duration)]
     control_duration: Option<Duration>,
+    /// What the workers do: which lock kind they take and the counters they keep under it.
+    #[arg(long, value_enum, default_value = "lock")]
+    workload: WorkloadArg,
+    /// Permits of the semaphore workload, fewer than --workers [default: 2].
+    #[arg(long, value_name = "P", value_parser = clap::value_parser!(u16).range(1..=255))]
+    permits: Option<u16>,
     /// Faults to inject, comma separated: pause, kill, partition, terminate.
     #[arg(long, value_delimiter = ',', default_value = "pause", value_parser = parse_fault)]
     faults: Vec<FaultKind>,
@@ -162,6 +191,19 @@ impl Args {
         config.duration = self.duration;
         config.control_duration = self.control_duration;
         config.faults.clone_from(&self.faults);
+        if self.permits.is_some() && self.workload != WorkloadArg::Semaphore {
+            return Err(CliError::Input(
+                "--permits applies to --workload semaphore only".to_owned(),
+            ));
+        }
+        config.workload = match self.workload {
+            WorkloadArg::Lock => Workload::Lock,
+            WorkloadArg::Semaphore => Workload::Semaphore {
+                permits: self.permits.unwrap_or(DEFAULT_PERMITS),
+            },
+            WorkloadArg::Election => Workload::Election,
+            WorkloadArg::Rwlock => Workload::RwLock,
+        };
         config.ttl = self.ttl;
         config.work = self.work;
         config.op_timeout = self.op_timeout;
@@ -279,6 +321,66 @@ mod tests {
                 nodes: 3,
                 persistence: Persistence::None
             }
+        );
+    }
+
+    #[test]
+    fn workloads_are_named_and_permits_go_with_the_semaphore() {
+        let args = chaos_args(&[
+            "fencelock",
+            "chaos",
+            "--backend",
+            "memory://",
+            "--workload",
+            "semaphore",
+            "--permits",
+            "3",
+        ]);
+        assert_eq!(
+            args.config().unwrap().workload,
+            Workload::Semaphore { permits: 3 }
+        );
+        for (name, workload) in [
+            ("lock", Workload::Lock),
+            ("election", Workload::Election),
+            ("rwlock", Workload::RwLock),
+        ] {
+            let args = chaos_args(&[
+                "fencelock",
+                "chaos",
+                "--spawn-redis",
+                "1",
+                "--workload",
+                name,
+            ]);
+            assert_eq!(args.config().unwrap().workload, workload);
+        }
+        let junk = [
+            "fencelock",
+            "chaos",
+            "--spawn-redis",
+            "1",
+            "--workload",
+            "queue",
+        ];
+        assert!(Cli::try_parse_from(junk).is_err());
+        let default = chaos_args(&[
+            "fencelock",
+            "chaos",
+            "--backend",
+            "memory://",
+            "--workload",
+            "semaphore",
+        ]);
+        assert_eq!(
+            default.config().unwrap().workload,
+            Workload::Semaphore { permits: 2 }
+        );
+        let stray = chaos_args(&["fencelock", "chaos", "--spawn-redis", "1", "--permits", "2"]);
+        let err = stray.config().unwrap_err();
+        assert!(
+            err.to_string().contains("--workload semaphore only"),
+            "{err}"
         );
     }
 

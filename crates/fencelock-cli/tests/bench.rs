@@ -10,7 +10,8 @@ use common::fencelock;
 use fencelock_testkit::postgres::PgSchema;
 use fencelock_testkit::redis::RedisServer;
 
-const SCENARIOS: [&str; 8] = [
+/// Every scenario but the reader's, which only a backend with shared locks has.
+const SCENARIOS: [&str; 12] = [
     "round_trip",
     "idle_round_trip",
     "acquire_release",
@@ -19,6 +20,21 @@ const SCENARIOS: [&str; 8] = [
     "extend",
     "contended_one_key",
     "contended_many_keys",
+    "exclusive_grant",
+    "writer_grant",
+    "permit_grant",
+    "election_failover",
+];
+
+/// Scenarios without a baseline row of their own: counted in round trips, or against the
+/// exclusive grant.
+const NO_BASELINE: [&str; 6] = [
+    "handoff",
+    "extend",
+    "election_failover",
+    "reader_grant",
+    "writer_grant",
+    "permit_grant",
 ];
 
 const SHORT: [&str; 6] = ["--duration", "100ms", "--concurrency", "4", "--keys", "16"];
@@ -29,7 +45,7 @@ fn bench_json(spec: &str) -> Vec<String> {
     args.extend(SHORT);
     let (code, out, err) = fencelock(&args);
     assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
-    assert!(err.contains("[1/7] round trip"), "no progress line: {err}");
+    assert!(err.contains("[1/9] round trip"), "no progress line: {err}");
     let report: serde_json::Value = serde_json::from_str(&out).expect("the output is JSON");
     assert_eq!(report["settings"]["concurrency"], 4);
     assert_eq!(report["settings"]["keys"], 16);
@@ -38,8 +54,16 @@ fn bench_json(spec: &str) -> Vec<String> {
         let of: Vec<_> = rows.iter().filter(|r| r["scenario"] == scenario).collect();
         assert!(!of.is_empty(), "{scenario} missing: {out}");
         let has_baseline = of.iter().any(|r| r["baseline"] == true);
-        let in_round_trips = scenario == "handoff" || scenario == "extend";
-        assert_eq!(has_baseline, !in_round_trips, "{scenario}: {out}");
+        assert_eq!(
+            has_baseline,
+            !NO_BASELINE.contains(&scenario),
+            "{scenario}: {out}"
+        );
+    }
+    // A failover is counted in ttls too, and lasts about one (at least most of it).
+    for row in rows.iter().filter(|r| r["scenario"] == "election_failover") {
+        assert!(row["ttls"].as_f64().unwrap() > 0.5, "{row}");
+        assert!(row["ttl_ms"].as_f64().unwrap() >= 100.0, "{row}");
     }
     let mut subjects = Vec::new();
     for row in rows {
@@ -75,13 +99,16 @@ fn bench_memory_prints_a_table() {
         .take_while(|l| !l.is_empty())
         .copied()
         .collect();
-    assert_eq!(rows.len(), 12, "{out}");
+    // Memory has every lock kind, the reader included.
+    assert_eq!(rows.len(), 17, "{out}");
+    assert!(out.contains("reader grant+release"), "{out}");
     for row in &rows {
         let ratio = row.split_whitespace().last().unwrap();
         let figure = ratio.trim_end_matches('x');
         assert!(
             ratio == "baseline"
                 || row.ends_with(" RT")
+                || row.contains(" RT, ") && row.ends_with(" ttl")
                 || figure.parse::<f64>().is_ok_and(|r| r > 0.0),
             "{row}"
         );
@@ -94,6 +121,10 @@ fn bench_memory_prints_a_table() {
 fn bench_memory_json() {
     let subjects = bench_json("memory://");
     assert!(subjects.iter().any(|s| s == "fencelock memory"));
+    let mut args = vec!["bench", "--json"];
+    args.extend(SHORT);
+    let (_, out, _) = fencelock(&args);
+    assert!(out.contains("\"reader_grant\""), "{out}");
 }
 
 #[test]
@@ -277,7 +308,7 @@ fn bench_refuses_bad_input() {
 }
 
 /// Starts `fencelock bench` on `spec` for long enough to be interrupted, and returns it once
-/// its progress reached `step` (a line with `[step/7]`), with the rest of stderr still to read.
+/// its progress reached `step` (a line with `[step/9]`), with the rest of stderr still to read.
 fn bench_until_step(
     spec: &str,
     step: usize,
@@ -294,7 +325,7 @@ fn bench_until_step(
         .spawn()
         .expect("the fencelock binary runs");
     let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let marker = format!("[{step}/7]");
+    let marker = format!("[{step}/9]");
     for line in lines.by_ref() {
         let line = line.unwrap();
         if line.contains(&marker) {

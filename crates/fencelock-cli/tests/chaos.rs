@@ -168,6 +168,34 @@ fn redlock_five_nodes_without_persistence_survive_pauses_and_kills() {
     );
 }
 
+#[test]
+fn redis_semaphore_and_election_workloads_survive_pauses_and_kills() {
+    // Worker processes this time: a semaphore's holders keep a counter per slot, and a
+    // leader a leader-only counter under its term; a paused process stops its watchdog.
+    for workload in [
+        &["--workload", "semaphore", "--permits", "2"][..],
+        &["--workload", "election"],
+    ] {
+        let mut args = vec![
+            "--spawn-redis",
+            "1",
+            "--persistence",
+            "always",
+            "--faults",
+            "pause,kill",
+            "--workers",
+            "4",
+            "--duration",
+            "10s",
+            "--control-duration",
+            "6s",
+        ];
+        args.extend_from_slice(workload);
+        let report = assert_passes(&args, &["pause", "kill"]);
+        assert_eq!(report["workload"], workload[1], "{report:#}");
+    }
+}
+
 #[cfg(feature = "etcd")]
 #[test]
 fn etcd_three_spawned_members_survive_pauses_member_kills_and_partitions() {
@@ -270,10 +298,21 @@ fn mysql_survives_pauses_and_partitions() {
 
 #[test]
 fn faults_that_do_not_apply_are_refused_with_a_reason() {
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 5] = [
         (
-            &["--backend", "memory://"],
-            "memory:// lives inside one process",
+            &["--backend", "memory://", "--faults", "pause,partition"],
+            "only takes the pause fault",
+        ),
+        (
+            &[
+                "--spawn-redis",
+                "1",
+                "--workload",
+                "semaphore",
+                "--permits",
+                "5",
+            ],
+            "between 1 and 4 permits",
         ),
         (
             &["--backend", "redis://127.0.0.1:1", "--faults", "kill"],

@@ -147,7 +147,7 @@ fn every_input_error_exits_2_as_the_help_says() {
         &["demo", "--backend", "redis://:6379"],
         &["bench", "--keys", "0"],
         &["chaos", "--spawn-redis", "1", "--faults", "flood"],
-        &["chaos", "--backend", "memory://"],
+        &["chaos", "--backend", "memory://", "--faults", "partition"],
         &["chaos", "--spawn-redis", "1", "--ttl", "1ms"],
         &["chaos", "--spawn-redis", "1", "--faults", "terminate"],
     ];
