@@ -9,14 +9,16 @@
 -- token, so every token after the loss is above every token before it.
 -- Applied like the earlier versions, with search_path set to fencelock's schema.
 
--- The durable epoch: one row. Tokens handed out before this version (logged counters) stay
--- below every new token: the epoch starts above the high half of the largest of them.
+-- The durable epoch: one row, the greatest epoch ever started (NULL: none yet). A fresh
+-- installation starts at epoch 0, so its tokens are 1, 2, 3... until the first loss. Tokens
+-- handed out before this version (logged counters) stay below every new token: the epoch
+-- counts as started at the high half of the largest of them, and the first new one is above.
 CREATE TABLE fencelock_epoch (
     one   boolean PRIMARY KEY DEFAULT true CHECK (one),
-    epoch bigint  NOT NULL CHECK (epoch BETWEEN 1 AND 2147483647)
+    epoch bigint  CHECK (epoch BETWEEN 0 AND 2147483647)
 );
 INSERT INTO fencelock_epoch (epoch)
-SELECT COALESCE(max(last_token) >> 32, 0) + 1 FROM fencelock_counters;
+SELECT max(last_token) >> 32 FROM fencelock_counters;
 
 -- The epoch the volatile state belongs to: one row, written only by fencelock_new_epoch in
 -- the transaction that made that epoch durable. No row means the volatile state was lost (or
@@ -48,17 +50,18 @@ DECLARE
     durable bigint;
     live    bigint;
 BEGIN
-    SELECT e.epoch INTO durable FROM fencelock_epoch e WHERE e.one FOR UPDATE;
+    PERFORM 1 FROM fencelock_epoch e WHERE e.one FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'fencelock: the epoch row is missing' USING ERRCODE = 'P0002';
     END IF;
+    SELECT e.epoch INTO durable FROM fencelock_epoch e WHERE e.one;
     SELECT l.epoch INTO live FROM fencelock_epoch_live l WHERE l.one;
     IF live IS NOT NULL AND live IS DISTINCT FROM p_seen AND live >= p_at_least THEN
         RETURN live;
     END IF;
     -- After a loss the marker is gone and tokens of epoch `durable` may have been handed out:
     -- the new epoch is above it. Otherwise the marker equals `durable`.
-    durable := GREATEST(durable + 1, p_at_least);
+    durable := GREATEST(COALESCE(durable, -1) + 1, p_at_least);
     PERFORM set_config('synchronous_commit', 'on', true);
     UPDATE fencelock_epoch SET epoch = durable WHERE one;
     INSERT INTO fencelock_epoch_live AS l (one, epoch) VALUES (true, durable)

@@ -302,6 +302,17 @@ async fn advance_token_beyond_the_live_epoch_is_durable() {
     schema.cleanup().await;
 }
 
+/// A fresh installation starts at epoch 0: its first tokens are 1, 2, 3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_installation_counts_from_one() {
+    let (schema, db) = common::database().await;
+    let key = key("fresh");
+    let tokens: Vec<u64> = grant_each_way(&db, &key).await.iter().map(|t| t.get()).collect();
+    assert_eq!(tokens, [1, 2, 3]);
+    assert_eq!(durable_epoch(&db).await, 0);
+    schema.cleanup().await;
+}
+
 /// Tokens handed out by the logged counters of schema version 3 stay below every token of the
 /// epoch design: the migration starts the epoch above them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -334,11 +345,12 @@ async fn tokens_from_before_the_epoch_migration_stay_below() {
     conn.close().await.unwrap();
     let db = PgDatabase::from_pool(common::app_pool(&name), &name).unwrap();
     db.migrate().await.unwrap();
-    assert_eq!(durable_epoch(&db).await, 10);
+    assert_eq!(durable_epoch(&db).await, 9, "the old tokens' epoch counts as started");
     let handed_out = u64::try_from(handed_out).unwrap();
     for key in [key("old"), key("small"), key("new")] {
         for token in grant_each_way(&db, &key).await {
             assert!(token.get() > handed_out, "{key}: {token} not above {handed_out}");
+            assert_eq!(epoch_of(token), 10, "{key}: {token}");
         }
     }
     db.close().await;
