@@ -92,7 +92,8 @@ impl PgStorage {
     /// counter, on a connection of its own and committed at once (outside the transaction):
     /// a rolled-back transaction leaves no trace but its token, which no later grant of the
     /// key gets again. Behind a transaction-mode pooler this works the same, every statement
-    /// going as one simple-protocol message.
+    /// going as one simple-protocol message; the token statement then needs a second server
+    /// connection of the pooler for a moment (see the crate's README, *Transactions*).
     ///
     /// ```no_run
     /// # async fn demo(storage: fencelock_postgres::PgStorage) -> fencelock_core::Result<()> {
