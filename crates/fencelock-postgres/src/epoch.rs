@@ -62,7 +62,8 @@ where
     let epoch: i64 = timed(
         backend,
         // The commit waits for its WAL flush (and a synchronous standby, if any).
-        db.operation_timeout().saturating_add(Duration::from_secs(1)),
+        db.operation_timeout()
+            .saturating_add(Duration::from_secs(1)),
         db.sql().new_epoch.scalar_one(protocol, executor, &args),
     )
     .await?;
@@ -84,8 +85,14 @@ mod tests {
 
     #[test]
     fn columns_say_what_to_do() {
-        assert_eq!(Grant::from_columns(Some(7), Some(1), false), Grant::Token(7));
-        assert_eq!(Grant::from_columns(None, None, false), Grant::NewEpoch(None));
+        assert_eq!(
+            Grant::from_columns(Some(7), Some(1), false),
+            Grant::Token(7)
+        );
+        assert_eq!(
+            Grant::from_columns(None, None, false),
+            Grant::NewEpoch(None)
+        );
         assert_eq!(
             Grant::from_columns(None, Some(3), true),
             Grant::NewEpoch(Some(3))

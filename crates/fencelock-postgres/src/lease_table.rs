@@ -128,8 +128,7 @@ impl LockBackend for PgLeaseBackend {
                         return Ok(None);
                     }
                     Grant::NewEpoch(seen) => {
-                        epoch::start_new(&self.db, BACKEND, protocol, self.db.pool(), seen)
-                            .await?;
+                        epoch::start_new(&self.db, BACKEND, protocol, self.db.pool(), seen).await?;
                     }
                 }
             }

@@ -11,8 +11,8 @@ use tracing::Instrument;
 
 use crate::PgStorage;
 use crate::codec::millis_setting;
-use crate::error::{map_sqlx_error, sqlstate, timed};
 use crate::epoch::{self, Grant};
+use crate::error::{map_sqlx_error, sqlstate, timed};
 use crate::exec::{Arg, Protocol};
 use crate::hash::advisory_lock_id;
 use crate::storage::BACKEND;

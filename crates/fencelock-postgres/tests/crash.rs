@@ -49,7 +49,12 @@ async fn connect(cluster: &PgCluster) -> PgDatabase {
         .operation_timeout(Duration::from_secs(3))
         .connect()
         .await
-        .unwrap_or_else(|e| panic!("connecting to the throwaway cluster: {e}\n{}", cluster.log()))
+        .unwrap_or_else(|e| {
+            panic!(
+                "connecting to the throwaway cluster: {e}\n{}",
+                cluster.log()
+            )
+        })
 }
 
 fn key(i: usize) -> LockKey {
@@ -158,7 +163,11 @@ async fn tokens_after_a_crash_are_above_every_token_before_it() {
             .iter()
             .map(|(key, tokens)| (key.clone(), tokens.iter().max().copied().unwrap()))
             .collect();
-        assert_eq!(before.len(), KEYS, "round {round}: some key was never granted");
+        assert_eq!(
+            before.len(),
+            KEYS,
+            "round {round}: some key was never granted"
+        );
         blocking(&cluster, PgCluster::start).await;
         for i in 0..KEYS {
             let key = key(i);
@@ -178,7 +187,11 @@ async fn tokens_after_a_crash_are_above_every_token_before_it() {
         let mut sorted = tokens.clone();
         sorted.sort_unstable();
         sorted.dedup();
-        assert_eq!(sorted.len(), tokens.len(), "{key}: a token was granted twice");
+        assert_eq!(
+            sorted.len(),
+            tokens.len(),
+            "{key}: a token was granted twice"
+        );
     }
     db.close().await;
 }
@@ -207,11 +220,19 @@ async fn a_clean_restart_keeps_leases() {
             Err(e) => panic!("inspect after the restart: {e}"),
         }
     };
-    assert_eq!(info.holder, Some(lease.fence()), "the lease did not survive");
+    assert_eq!(
+        info.holder,
+        Some(lease.fence()),
+        "the lease did not survive"
+    );
     assert!(backend.try_acquire(&key, TTL).await.unwrap().is_none());
     let extended = backend.extend(&lease, TTL).await.unwrap();
     assert!(backend.release(&extended).await.unwrap());
     let next = grant(&db, Way::Lease, &key).await.unwrap().unwrap();
-    assert_eq!(next.get(), lease.token.get() + 1, "the epoch changed in a clean restart");
+    assert_eq!(
+        next.get(),
+        lease.token.get() + 1,
+        "the epoch changed in a clean restart"
+    );
     db.close().await;
 }

@@ -187,9 +187,19 @@ async fn a_used_up_counter_starts_a_new_epoch() {
         let next = grant(&key).await;
         assert_eq!(epoch_of(next), epoch + 1, "{name}: {next}");
         assert_eq!(next.get() & LAST_COUNTER, 1, "{name}: {next}");
-        assert_eq!(live_epoch(&db).await, Some(i64::try_from(epoch + 1).unwrap()));
+        assert_eq!(
+            live_epoch(&db).await,
+            Some(i64::try_from(epoch + 1).unwrap())
+        );
         // The advisory lock was taken once: it is free again after the release.
-        assert!(db.advisory_backend().inspect(&key).await.unwrap().unfenced_holder.is_none());
+        assert!(
+            db.advisory_backend()
+                .inspect(&key)
+                .await
+                .unwrap()
+                .unfenced_holder
+                .is_none()
+        );
     }
     schema.cleanup().await;
 }
@@ -214,11 +224,18 @@ async fn lost_volatile_state_starts_a_greater_epoch() {
             let mut tokens = grant_each_way(&db, key).await;
             tokens.rotate_left((i + round) % 3);
             for token in tokens {
-                assert!(token > highest, "round {round}: {token} not above {highest}");
+                assert!(
+                    token > highest,
+                    "round {round}: {token} not above {highest}"
+                );
                 assert_eq!(epoch_of(token), u64::try_from(epoch + 1).unwrap());
             }
         }
-        assert_eq!(durable_epoch(&db).await, epoch + 1, "one new epoch per loss");
+        assert_eq!(
+            durable_epoch(&db).await,
+            epoch + 1,
+            "one new epoch per loss"
+        );
     }
     schema.cleanup().await;
 }
@@ -249,7 +266,9 @@ async fn a_new_epoch_commits_synchronously() {
     let (schema, db) = common::database().await;
     let mut conn = db.pool().acquire().await.unwrap();
     let mut tx = conn.begin().await.unwrap();
-    tx.execute("SET LOCAL synchronous_commit = off").await.unwrap();
+    tx.execute("SET LOCAL synchronous_commit = off")
+        .await
+        .unwrap();
     let epoch: i64 = sqlx::query_scalar(&format!(
         "SELECT \"{}\".fencelock_new_epoch(NULL)",
         db.schema()
@@ -307,7 +326,11 @@ async fn advance_token_beyond_the_live_epoch_is_durable() {
 async fn a_fresh_installation_counts_from_one() {
     let (schema, db) = common::database().await;
     let key = key("fresh");
-    let tokens: Vec<u64> = grant_each_way(&db, &key).await.iter().map(|t| t.get()).collect();
+    let tokens: Vec<u64> = grant_each_way(&db, &key)
+        .await
+        .iter()
+        .map(|t| t.get())
+        .collect();
     assert_eq!(tokens, [1, 2, 3]);
     assert_eq!(durable_epoch(&db).await, 0);
     schema.cleanup().await;
@@ -319,10 +342,12 @@ async fn a_fresh_installation_counts_from_one() {
 async fn tokens_from_before_the_epoch_migration_stay_below() {
     let schema = PgSchema::create().await;
     let name = schema.name().to_owned();
-    let mut migrator =
-        sqlx::migrate::Migrator::new(std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations")))
-            .await
-            .unwrap();
+    let mut migrator = sqlx::migrate::Migrator::new(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/migrations"
+    )))
+    .await
+    .unwrap();
     let old: Vec<_> = migrator
         .migrations
         .iter()
@@ -330,7 +355,9 @@ async fn tokens_from_before_the_epoch_migration_stay_below() {
         .cloned()
         .collect();
     migrator.migrations = old.into();
-    let mut conn = sqlx::PgConnection::connect_with(&pg_options()).await.unwrap();
+    let mut conn = sqlx::PgConnection::connect_with(&pg_options())
+        .await
+        .unwrap();
     conn.execute(format!("SET search_path = {name}").as_str())
         .await
         .unwrap();
@@ -345,11 +372,18 @@ async fn tokens_from_before_the_epoch_migration_stay_below() {
     conn.close().await.unwrap();
     let db = PgDatabase::from_pool(common::app_pool(&name), &name).unwrap();
     db.migrate().await.unwrap();
-    assert_eq!(durable_epoch(&db).await, 9, "the old tokens' epoch counts as started");
+    assert_eq!(
+        durable_epoch(&db).await,
+        9,
+        "the old tokens' epoch counts as started"
+    );
     let handed_out = u64::try_from(handed_out).unwrap();
     for key in [key("old"), key("small"), key("new")] {
         for token in grant_each_way(&db, &key).await {
-            assert!(token.get() > handed_out, "{key}: {token} not above {handed_out}");
+            assert!(
+                token.get() > handed_out,
+                "{key}: {token} not above {handed_out}"
+            );
             assert_eq!(epoch_of(token), 10, "{key}: {token}");
         }
     }

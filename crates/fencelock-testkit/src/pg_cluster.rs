@@ -60,7 +60,9 @@ impl PgCluster {
     /// [`spawn`](Self::spawn), reporting failures.
     pub fn try_spawn(settings: &[&str]) -> io::Result<Self> {
         let bin = pg_bin()?;
-        let dir = tempfile::Builder::new().prefix("fl-pg-cluster-").tempdir()?;
+        let dir = tempfile::Builder::new()
+            .prefix("fl-pg-cluster-")
+            .tempdir()?;
         let account = unprivileged()?;
         if let Some((uid, gid)) = account {
             std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))?;
