@@ -134,9 +134,36 @@ async fn grant_when_back(db: &PgDatabase, way: Way, key: &LockKey) -> FencingTok
     }
 }
 
-/// Three crashes with grants in flight on every way in: after each restart, every key's new
-/// tokens (through each way) are above every token any client saw before the crash, and no
-/// token is ever seen twice for a key.
+/// Starts the crashed cluster and grants every key through every way in: each new token is
+/// above every token any client saw before the crash.
+async fn restart_and_check(cluster: &Arc<PgCluster>, db: &PgDatabase, seen: &Seen, when: &str) {
+    let before: HashMap<String, FencingToken> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(key, tokens)| (key.clone(), tokens.iter().max().copied().unwrap()))
+        .collect();
+    assert_eq!(before.len(), KEYS, "{when}: some key was never granted");
+    blocking(cluster, PgCluster::start).await;
+    for i in 0..KEYS {
+        let key = key(i);
+        let highest = before[&key.to_string()];
+        for way in WAYS {
+            let token = grant_when_back(db, way, &key).await;
+            assert!(
+                token > highest,
+                "{when}: {way:?} granted {key} token {token} after the crash, not above \
+                 {highest} granted before it"
+            );
+            record(seen, &key, token);
+        }
+    }
+}
+
+/// Three crashes with grants in flight on every way in, each followed at once by a second
+/// crash right after the first grants of the new epoch (whose start must be on disk by then):
+/// after each restart, every key's new tokens (through each way) are above every token any
+/// client saw before the crash, and no token is ever seen twice for a key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_after_a_crash_are_above_every_token_before_it() {
     let cluster = cluster().await;
@@ -157,31 +184,10 @@ async fn tokens_after_a_crash_are_above_every_token_before_it() {
         while let Some(client) = clients.join_next().await {
             client.unwrap();
         }
-        let before: HashMap<String, FencingToken> = seen
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(key, tokens)| (key.clone(), tokens.iter().max().copied().unwrap()))
-            .collect();
-        assert_eq!(
-            before.len(),
-            KEYS,
-            "round {round}: some key was never granted"
-        );
-        blocking(&cluster, PgCluster::start).await;
-        for i in 0..KEYS {
-            let key = key(i);
-            let highest = before[&key.to_string()];
-            for way in WAYS {
-                let token = grant_when_back(&db, way, &key).await;
-                assert!(
-                    token > highest,
-                    "round {round}: {way:?} granted {key} token {token} after the crash, \
-                     not above {highest} granted before it"
-                );
-                record(&seen, &key, token);
-            }
-        }
+        restart_and_check(&cluster, &db, &seen, &format!("round {round}")).await;
+        // The new epoch was started by the grants just made, and little WAL followed it.
+        blocking(&cluster, PgCluster::crash).await;
+        restart_and_check(&cluster, &db, &seen, &format!("round {round}, quick crash")).await;
     }
     for (key, tokens) in seen.lock().unwrap().iter() {
         let mut sorted = tokens.clone();
