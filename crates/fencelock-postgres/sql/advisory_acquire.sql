@@ -3,12 +3,22 @@
 -- Takes the session advisory lock without waiting; only when granted, bumps the key's
 -- counter, records the holder and arms idle_session_timeout so that the server ends this
 -- session (freeing the lock) if the client goes silent for longer than the ttl.
-WITH locked AS (
+-- Every table written here is UNLOGGED: the commit waits for no WAL flush (DESIGN 5.3).
+-- Same next-token rule and signals as lease_acquire.sql: granted the lock but no token, with
+-- `live` NULL or `exhausted`, the caller unlocks, starts a new epoch and tries again.
+WITH live AS (
+    SELECT e.epoch FROM {schema}.fencelock_epoch_live e WHERE e.one
+), locked AS (
     SELECT pg_try_advisory_lock($1) AS got
 ), counter AS (
     INSERT INTO {schema}.fencelock_counters AS c (key, last_token)
-    SELECT $2, 1 FROM locked WHERE got
-    ON CONFLICT (key) DO UPDATE SET last_token = c.last_token + 1
+    SELECT $2, live.epoch * 4294967296 + 1 FROM locked, live WHERE locked.got
+    ON CONFLICT (key) DO UPDATE
+        SET last_token = CASE WHEN c.last_token >> 32 >= EXCLUDED.last_token >> 32
+                              THEN c.last_token + 1
+                              ELSE EXCLUDED.last_token END
+        WHERE c.last_token >> 32 < EXCLUDED.last_token >> 32
+           OR (c.last_token & 4294967295) < 4294967295
     RETURNING last_token
 ), holder AS (
     INSERT INTO {schema}.fencelock_advisory_holders AS h (key, lock_id, owner, token, pid, expires_at)
@@ -26,5 +36,12 @@ WITH locked AS (
 SELECT (SELECT got FROM locked) AS got,
        t.token,
        CASE WHEN t.token IS NOT NULL
-            THEN set_config('idle_session_timeout', $5, false) END AS armed
+            THEN set_config('idle_session_timeout', $5, false) END AS armed,
+       (SELECT epoch FROM live) AS live,
+       CASE WHEN t.token IS NULL THEN EXISTS (
+           SELECT 1 FROM {schema}.fencelock_counters c, live
+            WHERE c.key = $2
+              AND c.last_token >> 32 >= live.epoch
+              AND (c.last_token & 4294967295) = 4294967295
+       ) ELSE false END AS exhausted
   FROM (SELECT (SELECT token FROM holder) AS token) t

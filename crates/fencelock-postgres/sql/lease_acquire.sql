@@ -4,32 +4,53 @@
 -- acquirers can never both be granted; the loser of such a race may leave a gap in the
 -- key's token sequence (tokens still strictly increase).
 -- `free` is a plain read first: while the lock is held, a try neither locks the counter row
--- nor writes anything, so many waiters retrying a held lock do not queue on that row lock
--- and do not each pay a WAL flush for it.
-WITH free AS (
-    SELECT 1
+-- nor writes anything, so many waiters retrying a held lock do not queue on that row lock.
+-- Every table written here is UNLOGGED: the commit waits for no WAL flush (DESIGN 5.3).
+-- The next token, under the counter row's lock: the row's last token + 1 when the row is at
+-- the live epoch (or later) and its counter is not used up, else live epoch * 2^32 + 1.
+-- Returns the token when granted; otherwise `live` (NULL: no live epoch, the volatile state
+-- was lost) and `exhausted` (the key's counter is used up in the live epoch) say whether the
+-- caller must start a new epoch (fencelock_new_epoch) and try again.
+WITH live AS (
+    SELECT e.epoch FROM {schema}.fencelock_epoch_live e WHERE e.one
+), free AS (
+    SELECT live.epoch FROM live
      WHERE NOT EXISTS (
          SELECT 1 FROM {schema}.fencelock_leases l
           WHERE l.key = $1 AND l.expires_at > clock_timestamp()
      )
 ), counter AS (
     INSERT INTO {schema}.fencelock_counters AS c (key, last_token)
-    SELECT $1, 1 FROM free
+    SELECT $1, free.epoch * 4294967296 + 1 FROM free
     ON CONFLICT (key) DO UPDATE
-        SET last_token = c.last_token + 1
+        SET last_token = CASE WHEN c.last_token >> 32 >= EXCLUDED.last_token >> 32
+                              THEN c.last_token + 1
+                              ELSE EXCLUDED.last_token END
         WHERE NOT EXISTS (
             SELECT 1 FROM {schema}.fencelock_leases l
              WHERE l.key = $1 AND l.expires_at > clock_timestamp()
         )
+          AND (c.last_token >> 32 < EXCLUDED.last_token >> 32
+               OR (c.last_token & 4294967295) < 4294967295)
     RETURNING last_token
+), granted AS (
+    INSERT INTO {schema}.fencelock_leases AS l (key, owner, token, expires_at)
+    SELECT $1, $2, counter.last_token,
+           clock_timestamp() + $3::float8 * interval '1 microsecond'
+      FROM counter
+    ON CONFLICT (key) DO UPDATE
+        SET owner = EXCLUDED.owner,
+            token = EXCLUDED.token,
+            expires_at = EXCLUDED.expires_at
+        WHERE l.expires_at <= clock_timestamp()
+    RETURNING token
 )
-INSERT INTO {schema}.fencelock_leases AS l (key, owner, token, expires_at)
-SELECT $1, $2, counter.last_token,
-       clock_timestamp() + $3::float8 * interval '1 microsecond'
-  FROM counter
-ON CONFLICT (key) DO UPDATE
-    SET owner = EXCLUDED.owner,
-        token = EXCLUDED.token,
-        expires_at = EXCLUDED.expires_at
-    WHERE l.expires_at <= clock_timestamp()
-RETURNING token
+SELECT g.token,
+       (SELECT epoch FROM live) AS live,
+       CASE WHEN g.token IS NULL THEN EXISTS (
+           SELECT 1 FROM {schema}.fencelock_counters c, live
+            WHERE c.key = $1
+              AND c.last_token >> 32 >= live.epoch
+              AND (c.last_token & 4294967295) = 4294967295
+       ) ELSE false END AS exhausted
+  FROM (SELECT (SELECT token FROM granted) AS token) g

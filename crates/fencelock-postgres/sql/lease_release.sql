@@ -1,9 +1,9 @@
 -- $1 key, $2 owner, $3 token. Deletes only this owner's row; the delete trigger notifies
 -- waiters. Returns whether the lease was still live.
--- The commit does not wait for its WAL flush (synchronous_commit off for this transaction
--- only): a release lost in a server crash leaves the lease to expire after its ttl, as a
--- crashed client would, and tokens live in fencelock_counters, which release never touches.
--- Every later synchronous commit (the next grant's) flushes this one too.
+-- The commit does not wait for its WAL flush: the lease table is UNLOGGED (a crash empties
+-- it, this release with it), and synchronous_commit is off for this transaction only in case
+-- the table is ever logged again; tokens live in fencelock_counters, which release never
+-- touches.
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true)
 )

@@ -1,10 +1,9 @@
--- Inside the caller's transaction. $1 lock id, $2 key.
--- Waits for the transaction-level advisory lock (bounded by lock_timeout), then bumps the
--- key's counter. Both are released / committed with the transaction.
-WITH locked AS (
-    SELECT pg_advisory_xact_lock($1)
+-- Inside the caller's transaction. $1 lock id, $2 lock_timeout setting.
+-- Bounds the wait with a transaction-local lock_timeout, then waits for the transaction-level
+-- advisory lock, released with the transaction. The token is taken afterwards, outside this
+-- transaction (token_grant.sql).
+WITH bounded AS (
+    SELECT set_config('lock_timeout', $2, true) AS lock_timeout
 )
-INSERT INTO {schema}.fencelock_counters AS c (key, last_token)
-SELECT $2, 1 FROM locked
-ON CONFLICT (key) DO UPDATE SET last_token = c.last_token + 1
-RETURNING last_token
+SELECT bounded.lock_timeout, pg_advisory_xact_lock($1)::text AS locked
+  FROM bounded

@@ -16,8 +16,9 @@ use tracing::Instrument;
 
 use crate::PgDatabase;
 use crate::codec::{micros, millis_setting, owner_bytes, token_param};
+use crate::epoch::{self, Grant};
 use crate::error::timed;
-use crate::exec::Arg;
+use crate::exec::{Arg, Protocol};
 use crate::hash::advisory_lock_id;
 use crate::lease_table::{advance_token, lock_info};
 
@@ -41,7 +42,9 @@ const ABANDONED_GRACE: Duration = Duration::from_secs(1);
 /// and [`PgStorage::transaction`](crate::PgStorage::transaction) on the same key.
 ///
 /// Tokens come from the same never-deleted counter rows as [`PgLeaseBackend`](crate::PgLeaseBackend),
-/// so they survive restarts; held locks do not (a restart ends every session).
+/// with the same grant that waits for no WAL flush and the same durable epoch, so they keep
+/// increasing across restarts and crashes (DESIGN.md section 5.3); held locks do not survive
+/// a restart (it ends every session).
 /// A lease can be extended and released only through the backend (or a clone of it) that
 /// granted it, because that is where its connection lives.
 ///
@@ -193,50 +196,80 @@ impl LockBackend for PgAdvisoryBackend {
             let owner = OwnerId::random();
             let conn = timed(BACKEND, self.timeout(), self.db.holders().acquire()).await?;
             let mut holder = Holder(Some(conn));
-            let sent_at = Instant::now();
-            // On error or cancellation `holder` is dropped, closing the connection and with it
-            // any lock the statement may have taken.
-            let (got, token, _armed): (Option<bool>, Option<i64>, Option<String>) = timed(
-                BACKEND,
-                self.timeout(),
-                sqlx::query_as(self.db.sql().advisory_acquire.text())
-                    .bind(lock_id)
-                    .bind(key.as_str())
-                    .bind(&owner_bytes(owner)[..])
-                    .bind(micros(ttl))
-                    .bind(millis_setting(ttl))
-                    .fetch_one(holder.conn()?),
-            )
-            .await?;
-            let replied_at = Instant::now();
-            match (got, token) {
-                (Some(true), Some(token)) => {
-                    let token = FencingToken::from_backend(BACKEND, token)?;
-                    let lease = Lease {
-                        key: key.clone(),
-                        owner,
-                        token,
-                        ttl,
-                        valid_until: valid_until(sent_at, ttl),
-                    };
-                    let held = Arc::new(Held {
-                        holder: tokio::sync::Mutex::new(Some(holder)),
-                        deadline: Mutex::new(replied_at + ttl),
-                    });
-                    self.held_map().insert(lease_id(&lease), held);
-                    tracing::debug!(token = token.get(), outcome = "granted", "acquired");
-                    Ok(Some(lease))
-                }
-                (Some(false), _) => {
+            let owner_bytes = owner_bytes(owner);
+            for _ in 0..epoch::TRIES {
+                let sent_at = Instant::now();
+                // On error or cancellation `holder` is dropped, closing the connection and
+                // with it any lock the statement may have taken.
+                let (got, token, _armed, live, exhausted): (
+                    Option<bool>,
+                    Option<i64>,
+                    Option<String>,
+                    Option<i64>,
+                    bool,
+                ) = timed(
+                    BACKEND,
+                    self.timeout(),
+                    sqlx::query_as(self.db.sql().advisory_acquire.text())
+                        .bind(lock_id)
+                        .bind(key.as_str())
+                        .bind(&owner_bytes[..])
+                        .bind(micros(ttl))
+                        .bind(millis_setting(ttl))
+                        .fetch_one(holder.conn()?),
+                )
+                .await?;
+                let replied_at = Instant::now();
+                if got != Some(true) {
                     holder.give_back();
                     tracing::debug!(outcome = "held", "not acquired");
-                    Ok(None)
+                    return Ok(None);
                 }
-                _ => Err(crate::error::protocol(
-                    BACKEND,
-                    "advisory lock granted without a token",
-                )),
+                match Grant::from_columns(token, live, exhausted) {
+                    Grant::Token(token) => {
+                        let token = FencingToken::from_backend(BACKEND, token)?;
+                        let lease = Lease {
+                            key: key.clone(),
+                            owner,
+                            token,
+                            ttl,
+                            valid_until: valid_until(sent_at, ttl),
+                        };
+                        let held = Arc::new(Held {
+                            holder: tokio::sync::Mutex::new(Some(holder)),
+                            deadline: Mutex::new(replied_at + ttl),
+                        });
+                        self.held_map().insert(lease_id(&lease), held);
+                        tracing::debug!(token = token.get(), outcome = "granted", "acquired");
+                        return Ok(Some(lease));
+                    }
+                    // The lock was taken without a token: the live epoch is gone or the
+                    // key's counter used up (or, `Refused`, used up by a racing grant of
+                    // another mechanism since this statement's snapshot). Give the lock back
+                    // before trying again, so that the retry takes it once, not twice.
+                    grant @ (Grant::NewEpoch(_) | Grant::Refused) => {
+                        let _: bool = timed(
+                            BACKEND,
+                            self.timeout(),
+                            sqlx::query_scalar("SELECT pg_advisory_unlock($1)")
+                                .bind(lock_id)
+                                .fetch_one(holder.conn()?),
+                        )
+                        .await?;
+                        if let Grant::NewEpoch(seen) = grant {
+                            epoch::start_new(
+                                &self.db,
+                                BACKEND,
+                                Protocol::Prepared,
+                                self.db.pool(),
+                                seen,
+                            )
+                            .await?;
+                        }
+                    }
+                }
             }
+            Err(epoch::no_token(BACKEND))
         }
         .instrument(span)
         .await

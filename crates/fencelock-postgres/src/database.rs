@@ -61,6 +61,7 @@ impl PgConfig {
                 backend: self.backend,
                 timeout: self.operation_timeout,
                 holder_pool_size: self.holder_pool_size,
+                token_pool_size: self.pool_size,
                 owns_pool: true,
                 pooler: self.pooler,
             },
@@ -118,6 +119,7 @@ struct Settings {
     backend: PgBackendKind,
     timeout: Duration,
     holder_pool_size: u32,
+    token_pool_size: u32,
     owns_pool: bool,
     pooler: PgPooler,
 }
@@ -136,6 +138,9 @@ pub struct PgDatabase {
 struct Inner {
     pool: PgPool,
     holders: PgPool,
+    /// The transaction API's tokens: one autocommit statement per checkout, never held across
+    /// another wait, so transactions holding every connection of `pool` cannot starve it.
+    tokens: PgPool,
     options: PgConnectOptions,
     schema: String,
     sql: Statements,
@@ -171,7 +176,8 @@ impl PgDatabase {
     /// [`PgConfig::schema`] for valid names). Nothing is sent to the server: run
     /// [`migrate`](Self::migrate) once (at start-up, or let an operator apply the migrations)
     /// before using it. The lease backend, the storage, transactions and [`PgFence`] use
-    /// `pool`; the advisory backend's held sessions and the release listener open their own
+    /// `pool`; the advisory backend's held sessions, the release listener and the transaction
+    /// API's token statements (run outside the caller's transaction) open their own
     /// connections with `pool`'s connect options. Default lock backend: lease; per-call
     /// time-out 5 s; whether `pool` goes through a transaction-mode pooler is detected on
     /// first use ([`PgPooler::Detect`]; say it with [`with_pooler`](Self::with_pooler)).
@@ -187,6 +193,7 @@ impl PgDatabase {
     pub fn from_pool(pool: PgPool, schema: &str) -> Result<Self> {
         let options = (*pool.connect_options()).clone();
         let timeout = Duration::from_secs(5);
+        let token_pool_size = pool.options().get_max_connections();
         Self::build(
             pool,
             options,
@@ -195,6 +202,7 @@ impl PgDatabase {
                 backend: PgBackendKind::default(),
                 timeout,
                 holder_pool_size: 64,
+                token_pool_size,
                 owns_pool: false,
                 pooler: PgPooler::default(),
             },
@@ -212,10 +220,15 @@ impl PgDatabase {
             .max_connections(settings.holder_pool_size)
             .acquire_timeout(settings.timeout)
             .connect_lazy_with(options.clone());
+        let tokens = PgPoolOptions::new()
+            .max_connections(settings.token_pool_size.max(1))
+            .acquire_timeout(settings.timeout)
+            .connect_lazy_with(options.clone());
         Ok(PgDatabase {
             inner: Arc::new(Inner {
                 pool,
                 holders,
+                tokens,
                 options,
                 channel: format!("fencelock_{schema}"),
                 schema: schema.to_owned(),
@@ -239,6 +252,7 @@ impl PgDatabase {
             inner: Arc::new(Inner {
                 pool: inner.pool.clone(),
                 holders: inner.holders.clone(),
+                tokens: inner.tokens.clone(),
                 options: inner.options.clone(),
                 schema: inner.schema.clone(),
                 sql: inner.sql.clone(),
@@ -357,9 +371,11 @@ impl PgDatabase {
 
     /// Closes fencelock's pools: its own pool (not the application's, with
     /// [`from_pool`](Self::from_pool)) and the advisory holders' sessions, which frees their
-    /// locks. Calls made afterwards fail with [`Error::Unavailable`].
+    /// locks, and the transaction API's token connections. Calls made afterwards fail with
+    /// [`Error::Unavailable`].
     pub async fn close(&self) {
         self.inner.holders.close().await;
+        self.inner.tokens.close().await;
         if self.inner.owns_pool {
             self.inner.pool.close().await;
         }
@@ -367,6 +383,12 @@ impl PgDatabase {
 
     pub(crate) fn holders(&self) -> &PgPool {
         &self.inner.holders
+    }
+
+    /// The connections the transaction API takes its tokens on, outside the caller's
+    /// transaction.
+    pub(crate) fn tokens(&self) -> &PgPool {
+        &self.inner.tokens
     }
 
     pub(crate) fn sql(&self) -> &Statements {

@@ -36,6 +36,7 @@ pub(crate) enum Protocol {
 pub(crate) enum Arg<'a> {
     Text(&'a str),
     Int8(i64),
+    OptInt8(Option<i64>),
     Float8(f64),
     Bool(bool),
     Bytea(&'a [u8]),
@@ -47,6 +48,7 @@ impl Arg<'_> {
         match self {
             Arg::Text(v) => args.add(v),
             Arg::Int8(v) => args.add(v),
+            Arg::OptInt8(v) => args.add(v),
             Arg::Float8(v) => args.add(v),
             Arg::Bool(v) => args.add(v),
             Arg::Bytea(v) => args.add(v),
@@ -64,7 +66,8 @@ impl Arg<'_> {
                 "(convert_from(decode('{}', 'hex'), 'UTF8'))",
                 hex(v.as_bytes())
             ),
-            Arg::Int8(v) => write!(out, "(CAST('{v}' AS int8))"),
+            Arg::Int8(v) | Arg::OptInt8(Some(v)) => write!(out, "(CAST('{v}' AS int8))"),
+            Arg::OptInt8(None) => write!(out, "(CAST(NULL AS int8))"),
             Arg::Float8(v) if v.is_finite() => write!(out, "(CAST('{v}' AS float8))"),
             Arg::Float8(v) if v.is_nan() => write!(out, "(CAST('NaN' AS float8))"),
             Arg::Float8(v) if v > 0.0 => write!(out, "(CAST('Infinity' AS float8))"),

@@ -12,6 +12,7 @@ use tracing::Instrument;
 
 use crate::PgDatabase;
 use crate::codec::{fence_from, micros, owner_bytes, remaining, token_param};
+use crate::epoch::{self, Grant};
 use crate::error::timed;
 use crate::exec::{Arg, Protocol};
 
@@ -22,8 +23,15 @@ const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 ///
 /// Acquire, extend and release are one statement each, and no connection is held between
 /// calls, so it works behind a transaction-mode pooler (see [`PgPooler`](crate::PgPooler):
-/// there its statements go unprepared and waiters poll) and scales to many held locks. Leases
-/// and token counters are ordinary rows: both survive a server restart.
+/// there its statements go unprepared and waiters poll) and scales to many held locks.
+///
+/// A grant writes only UNLOGGED tables, so its commit waits for no WAL flush; tokens stay
+/// strictly increasing per key across restarts and crashes through a durable epoch in their
+/// high 32 bits (DESIGN.md section 5.3). Leases survive a clean restart of the server (a
+/// `smart` or `fast` shutdown writes UNLOGGED tables out), which is what
+/// [`Capabilities::locks_survive_restart`] says; a crash, a failover to a standby or a restore
+/// from a physical backup drops them, and the next holder of each key gets a token above every
+/// earlier one, so the storage refuses the holders of the lost leases.
 ///
 /// ```no_run
 /// # async fn demo() -> fencelock_core::Result<()> {
@@ -75,6 +83,8 @@ impl LockBackend for PgLeaseBackend {
             Some(Protocol::Simple) => WakeUp::Poll,
             _ => WakeUp::Notify,
         };
+        // Leases survive a clean restart, not a crash (see the type's docs): the flag speaks
+        // of restarts, as for a Redis server that persists its data.
         Capabilities::new(
             TokenGuarantee::Durable,
             TimeAuthority::Server,
@@ -90,24 +100,40 @@ impl LockBackend for PgLeaseBackend {
         async {
             let protocol = self.db.protocol().await?;
             let owner = OwnerId::random();
-            let sent_at = Instant::now();
-            let token: Option<i64> = timed(
-                BACKEND,
-                self.timeout(),
-                self.db.sql().lease_acquire.scalar_optional(
-                    protocol,
-                    self.db.pool(),
-                    &[
-                        Arg::Text(key.as_str()),
-                        Arg::Bytea(&owner_bytes(owner)),
-                        Arg::Float8(micros(ttl)),
-                    ],
-                ),
-            )
-            .await?;
-            let Some(token) = token else {
-                tracing::debug!(outcome = "held", "not acquired");
-                return Ok(None);
+            let owner_bytes = owner_bytes(owner);
+            let args = [
+                Arg::Text(key.as_str()),
+                Arg::Bytea(&owner_bytes),
+                Arg::Float8(micros(ttl)),
+            ];
+            let mut granted = None;
+            for _ in 0..epoch::TRIES {
+                let sent_at = Instant::now();
+                let (token, live, exhausted): (Option<i64>, Option<i64>, bool) = timed(
+                    BACKEND,
+                    self.timeout(),
+                    self.db
+                        .sql()
+                        .lease_acquire
+                        .fetch_one(protocol, self.db.pool(), &args),
+                )
+                .await?;
+                match Grant::from_columns(token, live, exhausted) {
+                    Grant::Token(token) => {
+                        granted = Some((token, sent_at));
+                        break;
+                    }
+                    Grant::Refused => {
+                        tracing::debug!(outcome = "held", "not acquired");
+                        return Ok(None);
+                    }
+                    Grant::NewEpoch(seen) => {
+                        epoch::start_new(&self.db, BACKEND, protocol, self.db.pool(), seen).await?;
+                    }
+                }
+            }
+            let Some((token, sent_at)) = granted else {
+                return Err(epoch::no_token(BACKEND));
             };
             let token = FencingToken::from_backend(BACKEND, token)?;
             tracing::debug!(token = token.get(), outcome = "granted", "acquired");

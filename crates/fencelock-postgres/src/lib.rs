@@ -6,6 +6,7 @@ mod advisory;
 mod codec;
 mod config;
 mod database;
+mod epoch;
 mod error;
 mod exec;
 mod fence;

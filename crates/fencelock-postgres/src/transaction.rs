@@ -11,8 +11,9 @@ use tracing::Instrument;
 
 use crate::PgStorage;
 use crate::codec::millis_setting;
+use crate::epoch::{self, Grant};
 use crate::error::{map_sqlx_error, sqlstate, timed};
-use crate::exec::{Arg, Sql};
+use crate::exec::{Arg, Protocol};
 use crate::hash::advisory_lock_id;
 use crate::storage::BACKEND;
 
@@ -87,8 +88,12 @@ impl PgStorage {
     /// The lock is the advisory lock id of `key` (see [`advisory_lock_id`](crate::advisory_lock_id)),
     /// so it also excludes [`PgAdvisoryBackend`](crate::PgAdvisoryBackend) holders of the same
     /// key. Waiting for it is bounded by `wait` (server-side, `lock_timeout`); past it the call
-    /// fails with [`Error::Timeout`]. The token comes from the key's counter inside the
-    /// transaction: a rolled-back transaction leaves no trace, its token included.
+    /// fails with [`Error::Timeout`]. The token is taken once the lock is held, from the key's
+    /// counter, on a connection of its own and committed at once (outside the transaction):
+    /// a rolled-back transaction leaves no trace but its token, which no later grant of the
+    /// key gets again. Behind a transaction-mode pooler this works the same, every statement
+    /// going as one simple-protocol message; the token statement then needs a second server
+    /// connection of the pooler for a moment (see the crate's README, *Transactions*).
     ///
     /// ```no_run
     /// # async fn demo(storage: fencelock_postgres::PgStorage) -> fencelock_core::Result<()> {
@@ -194,28 +199,21 @@ impl PgStorage {
         // lock_timeout = 0 would mean "wait forever".
         let wait = wait.max(Duration::from_millis(1));
         let setting = millis_setting(wait);
-        timed(
-            BACKEND,
-            self.timeout(),
-            Sql::new("SELECT set_config('lock_timeout', $1, true)").execute(
-                protocol,
-                &mut *tx,
-                &[Arg::Text(&setting)],
-            ),
-        )
-        .await?;
         let bound = wait.saturating_add(self.timeout());
         let outcome = tokio::time::timeout(
             bound,
-            self.database().sql().xact_lock.scalar_one::<i64, _>(
-                protocol,
-                &mut *tx,
-                &[Arg::Int8(advisory_lock_id(key)), Arg::Text(key.as_str())],
-            ),
+            self.database()
+                .sql()
+                .xact_lock
+                .fetch_one::<(String, String), _>(
+                    protocol,
+                    &mut *tx,
+                    &[Arg::Int8(advisory_lock_id(key)), Arg::Text(&setting)],
+                ),
         )
         .await;
-        let token = match outcome {
-            Ok(Ok(token)) => FencingToken::from_backend(BACKEND, token)?,
+        match outcome {
+            Ok(Ok(_)) => {}
             Ok(Err(e)) if sqlstate(&e).as_deref() == Some("55P03") => {
                 return Err(Error::Timeout {
                     key: key.to_string(),
@@ -224,12 +222,39 @@ impl PgStorage {
             }
             Ok(Err(e)) => return Err(map_sqlx_error(BACKEND, e)),
             Err(_) => return Err(crate::error::timed_out(BACKEND, bound)),
-        };
+        }
+        // On an error below, dropping `tx` rolls it back and frees the lock.
+        let token = self.grant_token(key, protocol).await?;
         Ok(FencedTransaction {
             tx,
             key: key.clone(),
             fence: Fence::new(token, OwnerId::random()),
             storage: self.clone(),
         })
+    }
+
+    /// The key's next token, taken while the caller's transaction holds the key's lock, on a
+    /// connection of its own and committed at once: whatever becomes of the transaction, the
+    /// token is used up, so no later grant of the key gets it again.
+    async fn grant_token(&self, key: &LockKey, protocol: Protocol) -> Result<FencingToken> {
+        let db = self.database();
+        let args = [Arg::Text(key.as_str())];
+        for _ in 0..epoch::TRIES {
+            let (token, live, exhausted): (Option<i64>, Option<i64>, bool) = timed(
+                BACKEND,
+                self.timeout(),
+                db.sql().token_grant.fetch_one(protocol, db.tokens(), &args),
+            )
+            .await?;
+            match Grant::from_columns(token, live, exhausted) {
+                Grant::Token(token) => return FencingToken::from_backend(BACKEND, token),
+                Grant::NewEpoch(seen) => {
+                    epoch::start_new(db, BACKEND, protocol, db.tokens(), seen).await?;
+                }
+                // A racing grant used up the counter since the statement's snapshot: again.
+                Grant::Refused => {}
+            }
+        }
+        Err(epoch::no_token(BACKEND))
     }
 }

@@ -289,7 +289,7 @@ async fn the_applications_pool_is_used_and_left_open() {
     .fetch_all(&s.pool)
     .await
     .unwrap();
-    assert_eq!(versions, vec![1, 2, 3]);
+    assert_eq!(versions, vec![1, 2, 3, 4]);
 }
 
 /// A failure after the admit rolls everything back, the fence record included: a holder the

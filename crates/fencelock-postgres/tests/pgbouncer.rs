@@ -374,12 +374,17 @@ async fn advisory_backend_is_refused_through_pgbouncer() {
 async fn named_statements_through_pgbouncer_fail_with_a_hint() {
     let bouncer = bouncer(1).await;
     let schema = PgSchema::create().await;
-    // Migrated directly, so that the two clients below send nothing but their own statements.
-    PgConfig::from_url(&format!("{}?schema={}", pg_url(), schema.name()))
+    // Migrated directly, and the first token epoch started by a grant there, so that the two
+    // clients below send nothing but their own statements.
+    let direct = PgConfig::from_url(&format!("{}?schema={}", pg_url(), schema.name()))
         .unwrap()
         .connect()
         .await
         .unwrap();
+    let warm_up = LockKey::new("warm-up").unwrap();
+    let started = direct.lease_backend().try_acquire(&warm_up, LONG_TTL).await;
+    assert!(started.unwrap().is_some());
+    direct.close().await;
     let connect = || async {
         PgConfig::from_url(&url(
             &bouncer,

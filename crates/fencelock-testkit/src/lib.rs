@@ -1,12 +1,14 @@
 //! Test tools for fencelock: real services for real tests. `publish = false`.
 //!
-//! Throwaway Postgres schemas, a PgBouncer in transaction mode, Redis clusters and TLS servers
-//! (with certificates made at test time) live here; the redis-server and etcd member spawners
+//! Throwaway Postgres schemas and clusters (which tests may crash and restart), a PgBouncer in
+//! transaction mode, Redis clusters and TLS servers (with certificates made at test time) live
+//! here; the redis-server and etcd member spawners
 //! and the TCP fault proxy live in `fencelock-chaos` (the `fencelock chaos` command uses them at
 //! run time) and are wrapped under the same paths, panicking with what to install instead of
 //! returning errors.
 
 pub mod etcd;
+pub mod pg_cluster;
 pub mod pgbouncer;
 pub use pgbouncer::PgBouncer;
 pub mod postgres;

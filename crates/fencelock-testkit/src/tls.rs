@@ -488,7 +488,7 @@ impl TlsPostgres {
 }
 
 /// PostgreSQL's server binaries: [`PG_BIN_VAR`], else the newest `/usr/lib/postgresql/*/bin`.
-fn pg_bin() -> io::Result<PathBuf> {
+pub(crate) fn pg_bin() -> io::Result<PathBuf> {
     if let Ok(dir) = std::env::var(PG_BIN_VAR) {
         return Ok(PathBuf::from(dir));
     }
@@ -515,7 +515,7 @@ fn pg_bin() -> io::Result<PathBuf> {
 }
 
 /// The `postgres` account's ids when running as root (PostgreSQL refuses to run as root).
-fn unprivileged() -> io::Result<Option<(u32, u32)>> {
+pub(crate) fn unprivileged() -> io::Result<Option<(u32, u32)>> {
     if !nix::unistd::Uid::effective().is_root() {
         return Ok(None);
     }
@@ -531,7 +531,7 @@ fn unprivileged() -> io::Result<Option<(u32, u32)>> {
     Ok(Some((user.uid.as_raw(), user.gid.as_raw())))
 }
 
-fn as_account(command: &mut Command, account: Option<(u32, u32)>) {
+pub(crate) fn as_account(command: &mut Command, account: Option<(u32, u32)>) {
     if let Some((uid, gid)) = account {
         command.uid(uid).gid(gid);
     }

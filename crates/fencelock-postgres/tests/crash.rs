@@ -1,0 +1,244 @@
+//! Server crashes on a throwaway cluster (never the shared server): tokens granted after a crash
+//! are above every token granted before it, for every key, through the lease backend, the
+//! advisory backend and the transaction API; and a clean restart keeps leases.
+//!
+//! The cluster runs with `synchronous_commit = off` and a 10 s `wal_writer_delay`, so that a
+//! commit which does not insist on its flush is likely lost in the crash: the new epoch must
+//! be committed synchronously whatever the default, or tokens come back.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fencelock_core::{Error, FencingToken, LockBackend, LockKey};
+use fencelock_postgres::{PgConfig, PgDatabase};
+use fencelock_testkit::pg_cluster::PgCluster;
+use tokio::time::Instant;
+
+const KEYS: usize = 4;
+const TTL: Duration = Duration::from_secs(30);
+const WAIT: Duration = Duration::from_secs(5);
+/// How long the server may take to come back after a restart (crash recovery included) on a
+/// loaded machine.
+const BACK_WITHIN: Duration = Duration::from_secs(60);
+
+const SETTINGS: &[&str] = &[
+    "synchronous_commit = off",
+    "wal_writer_delay = 10000ms",
+    "max_connections = 100",
+];
+
+async fn cluster() -> Arc<PgCluster> {
+    tokio::task::spawn_blocking(|| Arc::new(PgCluster::spawn(SETTINGS)))
+        .await
+        .unwrap()
+}
+
+async fn blocking(cluster: &Arc<PgCluster>, what: fn(&PgCluster)) {
+    let cluster = cluster.clone();
+    tokio::task::spawn_blocking(move || what(&cluster))
+        .await
+        .unwrap();
+}
+
+async fn connect(cluster: &PgCluster) -> PgDatabase {
+    PgConfig::from_url(&format!("{}?pooler=none&schema=fl_crash", cluster.url()))
+        .unwrap()
+        .operation_timeout(Duration::from_secs(3))
+        .connect()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "connecting to the throwaway cluster: {e}\n{}",
+                cluster.log()
+            )
+        })
+}
+
+fn key(i: usize) -> LockKey {
+    LockKey::new(format!("crash/{i}")).unwrap()
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Way {
+    Lease,
+    Advisory,
+    Transaction,
+}
+
+const WAYS: [Way; 3] = [Way::Lease, Way::Advisory, Way::Transaction];
+
+/// One grant of `key` through `way` (released or committed at once): `Ok(None)` when the
+/// lock was busy.
+async fn grant(db: &PgDatabase, way: Way, key: &LockKey) -> Result<Option<FencingToken>, Error> {
+    let backend: Arc<dyn LockBackend> = match way {
+        Way::Lease => Arc::new(db.lease_backend()),
+        Way::Advisory => Arc::new(db.advisory_backend()),
+        Way::Transaction => {
+            return db
+                .storage()
+                .transaction_with(key, WAIT, async |tx| -> Result<_, Error> {
+                    Ok(Some(tx.token()))
+                })
+                .await;
+        }
+    };
+    let Some(lease) = backend.try_acquire(key, TTL).await? else {
+        return Ok(None);
+    };
+    // A release lost in the crash is fine: the lease is gone with the volatile state.
+    let _ = backend.release(&lease).await;
+    Ok(Some(lease.token))
+}
+
+/// Every token a client saw granted, per key.
+type Seen = Arc<Mutex<HashMap<String, Vec<FencingToken>>>>;
+
+fn record(seen: &Seen, key: &LockKey, token: FencingToken) {
+    seen.lock()
+        .unwrap()
+        .entry(key.to_string())
+        .or_default()
+        .push(token);
+}
+
+/// Grants in a loop through `way`, over every key, until `stop`; errors (the crash) are
+/// ignored, every token received is recorded.
+async fn keep_granting(db: PgDatabase, way: Way, seen: Seen, stop: Arc<AtomicBool>) {
+    let mut i = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let key = key(i % KEYS);
+        i += 1;
+        match grant(&db, way, &key).await {
+            Ok(Some(token)) => record(&seen, &key, token),
+            Ok(None) => {}
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
+/// A grant of `key` through `way` once the server is back, retrying while it is not.
+async fn grant_when_back(db: &PgDatabase, way: Way, key: &LockKey) -> FencingToken {
+    let deadline = Instant::now() + BACK_WITHIN;
+    loop {
+        match grant(db, way, key).await {
+            Ok(Some(token)) => return token,
+            outcome if Instant::now() < deadline => {
+                drop(outcome);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            outcome => panic!("{way:?} grant of {key} after the restart: {outcome:?}"),
+        }
+    }
+}
+
+/// Starts the crashed cluster and grants every key through every way in: each new token is
+/// above every token any client saw before the crash.
+async fn restart_and_check(cluster: &Arc<PgCluster>, db: &PgDatabase, seen: &Seen, when: &str) {
+    let before: HashMap<String, FencingToken> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(key, tokens)| (key.clone(), tokens.iter().max().copied().unwrap()))
+        .collect();
+    assert_eq!(before.len(), KEYS, "{when}: some key was never granted");
+    blocking(cluster, PgCluster::start).await;
+    for i in 0..KEYS {
+        let key = key(i);
+        let highest = before[&key.to_string()];
+        for way in WAYS {
+            let token = grant_when_back(db, way, &key).await;
+            assert!(
+                token > highest,
+                "{when}: {way:?} granted {key} token {token} after the crash, not above \
+                 {highest} granted before it"
+            );
+            record(seen, &key, token);
+        }
+    }
+}
+
+/// Three crashes with grants in flight on every way in, each followed at once by a second
+/// crash right after the first grants of the new epoch (whose start must be on disk by then):
+/// after each restart, every key's new tokens (through each way) are above every token any
+/// client saw before the crash, and no token is ever seen twice for a key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_after_a_crash_are_above_every_token_before_it() {
+    let cluster = cluster().await;
+    let db = connect(&cluster).await;
+    let seen: Seen = Arc::default();
+    for round in 0..3 {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut clients = tokio::task::JoinSet::new();
+        for way in WAYS {
+            for _ in 0..2 {
+                clients.spawn(keep_granting(db.clone(), way, seen.clone(), stop.clone()));
+            }
+        }
+        // Let them grant a while, then crash under them.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        blocking(&cluster, PgCluster::crash).await;
+        stop.store(true, Ordering::Relaxed);
+        while let Some(client) = clients.join_next().await {
+            client.unwrap();
+        }
+        restart_and_check(&cluster, &db, &seen, &format!("round {round}")).await;
+        // The new epoch was started by the grants just made, and little WAL followed it.
+        blocking(&cluster, PgCluster::crash).await;
+        restart_and_check(&cluster, &db, &seen, &format!("round {round}, quick crash")).await;
+    }
+    for (key, tokens) in seen.lock().unwrap().iter() {
+        let mut sorted = tokens.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(
+            sorted.len(),
+            tokens.len(),
+            "{key}: a token was granted twice"
+        );
+    }
+    db.close().await;
+}
+
+/// A clean shutdown writes the UNLOGGED tables out: a lease held across `pg_ctl stop -m fast`
+/// and a start is still held (the capability `locks_survive_restart` says so), it can be
+/// extended, and the next token of the key follows it in the same epoch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_restart_keeps_leases() {
+    let cluster = cluster().await;
+    let db = connect(&cluster).await;
+    let backend = db.lease_backend();
+    assert!(backend.capabilities().locks_survive_restart);
+    let key = key(0);
+    let lease = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+    blocking(&cluster, PgCluster::stop).await;
+    blocking(&cluster, PgCluster::start).await;
+    let deadline = Instant::now() + BACK_WITHIN;
+    let info = loop {
+        match backend.inspect(&key).await {
+            Ok(info) => break info,
+            Err(e) if Instant::now() < deadline => {
+                drop(e);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("inspect after the restart: {e}"),
+        }
+    };
+    assert_eq!(
+        info.holder,
+        Some(lease.fence()),
+        "the lease did not survive"
+    );
+    assert!(backend.try_acquire(&key, TTL).await.unwrap().is_none());
+    let extended = backend.extend(&lease, TTL).await.unwrap();
+    assert!(backend.release(&extended).await.unwrap());
+    let next = grant(&db, Way::Lease, &key).await.unwrap().unwrap();
+    assert_eq!(
+        next.get(),
+        lease.token.get() + 1,
+        "the epoch changed in a clean restart"
+    );
+    db.close().await;
+}
