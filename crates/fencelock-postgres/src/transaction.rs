@@ -4,7 +4,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use fencelock_core::{Error, Fence, FencingToken, LockKey, OwnerId, Result, Snapshot};
+use fencelock_core::{
+    Error, Fence, FencingToken, LockKey, LostReason, OwnerId, Result, Snapshot,
+};
 use sqlx::{PgConnection, Postgres, Transaction};
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -13,8 +15,11 @@ use crate::PgStorage;
 use crate::codec::millis_setting;
 use crate::error::{map_sqlx_error, sqlstate, timed};
 use crate::exec::{Arg, Sql};
-use crate::hash::advisory_lock_id;
 use crate::storage::BACKEND;
+
+/// SQLSTATE of a session the server ended for sitting idle in a transaction past
+/// `idle_in_transaction_session_timeout`.
+const IDLE_IN_TRANSACTION_ENDED: &str = "25P03";
 
 /// A boxed future borrowing for `'a`, as returned by the closure given to
 /// [`PgStorage::transaction`].
@@ -84,11 +89,17 @@ impl PgStorage {
     /// fencing token for it; everything `f` does through the [`FencedTransaction`] commits if
     /// it returns `Ok` and rolls back if it returns `Err`.
     ///
-    /// The lock is the advisory lock id of `key` (see [`advisory_lock_id`](crate::advisory_lock_id)),
+    /// The lock is the advisory lock id of `key` (see [`PgDatabase::advisory_lock_id`](crate::PgDatabase::advisory_lock_id)),
     /// so it also excludes [`PgAdvisoryBackend`](crate::PgAdvisoryBackend) holders of the same
     /// key. Waiting for it is bounded by `wait` (server-side, `lock_timeout`); past it the call
     /// fails with [`Error::Timeout`]. The token comes from the key's counter inside the
     /// transaction: a rolled-back transaction leaves no trace, its token included.
+    ///
+    /// A transaction that sits idle (the closure awaiting something else, the process paused)
+    /// for longer than [`PgDatabase::idle_in_transaction_timeout`](crate::PgDatabase::idle_in_transaction_timeout)
+    /// (default 30 s) is ended by the server: it rolls back and its lock is free for others at
+    /// once, and the commit fails with [`Error::LeaseLost`]
+    /// ([`LostReason::SessionEnded`]); nothing of it is committed.
     ///
     /// ```no_run
     /// # async fn demo(storage: fencelock_postgres::PgStorage) -> fencelock_core::Result<()> {
@@ -174,7 +185,22 @@ impl PgStorage {
     ) -> Result<T, E> {
         match outcome {
             Ok(value) => {
-                timed(BACKEND, self.timeout(), locked.tx.commit()).await?;
+                let key = locked.key.clone();
+                let committed = tokio::time::timeout(self.timeout(), locked.tx.commit()).await;
+                match committed {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) if sqlstate(&e).as_deref() == Some(IDLE_IN_TRANSACTION_ENDED) => {
+                        tracing::warn!(
+                            key = %key,
+                            limit = ?self.database().idle_in_transaction_timeout(),
+                            "the server ended the transaction: it sat idle past \
+                             idle_in_transaction_timeout; nothing was committed"
+                        );
+                        return Err(Error::lease_lost(&key, LostReason::SessionEnded).into());
+                    }
+                    Ok(Err(e)) => return Err(map_sqlx_error(BACKEND, e).into()),
+                    Err(_) => return Err(crate::error::timed_out(BACKEND, self.timeout()).into()),
+                }
                 tracing::debug!(outcome = "committed");
                 Ok(value)
             }
@@ -194,14 +220,18 @@ impl PgStorage {
         // lock_timeout = 0 would mean "wait forever".
         let wait = wait.max(Duration::from_millis(1));
         let setting = millis_setting(wait);
+        // Both settings last for this transaction only. The idle bound ends the session of a
+        // client paused inside the transaction, freeing the lock (keepalives cannot: a paused
+        // process's kernel still answers them).
+        let idle = millis_setting(self.database().idle_in_transaction_timeout());
         timed(
             BACKEND,
             self.timeout(),
-            Sql::new("SELECT set_config('lock_timeout', $1, true)").execute(
-                protocol,
-                &mut *tx,
-                &[Arg::Text(&setting)],
-            ),
+            Sql::new(
+                "SELECT set_config('lock_timeout', $1, true), \
+                        set_config('idle_in_transaction_session_timeout', $2, true)",
+            )
+            .execute(protocol, &mut *tx, &[Arg::Text(&setting), Arg::Text(&idle)]),
         )
         .await?;
         let bound = wait.saturating_add(self.timeout());
@@ -210,7 +240,7 @@ impl PgStorage {
             self.database().sql().xact_lock.scalar_one::<i64, _>(
                 protocol,
                 &mut *tx,
-                &[Arg::Int8(advisory_lock_id(key)), Arg::Text(key.as_str())],
+                &[Arg::Int8(self.database().advisory_lock_id(key)), Arg::Text(key.as_str())],
             ),
         )
         .await;
