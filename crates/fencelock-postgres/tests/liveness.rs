@@ -15,18 +15,19 @@ const TTL: Duration = Duration::from_secs(30);
 /// Generous: the machine is loaded.
 const BOUND: Duration = Duration::from_secs(5);
 
-/// Ends the sessions holding the advisory lock `id`; how many there were.
-async fn terminate_holder(admin: &sqlx::PgPool, id: i64) -> i64 {
-    sqlx::query_scalar(
-        "SELECT count(pg_terminate_backend(pid)) FROM pg_locks \
-         WHERE locktype = 'advisory' AND granted AND objsubid = 1 \
-           AND classid = (($1::bigint >> 32) & 4294967295)::oid \
-           AND objid = ($1::bigint & 4294967295)::oid",
-    )
-    .bind(id)
-    .fetch_one(admin)
-    .await
-    .unwrap()
+/// Whether a plain session can take the advisory lock `id` (and lets it go again).
+async fn free_elsewhere(id: i64) -> bool {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect_with(&fencelock_testkit::postgres::pg_options())
+        .await
+        .unwrap();
+    let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+        .bind(id)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    got
 }
 
 /// `pg_terminate_backend` on the holder's session, with the watchdog off and a 30 s ttl:
@@ -93,4 +94,108 @@ async fn the_session_watch_does_not_prolong_an_unrenewed_lease() {
     assert!(new.token > old.token);
     assert!(backend.release(&new).await.unwrap());
     schema.cleanup().await;
+}
+
+/// A transaction whose closure sleeps past the idle bound: the server ends it, the lock is
+/// free for another client meanwhile, and the sleeper's commit fails as a lost lease with
+/// nothing committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_paused_past_the_idle_bound_loses_its_lock() {
+    let (schema, db) = common::database().await;
+    let db = db.with_idle_in_transaction_timeout(Duration::from_millis(500));
+    let storage = db.storage();
+    let key = LockKey::new(format!("paused/{}", schema.name())).unwrap();
+    let sleeper = tokio::spawn({
+        let storage = storage.clone();
+        let key = key.clone();
+        async move {
+            storage
+                .transaction_with(&key, BOUND, async |tx| -> Result<(), Error> {
+                    tx.write(&key, b"paused").await?;
+                    sleep(Duration::from_secs(3)).await;
+                    Ok(())
+                })
+                .await
+        }
+    });
+    sleep(Duration::from_millis(200)).await;
+    // Another client gets the lock while the sleeper still sleeps.
+    let started = Instant::now();
+    let other = storage
+        .transaction_with(&key, BOUND, async |tx| -> Result<u64, Error> {
+            tx.write(&key, b"other").await?;
+            Ok(tx.token().get())
+        })
+        .await
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(2), "waited {:?}", started.elapsed());
+    match sleeper.await.unwrap() {
+        Err(Error::LeaseLost {
+            reason: LostReason::SessionEnded,
+            ..
+        }) => {}
+        other => panic!("the paused transaction's commit: {other:?}"),
+    }
+    let stored = storage.peek(&key).await.unwrap().unwrap();
+    assert_eq!(stored.value.as_deref(), Some(&b"other"[..]));
+    assert_eq!(stored.fence.token.get(), other);
+    schema.cleanup().await;
+}
+
+/// `close` with an advisory lease held returns at once and frees the lock; the guard learns
+/// of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_with_a_lease_held_returns() {
+    let schema = fencelock_testkit::postgres::PgSchema::create().await;
+    let db = fencelock_postgres::PgConfig::from_options(fencelock_testkit::postgres::pg_options())
+        .schema(schema.name())
+        .operation_timeout(common::OP_TIMEOUT)
+        .connect()
+        .await
+        .unwrap();
+    let locker = Locker::new(Arc::new(db.advisory_backend()));
+    let key = LockKey::new("closing").unwrap();
+    let guard = locker.lock(&key).ttl(TTL).await.unwrap();
+    let lost = guard.lost();
+    timeout(BOUND, db.close())
+        .await
+        .expect("close() waited for the held lease");
+    assert_eq!(timeout(BOUND, lost).await.unwrap(), LostReason::SessionEnded);
+    assert!(!guard.is_held());
+    let id = db.advisory_lock_id(&key);
+    let freed = Instant::now();
+    while !free_elsewhere(id).await {
+        assert!(freed.elapsed() < BOUND, "the closed session still holds the lock");
+        sleep(Duration::from_millis(20)).await;
+    }
+    drop(guard);
+    schema.cleanup().await;
+}
+
+/// Two installations (schemas) in one database: the same hashed key is two locks, a raw id is
+/// one lock everywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_schemas_do_not_contend_but_raw_ids_do() {
+    let (first_schema, first) = common::database().await;
+    let (second_schema, second) = common::database().await;
+    let (a, b) = (first.advisory_backend(), second.advisory_backend());
+    let key = LockKey::new("shared-name").unwrap();
+    let held = a.try_acquire(&key, TTL).await.unwrap().unwrap();
+    let other = b
+        .try_acquire(&key, TTL)
+        .await
+        .unwrap()
+        .expect("the other installation's key of the same name was locked");
+    assert_ne!(first.advisory_lock_id(&key), second.advisory_lock_id(&key));
+    assert!(a.release(&held).await.unwrap());
+    assert!(b.release(&other).await.unwrap());
+
+    let raw = fencelock_postgres::raw_lock_key(first_schema.unique_id());
+    assert_eq!(first.advisory_lock_id(&raw), second.advisory_lock_id(&raw));
+    let held = a.try_acquire(&raw, TTL).await.unwrap().unwrap();
+    assert!(b.try_acquire(&raw, TTL).await.unwrap().is_none());
+    assert!(!free_elsewhere(first.advisory_lock_id(&raw)).await);
+    assert!(a.release(&held).await.unwrap());
+    first_schema.cleanup().await;
+    second_schema.cleanup().await;
 }
