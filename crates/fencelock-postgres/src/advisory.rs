@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::PgDatabase;
+use crate::{PgBackendKind, PgDatabase};
 use crate::codec::{micros, millis_setting, owner_bytes, token_param};
 use crate::error::timed;
 use crate::exec::Arg;
@@ -270,6 +270,7 @@ impl LockBackend for PgAdvisoryBackend {
     async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
         validate_ttl(ttl, &self.capabilities())?;
         self.db.advisory_allowed().await?;
+        self.db.serves(PgBackendKind::Advisory).await?;
         self.sweep_abandoned();
         let lock_id = self.db.advisory_lock_id(key);
         let span = tracing::debug_span!(

@@ -805,6 +805,8 @@ mod tests {
             "postgres://h:6432/db?pooler=transaction",
             "postgres://h/db?backend=advisory&pooler=none&schema=s",
             "postgres://h/db?pooler=detect",
+            "postgres://h/db?idle_in_transaction_timeout=1500ms",
+            "postgres://h/db?idle_in_transaction_timeout=0ms",
         ] {
             let config = PgConfig::from_url(url).unwrap();
             let again = PgConfig::from_url(&config.to_url()).unwrap();
@@ -813,6 +815,13 @@ mod tests {
         }
         let config = PgConfig::from_url("postgres://h/db?backend=lease&schema=fencelock").unwrap();
         assert_eq!(config, PgConfig::from_url("postgres://h/db").unwrap());
+        let config = PgConfig::from_url("postgres://h/db?idle_in_transaction_timeout=2min").unwrap();
+        assert_eq!(config.idle_in_transaction_timeout, Duration::from_secs(120));
+        assert_eq!(config.to_url(), "postgres://h/db?idle_in_transaction_timeout=120000ms");
+        assert_eq!(
+            PgConfig::from_url("postgres://h/db?idle_in_transaction_timeout=30s").unwrap(),
+            PgConfig::from_url("postgres://h/db").unwrap()
+        );
     }
 
     #[test]
@@ -863,6 +872,34 @@ mod tests {
             (
                 "postgres://db/test?backend=",
                 "unknown Postgres backend \"\"",
+            ),
+            (
+                "postgres://db/test?backend=Advisory",
+                "unknown Postgres backend \"Advisory\"",
+            ),
+            (
+                "postgres://db/test?backend=leases",
+                "unknown Postgres backend \"leases\"",
+            ),
+            (
+                "postgres://db/test?backend=advisory%20",
+                "unknown Postgres backend \"advisory \"",
+            ),
+            (
+                "postgres://db/test?idle_in_transaction_timeout=30",
+                "has no unit ms, s or min",
+            ),
+            (
+                "postgres://db/test?idle_in_transaction_timeout=1h",
+                "has no unit ms, s or min",
+            ),
+            (
+                "postgres://db/test?idle_in_transaction_timeout=-1s",
+                "is not a duration",
+            ),
+            (
+                "postgres://db/test?idle_in_transaction_timeout=100000000s",
+                "longer than PostgreSQL accepts",
             ),
             (
                 "postgres://db/test?backend=lease&backend=advisory",

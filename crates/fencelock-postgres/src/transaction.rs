@@ -11,10 +11,10 @@ use sqlx::{PgConnection, Postgres, Transaction};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::PgStorage;
-use crate::codec::millis_setting;
+use crate::{PgBackendKind, PgStorage};
+use crate::codec::{millis_setting, owner_bytes, token_param};
 use crate::error::{map_sqlx_error, sqlstate, timed};
-use crate::exec::{Arg, Sql};
+use crate::exec::{Arg, Protocol, Sql};
 use crate::storage::BACKEND;
 
 /// SQLSTATE of a session the server ended for sitting idle in a transaction past
@@ -255,11 +255,79 @@ impl PgStorage {
             Ok(Err(e)) => return Err(map_sqlx_error(BACKEND, e)),
             Err(_) => return Err(crate::error::timed_out(BACKEND, bound)),
         };
+        let fence = Fence::new(token, OwnerId::random());
+        if self.database().known_mechanism() != Some(PgBackendKind::Advisory) {
+            self.claim_lease_row(&mut tx, protocol, key, fence, wait, started)
+                .await?;
+        }
         Ok(FencedTransaction {
             tx,
             key: key.clone(),
-            fence: Fence::new(token, OwnerId::random()),
+            fence,
             storage: self.clone(),
         })
+    }
+
+    /// Unless the schema is bound to advisory locks, claims the key's lease row for the
+    /// transaction (until it ends), so lease holders and the transaction exclude each other;
+    /// waits for a live lease to end, within `wait` from `started`.
+    async fn claim_lease_row(
+        &self,
+        tx: &mut Transaction<'static, Postgres>,
+        protocol: Protocol,
+        key: &LockKey,
+        fence: Fence,
+        wait: Duration,
+        started: Instant,
+    ) -> Result<()> {
+        let db = self.database();
+        let owner = owner_bytes(fence.owner);
+        let token = token_param(BACKEND, fence.token)?;
+        let timeout = || Error::Timeout {
+            key: key.to_string(),
+            waited: started.elapsed(),
+        };
+        loop {
+            let bound = wait.saturating_add(self.timeout());
+            let outcome = tokio::time::timeout(
+                bound,
+                db.sql()
+                    .xact_claim
+                    .fetch_one::<(Option<String>, Option<bool>), _>(
+                        protocol,
+                        &mut **tx,
+                        &[
+                            Arg::Text(key.as_str()),
+                            Arg::Bytea(&owner),
+                            Arg::Int8(token),
+                        ],
+                    ),
+            )
+            .await;
+            let (mechanism, claimed) = match outcome {
+                Ok(Ok(row)) => row,
+                Ok(Err(e)) if sqlstate(&e).as_deref() == Some("55P03") => return Err(timeout()),
+                Ok(Err(e)) => return Err(map_sqlx_error(BACKEND, e)),
+                Err(_) => return Err(crate::error::timed_out(BACKEND, bound)),
+            };
+            if let Some(kind) = mechanism.and_then(|m| m.parse::<PgBackendKind>().ok()) {
+                db.learned_mechanism(kind);
+            }
+            if claimed != Some(false) {
+                return Ok(());
+            }
+            let left = wait.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                return Err(timeout());
+            }
+            // The transaction is idle meanwhile: ask again before the idle bound ends it.
+            let idle = db.idle_in_transaction_timeout();
+            let pause = if idle.is_zero() {
+                left
+            } else {
+                left.min(idle / 2)
+            };
+            fencelock_core::LockBackend::wait_for_release(&db.lease_backend(), key, pause).await?;
+        }
     }
 }
