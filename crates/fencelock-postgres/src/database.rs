@@ -355,15 +355,16 @@ impl PgDatabase {
             .inner
             .mechanism
             .get_or_try_init(|| async {
-                let protocol = self.protocol().await?;
-                // No row only when another process recorded one after this statement's
+                // Once per database: nothing to gain from preparing it (and a prepared
+                // statement here would be one more name for a misconfigured pooler to clash
+                // on). No row only when another process recorded one after this statement's
                 // snapshot: the second time sees it.
                 for _ in 0..2 {
                     let mechanism: Option<String> = timed(
                         BACKEND,
                         self.inner.timeout,
                         self.inner.sql.mechanism_bind.scalar_optional(
-                            protocol,
+                            Protocol::Simple,
                             &self.inner.pool,
                             &[Arg::Text(kind.as_str())],
                         ),

@@ -205,8 +205,12 @@ async fn serialization_failures_and_deadlocks_are_retryable_conflicts() {
         .execute(&mut b)
         .await
         .unwrap();
-    let first = sqlx::raw_sql(&format!("UPDATE {table} SET v = 1 WHERE id = 2")).execute(&mut a);
-    let second = sqlx::raw_sql(&format!("UPDATE {table} SET v = 2 WHERE id = 1")).execute(&mut b);
+    let (first_sql, second_sql) = (
+        format!("UPDATE {table} SET v = 1 WHERE id = 2"),
+        format!("UPDATE {table} SET v = 2 WHERE id = 1"),
+    );
+    let first = sqlx::raw_sql(&first_sql).execute(&mut a);
+    let second = sqlx::raw_sql(&second_sql).execute(&mut b);
     let (first, second) = tokio::join!(first, second);
     let failure = match (first, second) {
         (Err(e), Ok(_)) | (Ok(_), Err(e)) => e,
