@@ -199,3 +199,52 @@ async fn two_schemas_do_not_contend_but_raw_ids_do() {
     first_schema.cleanup().await;
     second_schema.cleanup().await;
 }
+
+/// A paused holder (its whole runtime frozen, so its session watch too) is still ended by the
+/// server at its ttl: the pings before the pause never pushed the server's deadline past the
+/// lease's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_holder_is_still_ended_at_its_ttl() {
+    let (schema, db) = common::database().await;
+    let key = LockKey::new("paused-holder").unwrap();
+    let ttl = Duration::from_millis(1_500);
+    let (granted_tx, granted) = std::sync::mpsc::channel();
+    let paused = std::thread::spawn({
+        let (db, key) = (db.clone(), key.clone());
+        move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let backend = db.advisory_backend();
+                let lease = backend.try_acquire(&key, ttl).await.unwrap().unwrap();
+                // Let the session watch ping a few times, then freeze the whole runtime.
+                sleep(Duration::from_millis(800)).await;
+                granted_tx.send(lease.token).unwrap();
+                std::thread::sleep(ttl + Duration::from_secs(3));
+            });
+        }
+    });
+    let old = tokio::task::spawn_blocking(move || granted.recv().unwrap())
+        .await
+        .unwrap();
+    let frozen = Instant::now();
+    let backend = db.advisory_backend();
+    let new = loop {
+        if let Some(lease) = backend.try_acquire(&key, TTL).await.unwrap() {
+            break lease;
+        }
+        assert!(
+            frozen.elapsed() < ttl + Duration::from_millis(1_500),
+            "the paused holder's session outlived its ttl"
+        );
+        sleep(Duration::from_millis(20)).await;
+    };
+    assert!(new.token > old);
+    assert!(backend.release(&new).await.unwrap());
+    tokio::task::spawn_blocking(move || paused.join().unwrap())
+        .await
+        .unwrap();
+    schema.cleanup().await;
+}
