@@ -15,11 +15,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::{PgBackendKind, PgDatabase};
 use crate::codec::{micros, millis_setting, owner_bytes, token_param};
 use crate::error::timed;
 use crate::exec::Arg;
 use crate::lease_table::{advance_token, lock_info};
+use crate::{PgBackendKind, PgDatabase};
 
 const BACKEND: &str = "pg-advisory";
 /// `idle_session_timeout` is a 32-bit count of milliseconds (about 24.8 days).
@@ -499,7 +499,10 @@ impl LockBackend for PgAdvisoryBackend {
             self.db.sql().advisory_inspect.fetch_one(
                 protocol,
                 self.db.pool(),
-                &[Arg::Text(key.as_str()), Arg::Int8(self.db.advisory_lock_id(key))],
+                &[
+                    Arg::Text(key.as_str()),
+                    Arg::Int8(self.db.advisory_lock_id(key)),
+                ],
             ),
         )
         .await?;
@@ -521,7 +524,10 @@ impl LockBackend for PgAdvisoryBackend {
             return LostReason::NotHeld;
         };
         held.lost.cancelled().await;
-        held.reason.get().copied().unwrap_or(LostReason::SessionEnded)
+        held.reason
+            .get()
+            .copied()
+            .unwrap_or(LostReason::SessionEnded)
     }
 
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {

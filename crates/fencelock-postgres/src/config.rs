@@ -567,7 +567,9 @@ const IDLE_IN_TRANSACTION: &str = "idle_in_transaction_timeout";
 
 /// A duration option: a whole number followed by `ms`, `s` or `min`.
 fn parse_duration(option: &str, text: &str) -> Result<Duration> {
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     let (digits, unit) = text.split_at(split);
     let count: u64 = digits.parse().map_err(|_| {
         Error::config(format!(
@@ -815,9 +817,13 @@ mod tests {
         }
         let config = PgConfig::from_url("postgres://h/db?backend=lease&schema=fencelock").unwrap();
         assert_eq!(config, PgConfig::from_url("postgres://h/db").unwrap());
-        let config = PgConfig::from_url("postgres://h/db?idle_in_transaction_timeout=2min").unwrap();
+        let config =
+            PgConfig::from_url("postgres://h/db?idle_in_transaction_timeout=2min").unwrap();
         assert_eq!(config.idle_in_transaction_timeout, Duration::from_secs(120));
-        assert_eq!(config.to_url(), "postgres://h/db?idle_in_transaction_timeout=120000ms");
+        assert_eq!(
+            config.to_url(),
+            "postgres://h/db?idle_in_transaction_timeout=120000ms"
+        );
         assert_eq!(
             PgConfig::from_url("postgres://h/db?idle_in_transaction_timeout=30s").unwrap(),
             PgConfig::from_url("postgres://h/db").unwrap()

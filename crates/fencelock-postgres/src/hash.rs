@@ -122,7 +122,11 @@ mod tests {
             "402",
             "#9223372036854775808",
         ] {
-            assert_eq!(id(key), fnv1a_64(FNV_OFFSET_BASIS, key.as_bytes()) as i64, "{key:?}");
+            assert_eq!(
+                id(key),
+                fnv1a_64(FNV_OFFSET_BASIS, key.as_bytes()) as i64,
+                "{key:?}"
+            );
         }
     }
 
@@ -135,8 +139,14 @@ mod tests {
             expected = (expected ^ u64::from(*byte)).wrapping_mul(FNV_PRIME);
         }
         assert_eq!(advisory_lock_id_in("billing", &key), expected as i64);
-        assert_ne!(advisory_lock_id_in("billing", &key), advisory_lock_id_in("fencelock", &key));
-        assert_ne!(advisory_lock_id_in("billing", &key), advisory_lock_id_in("billing2", &key));
+        assert_ne!(
+            advisory_lock_id_in("billing", &key),
+            advisory_lock_id_in("fencelock", &key)
+        );
+        assert_ne!(
+            advisory_lock_id_in("billing", &key),
+            advisory_lock_id_in("billing2", &key)
+        );
         assert_eq!(advisory_lock_id_in("fencelock", &key), id("orders/1"));
         for raw in ["#402", "#-7", "#0"] {
             let raw = LockKey::new(raw).unwrap();

@@ -10,10 +10,10 @@ use fencelock_core::{
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::{PgBackendKind, PgDatabase};
 use crate::codec::{fence_from, micros, millis_setting, owner_bytes, remaining, token_param};
 use crate::error::{map_sqlx_error, sqlstate, timed, timed_out};
 use crate::exec::{Arg, Protocol};
+use crate::{PgBackendKind, PgDatabase};
 
 const BACKEND: &str = "pg-lease";
 const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);

@@ -18,8 +18,8 @@ mod wakeups;
 
 pub use advisory::PgAdvisoryBackend;
 pub use config::{
-    DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT, DEFAULT_PORT, DEFAULT_SCHEMA, MAX_SCHEMA_LEN, PgBackendKind,
-    PgConfig, PgPooler,
+    DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT, DEFAULT_PORT, DEFAULT_SCHEMA, MAX_SCHEMA_LEN,
+    PgBackendKind, PgConfig, PgPooler,
 };
 pub use database::PgDatabase;
 pub use error::map_sqlx_error;

@@ -4,18 +4,16 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use fencelock_core::{
-    Error, Fence, FencingToken, LockKey, LostReason, OwnerId, Result, Snapshot,
-};
+use fencelock_core::{Error, Fence, FencingToken, LockKey, LostReason, OwnerId, Result, Snapshot};
 use sqlx::{PgConnection, Postgres, Transaction};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::{PgBackendKind, PgStorage};
 use crate::codec::{millis_setting, owner_bytes, token_param};
 use crate::error::{map_sqlx_error, sqlstate, timed};
 use crate::exec::{Arg, Protocol, Sql};
 use crate::storage::BACKEND;
+use crate::{PgBackendKind, PgStorage};
 
 /// SQLSTATE of a session the server ended for sitting idle in a transaction past
 /// `idle_in_transaction_session_timeout`.
@@ -240,7 +238,10 @@ impl PgStorage {
             self.database().sql().xact_lock.scalar_one::<i64, _>(
                 protocol,
                 &mut *tx,
-                &[Arg::Int8(self.database().advisory_lock_id(key)), Arg::Text(key.as_str())],
+                &[
+                    Arg::Int8(self.database().advisory_lock_id(key)),
+                    Arg::Text(key.as_str()),
+                ],
             ),
         )
         .await;

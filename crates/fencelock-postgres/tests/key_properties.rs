@@ -137,7 +137,9 @@ fn keys_round_trip_through_the_server_and_never_collide() {
                 // `#5` and a key hashing to 5 could, exclude each other by design).
                 let mut by_id: BTreeMap<i64, &LockKey> = BTreeMap::new();
                 for key in &keys {
-                    by_id.entry(advisory_db.advisory_lock_id(key)).or_insert(key);
+                    by_id
+                        .entry(advisory_db.advisory_lock_id(key))
+                        .or_insert(key);
                 }
                 let mut held = Vec::new();
                 for key in by_id.values() {

@@ -128,7 +128,11 @@ async fn a_transaction_paused_past_the_idle_bound_loses_its_lock() {
         })
         .await
         .unwrap();
-    assert!(started.elapsed() < Duration::from_secs(2), "waited {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "waited {:?}",
+        started.elapsed()
+    );
     match sleeper.await.unwrap() {
         Err(Error::LeaseLost {
             reason: LostReason::SessionEnded,
@@ -160,12 +164,18 @@ async fn close_with_a_lease_held_returns() {
     timeout(BOUND, db.close())
         .await
         .expect("close() waited for the held lease");
-    assert_eq!(timeout(BOUND, lost).await.unwrap(), LostReason::SessionEnded);
+    assert_eq!(
+        timeout(BOUND, lost).await.unwrap(),
+        LostReason::SessionEnded
+    );
     assert!(!guard.is_held());
     let id = db.advisory_lock_id(&key);
     let freed = Instant::now();
     while !free_elsewhere(id).await {
-        assert!(freed.elapsed() < BOUND, "the closed session still holds the lock");
+        assert!(
+            freed.elapsed() < BOUND,
+            "the closed session still holds the lock"
+        );
         sleep(Duration::from_millis(20)).await;
     }
     drop(guard);

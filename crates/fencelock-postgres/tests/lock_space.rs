@@ -39,11 +39,7 @@ async fn a_schema_serves_one_mechanism() {
         let (schema, db) = common::database().await;
         let key = LockKey::new("one-space").unwrap();
         let holder = db.lock_backend(first);
-        let held = holder
-            .try_acquire(&key, TTL)
-            .await
-            .unwrap()
-            .unwrap();
+        let held = holder.try_acquire(&key, TTL).await.unwrap().unwrap();
         refused(
             db.lock_backend(second).try_acquire(&key, TTL).await,
             schema.name(),
@@ -85,9 +81,11 @@ async fn transactions_exclude_lease_holders() {
     let key = LockKey::new(format!("tx-vs-lease/{}", schema.name())).unwrap();
     let lease = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
     let outcome = storage
-        .transaction_with(&key, Duration::from_millis(300), async |_tx| -> Result<(), Error> {
-            Ok(())
-        })
+        .transaction_with(
+            &key,
+            Duration::from_millis(300),
+            async |_tx| -> Result<(), Error> { Ok(()) },
+        )
         .await;
     assert!(matches!(outcome, Err(Error::Timeout { .. })), "{outcome:?}");
     // A waiting transaction runs as soon as the lease is released.
@@ -102,7 +100,10 @@ async fn transactions_exclude_lease_holders() {
         }
     });
     sleep(Duration::from_millis(300)).await;
-    assert!(!waiting.is_finished(), "the transaction ran beside a live lease");
+    assert!(
+        !waiting.is_finished(),
+        "the transaction ran beside a live lease"
+    );
     assert!(backend.release(&lease).await.unwrap());
     let token = tokio::time::timeout(Duration::from_secs(5), waiting)
         .await

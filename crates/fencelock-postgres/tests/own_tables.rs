@@ -290,13 +290,14 @@ async fn the_applications_pool_is_used_and_left_open() {
     .await
     .unwrap();
     // Every embedded migration, by the version its file name starts with.
-    let mut embedded: Vec<i64> = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
-        .unwrap()
-        .map(|file| {
-            let name = file.unwrap().file_name().into_string().unwrap();
-            name.split('_').next().unwrap().parse().unwrap()
-        })
-        .collect();
+    let mut embedded: Vec<i64> =
+        std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
+            .unwrap()
+            .map(|file| {
+                let name = file.unwrap().file_name().into_string().unwrap();
+                name.split('_').next().unwrap().parse().unwrap()
+            })
+            .collect();
     embedded.sort_unstable();
     assert_eq!(versions, embedded);
 }

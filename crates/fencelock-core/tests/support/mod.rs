@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fencelock_core::{
-    Capabilities, Error, FencingToken, Lease, LockBackend, LockGuard, LockInfo, LockKey, LostReason,
-    Result,
+    Capabilities, Error, FencingToken, Lease, LockBackend, LockGuard, LockInfo, LockKey,
+    LostReason, Result,
 };
 use fencelock_memory::MemoryLockBackend;
 use tokio::time::{Instant, sleep};
