@@ -216,13 +216,16 @@ impl Drop for DropSchema {
 
 #[tokio::test]
 async fn a_postgres_run_leaves_no_row_and_no_table() {
-    let (admin, schema) = create_schema().await;
-    let _drop = DropSchema(schema.clone());
-    check_postgres(admin, schema).await;
+    // A schema serves one lock mechanism: one schema per backend.
+    for kind in [PgBackendKind::Lease, PgBackendKind::Advisory] {
+        let (admin, schema) = create_schema().await;
+        let _drop = DropSchema(schema.clone());
+        check_postgres(admin, schema, kind).await;
+    }
 }
 
-async fn check_postgres(admin: PgPool, schema: String) {
-    for kind in [PgBackendKind::Lease, PgBackendKind::Advisory] {
+async fn check_postgres(admin: PgPool, schema: String, kind: PgBackendKind) {
+    {
         let config = PgConfig::from_url(&pg_url())
             .unwrap()
             .schema(schema.as_str())

@@ -180,8 +180,9 @@ fn bench_etcd() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_postgres_lease_and_advisory() {
-    let schema = PgSchema::create().await;
+    // A schema serves one lock mechanism: one schema per backend.
     for backend in ["lease", "advisory"] {
+        let schema = PgSchema::create().await;
         let spec = format!(
             "{}?schema={}&backend={backend}",
             schema.url(),
@@ -196,11 +197,11 @@ async fn bench_postgres_lease_and_advisory() {
                 .any(|s| s == &format!("fencelock pg-{backend}"))
         );
         assert!(subjects.iter().any(|s| s == "sqlx PgAdvisoryLock"));
+        // The plain table of the UPDATE baseline is gone.
+        let left: i64 = sqlx_count(&schema).await;
+        assert_eq!(left, 0);
+        schema.cleanup().await;
     }
-    // The plain table of the UPDATE baseline is gone.
-    let left: i64 = sqlx_count(&schema).await;
-    assert_eq!(left, 0);
-    schema.cleanup().await;
 }
 
 /// Through PgBouncer in transaction mode, said in the URL or detected: the lease backend

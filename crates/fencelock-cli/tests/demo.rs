@@ -31,8 +31,9 @@ fn demo_on_redis() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_on_postgres_lease_and_advisory() {
-    let schema = fencelock_testkit::postgres::PgSchema::create().await;
+    // A schema serves one lock mechanism: one schema per backend.
     for backend in ["lease", "advisory"] {
+        let schema = fencelock_testkit::postgres::PgSchema::create().await;
         let spec = format!(
             "{}?schema={}&backend={backend}",
             schema.url(),
@@ -41,8 +42,8 @@ async fn demo_on_postgres_lease_and_advisory() {
         tokio::task::spawn_blocking(move || demo_on(&spec))
             .await
             .unwrap();
+        schema.cleanup().await;
     }
-    schema.cleanup().await;
 }
 
 #[test]

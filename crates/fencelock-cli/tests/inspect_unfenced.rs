@@ -7,7 +7,7 @@ mod common;
 
 use common::fencelock;
 use fencelock::LockKey;
-use fencelock::postgres::advisory_lock_id;
+use fencelock::postgres::advisory_lock_id_in;
 use fencelock::postgres::sqlx::{self, Connection, PgConnection};
 use fencelock_testkit::postgres::PgSchema;
 
@@ -16,7 +16,7 @@ async fn inspect_shows_a_plain_sql_holder() {
     let schema = PgSchema::create().await;
     let spec = format!("{}?schema={}&backend=advisory", schema.url(), schema.name());
     let key = format!("inspect-unfenced/{}", schema.unique_id());
-    let id = advisory_lock_id(&LockKey::new(&key).unwrap());
+    let id = advisory_lock_id_in(schema.name(), &LockKey::new(&key).unwrap());
     let mut plain = PgConnection::connect_with(&fencelock_testkit::postgres::pg_options())
         .await
         .unwrap();

@@ -149,9 +149,10 @@ fn runs_never_overlap_on_redis() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_never_overlap_on_postgres() {
-    let schema = PgSchema::create().await;
     let dir = tempfile::tempdir().unwrap();
+    // A schema serves one lock mechanism: one schema per backend.
     for backend in ["lease", "advisory"] {
+        let schema = PgSchema::create().await;
         let spec = format!(
             "{}?schema={}&backend={backend}",
             schema.url(),
@@ -162,8 +163,8 @@ async fn runs_never_overlap_on_postgres() {
         tokio::task::spawn_blocking(move || never_overlap(&spec, &path))
             .await
             .unwrap();
+        schema.cleanup().await;
     }
-    schema.cleanup().await;
 }
 
 #[test]

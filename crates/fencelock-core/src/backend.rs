@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::capabilities::Capabilities;
-use crate::error::{Error, Result};
+use crate::error::{Error, LostReason, Result};
 use crate::fence::{FencingToken, OwnerId};
 use crate::key::LockKey;
 use crate::kinds::ReadPhase;
@@ -85,6 +85,18 @@ pub trait LockBackend: Send + Sync + Debug + 'static {
     /// The current holder, its token and remaining time, and the key's last token. During a
     /// read phase the holder is the phase's shared fence.
     async fn inspect(&self, key: &LockKey) -> Result<LockInfo>;
+
+    /// Completes when the backend learns, between renewals, that `lease` is lost (the session
+    /// holding it ended, say), with the reason; never completes while the lease may be held.
+    ///
+    /// A guard's supervisor awaits it beside the watchdog (on or off), so
+    /// [`LockGuard::lost`](crate::LockGuard::lost) fires and `is_held()` turns false as soon
+    /// as the backend knows, not at the next renewal or the deadline. The default never
+    /// completes: a backend without such news leaves loss to the renewals and the deadline.
+    async fn watch_lost(&self, lease: &Lease) -> LostReason {
+        let _ = lease;
+        std::future::pending().await
+    }
 
     /// Joins (or starts) the read phase of `key` as `reader`, without waiting. `Ok(None)`
     /// while an exclusive lease is valid. The lease carries the phase's shared token and
@@ -177,6 +189,9 @@ macro_rules! forward_lock_backend {
             }
             async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
                 (**self).inspect(key).await
+            }
+            async fn watch_lost(&self, lease: &Lease) -> LostReason {
+                (**self).watch_lost(lease).await
             }
             async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
                 (**self).advance_token(key, floor).await

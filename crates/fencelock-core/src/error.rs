@@ -164,6 +164,19 @@ pub enum Error {
         #[source]
         source: Option<BoxError>,
     },
+    /// The backend gave up an operation because it conflicted with a concurrent one (a
+    /// serialization failure or a deadlock, SQLSTATE `40001` / `40P01`): nothing was applied,
+    /// and the same call run again may succeed. Retryable.
+    #[error("{backend} conflict: {message}")]
+    Conflict {
+        /// The backend's name.
+        backend: &'static str,
+        /// What happened.
+        message: String,
+        /// The driver error, if any.
+        #[source]
+        source: Option<BoxError>,
+    },
     /// The backend does not offer this kind of lock or operation
     /// ([`Capabilities::kinds`](crate::Capabilities::kinds) says which it offers). Nothing was
     /// changed.
@@ -189,11 +202,15 @@ pub enum Error {
 
 impl Error {
     /// Whether trying the same call again later may succeed: time-outs, an unreachable backend,
-    /// a missed quorum. Input errors, lost leases and stale fences are not retryable.
+    /// a missed quorum, a conflict with a concurrent operation. Input errors, lost leases and
+    /// stale fences are not retryable.
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            Error::Timeout { .. } | Error::Unavailable { .. } | Error::QuorumFailed { .. }
+            Error::Timeout { .. }
+                | Error::Unavailable { .. }
+                | Error::QuorumFailed { .. }
+                | Error::Conflict { .. }
         )
     }
 
@@ -210,6 +227,7 @@ impl Error {
             Error::Stale { .. } => "stale",
             Error::QuorumFailed { .. } => "quorum_failed",
             Error::Unavailable { .. } => "unavailable",
+            Error::Conflict { .. } => "conflict",
             Error::Unsupported { .. } => "unsupported",
             Error::Backend { .. } => "backend",
         }

@@ -10,11 +10,18 @@ use tracing::Instrument;
 use crate::error::{Error, LostReason};
 use crate::held::{Held, Renewal};
 
-/// Watches `held` until it is lost; renews it if `renew`.
+/// Watches `held` until it is lost; renews it if `renew`. A loss the backend reports between
+/// renewals ([`LockBackend::watch_lost`](crate::LockBackend::watch_lost)) fires the lost signal
+/// at once.
 pub(crate) async fn supervise(held: Arc<Held>, renew: bool) {
+    let lease = held.lease();
     tokio::select! {
         _ = held.lost.cancelled() => {}
         _ = watch(&held, renew) => {}
+        reason = held.backend.watch_lost(&lease) => {
+            tracing::debug!(key = %lease.key, %reason, "lease lost, as the backend reported");
+            held.mark_lost(reason);
+        }
     }
 }
 

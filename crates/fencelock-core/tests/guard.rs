@@ -223,3 +223,27 @@ async fn the_shortest_accepted_ttl_gives_a_valid_lease_and_a_watchdog_that_pause
         guard.release().await.unwrap();
     }
 }
+
+/// A loss the backend reports between renewals (its session ended) fires `lost()` at once,
+/// with the watchdog off and the deadline an hour away.
+#[tokio::test(start_paused = true)]
+async fn a_loss_the_backend_reports_fires_lost_without_a_renewal() {
+    let backend = Arc::new(Delayed::default());
+    let locker = Locker::new(backend.clone());
+    let guard = locker
+        .lock("watched")
+        .ttl(Duration::from_secs(3600))
+        .watchdog(false)
+        .await
+        .unwrap();
+    let lost = guard.lost();
+    sleep(Duration::from_secs(1)).await;
+    assert!(guard.is_held());
+    backend.session_ended.notify_waiters();
+    let reason = timeout(Duration::from_millis(1), lost)
+        .await
+        .expect("lost() did not fire when the backend reported the loss");
+    assert_eq!(reason, LostReason::SessionEnded);
+    assert!(!guard.is_held());
+    assert_eq!(backend.extends.load(Ordering::SeqCst), 0);
+}

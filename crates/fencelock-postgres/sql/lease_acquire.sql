@@ -1,4 +1,4 @@
--- $1 key, $2 owner, $3 ttl in microseconds.
+-- $1 key, $2 owner, $3 ttl in microseconds, $4 lock_timeout in ms.
 -- Bumps the key's counter only when no live lease exists, then writes the lease. The final
 -- ON CONFLICT ... WHERE re-checks expiry against the latest committed row, so two racing
 -- acquirers can never both be granted; the loser of such a race may leave a gap in the
@@ -11,8 +11,14 @@
 -- Returns the token when granted; otherwise `live` (NULL: no live epoch, the volatile state
 -- was lost) and `exhausted` (the key's counter is used up in the live epoch) say whether the
 -- caller must start a new epoch (fencelock_new_epoch) and try again.
-WITH live AS (
-    SELECT e.epoch FROM {schema}.fencelock_epoch_live e WHERE e.one
+-- `bounded` sets lock_timeout for this statement's transaction only, before any row lock is
+-- waited for: a grant behind a transaction holding the key's rows gives up (SQLSTATE 55P03,
+-- "held") instead of waiting on the server after the client gave up. One statement, so it
+-- also holds behind a transaction-mode pooler.
+WITH bounded AS (
+    SELECT set_config('lock_timeout', $4, true)
+), live AS (
+    SELECT e.epoch FROM {schema}.fencelock_epoch_live e, bounded WHERE e.one
 ), free AS (
     SELECT live.epoch FROM live
      WHERE NOT EXISTS (

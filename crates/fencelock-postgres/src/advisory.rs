@@ -1,7 +1,7 @@
 //! `PgAdvisoryBackend`: session advisory locks on connections held for the life of a lease.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -12,21 +12,25 @@ use fencelock_core::{
 use sqlx::pool::PoolConnection;
 use sqlx::{PgConnection, Postgres};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::PgDatabase;
 use crate::codec::{micros, millis_setting, owner_bytes, token_param};
 use crate::epoch::{self, Grant};
 use crate::error::timed;
 use crate::exec::{Arg, Protocol};
-use crate::hash::advisory_lock_id;
 use crate::lease_table::{advance_token, lock_info};
+use crate::{PgBackendKind, PgDatabase};
 
 const BACKEND: &str = "pg-advisory";
 /// `idle_session_timeout` is a 32-bit count of milliseconds (about 24.8 days).
 const MAX_TTL: Duration = Duration::from_secs(24 * 24 * 3600);
 /// How long after its last known deadline an abandoned lease's connection is closed.
 const ABANDONED_GRACE: Duration = Duration::from_secs(1);
+/// The longest pause of the session watch between two pings of a holding session.
+const WATCH_EVERY: Duration = Duration::from_millis(500);
+/// The shortest pause of the session watch (leases with a short ttl).
+const WATCH_AT_LEAST: Duration = Duration::from_millis(50);
 
 /// Locks as Postgres session advisory locks (`pg_try_advisory_lock(bigint)`).
 ///
@@ -37,8 +41,8 @@ const ABANDONED_GRACE: Duration = Duration::from_secs(1);
 /// session that re-arms the time-out; [`release`](LockBackend::release) unlocks and hands the
 /// connection back. Needs PostgreSQL 14 or newer.
 ///
-/// Keys map to lock ids with [`advisory_lock_id`]: `#402` is the raw id 402, any other key is
-/// hashed. So a lock taken here excludes `SELECT pg_advisory_lock(402)` in any other client,
+/// Keys map to lock ids with [`PgDatabase::advisory_lock_id`]: `#402` is the raw id 402, any
+/// other key is hashed together with the schema. So a lock taken here excludes `SELECT pg_advisory_lock(402)` in any other client,
 /// and [`PgStorage::transaction`](crate::PgStorage::transaction) on the same key.
 ///
 /// Tokens come from the same never-deleted counter rows as [`PgLeaseBackend`](crate::PgLeaseBackend),
@@ -66,6 +70,21 @@ struct Held {
     holder: tokio::sync::Mutex<Option<Holder>>,
     /// When the server will end the session if nothing is sent on it.
     deadline: Mutex<Instant>,
+    /// Cancelled when this process learns the lease is gone (the session ended, its deadline
+    /// passed, the database was closed), for [`LockBackend::watch_lost`].
+    lost: CancellationToken,
+    reason: OnceLock<LostReason>,
+}
+
+impl Held {
+    fn deadline(&self) -> Instant {
+        *self.deadline.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn mark_lost(&self, reason: LostReason) {
+        let _ = self.reason.set(reason);
+        self.lost.cancel();
+    }
 }
 
 /// A connection holding (or about to hold) an advisory lock. Dropping it closes the
@@ -152,16 +171,86 @@ impl PgAdvisoryBackend {
             let mut map = self.held_map();
             let expired: Vec<LeaseId> = map
                 .iter()
-                .filter(|(_, held)| {
-                    let deadline = *held.deadline.lock().unwrap_or_else(PoisonError::into_inner);
-                    deadline + ABANDONED_GRACE < now
-                })
+                .filter(|(_, held)| held.deadline() + ABANDONED_GRACE < now)
                 .map(|(id, _)| id.clone())
                 .collect();
             expired.iter().filter_map(|id| map.remove(id)).collect()
         };
         // Dropping the last reference closes the connection.
         drop(abandoned);
+    }
+
+    /// Forgets `id` if it is still `held`'s entry.
+    fn forget(&self, id: &LeaseId, held: &Arc<Held>) {
+        let mut map = self.held_map();
+        if map.get(id).is_some_and(|entry| Arc::ptr_eq(entry, held)) {
+            map.remove(id);
+        }
+    }
+
+    /// The session watch of one lease: until the lease is released or lost, pings its session
+    /// every `every` (the pause is a quarter of the ttl, within [`WATCH_AT_LEAST`] and
+    /// [`WATCH_EVERY`]) and, the moment a ping fails, closes the connection and reports the
+    /// lease lost, so the guard learns within a pause and a round trip that the session ended
+    /// (`pg_terminate_backend`, a reset connection, a server restart). Also closes the session
+    /// past its deadline, and at once when the database is closed.
+    ///
+    /// Each ping sets `idle_session_timeout` to the time left until the deadline, so watching
+    /// never prolongs the lease: a silent or paused holder's session still ends when its ttl
+    /// runs out.
+    async fn watch_session(self, id: LeaseId, held: Weak<Held>, every: Duration) {
+        let closing = self.db.closing();
+        loop {
+            let closed = tokio::select! {
+                _ = tokio::time::sleep(every) => false,
+                _ = closing.cancelled() => true,
+            };
+            let Some(held) = held.upgrade() else { return };
+            if held.lost.is_cancelled() {
+                return;
+            }
+            let mut slot = if closed {
+                held.holder.lock().await
+            } else {
+                match held.holder.try_lock() {
+                    Ok(slot) => slot,
+                    // An extend or a release is using the session: it finds out for itself.
+                    Err(_) => continue,
+                }
+            };
+            let Some(holder) = slot.as_mut() else { return };
+            let left = held.deadline().saturating_duration_since(Instant::now());
+            let reason = if closed {
+                LostReason::SessionEnded
+            } else if left.is_zero() {
+                LostReason::DeadlinePassed
+            } else {
+                let ping: Result<Option<String>> = async {
+                    timed(
+                        BACKEND,
+                        self.timeout(),
+                        sqlx::query_scalar(self.db.sql().advisory_ping.text())
+                            .bind(millis_setting(left))
+                            .fetch_one(holder.conn()?),
+                    )
+                    .await
+                }
+                .await;
+                match ping {
+                    Ok(_) => continue,
+                    Err(error) => {
+                        tracing::debug!(key = %id.0, %error, "holder session ended");
+                        LostReason::SessionEnded
+                    }
+                }
+            };
+            // Closing the connection frees the lock if the session still had it.
+            slot.take();
+            drop(slot);
+            self.forget(&id, &held);
+            held.mark_lost(reason);
+            return;
+        }
     }
 }
 
@@ -184,8 +273,9 @@ impl LockBackend for PgAdvisoryBackend {
     async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
         validate_ttl(ttl, &self.capabilities())?;
         self.db.advisory_allowed().await?;
+        self.db.serves(PgBackendKind::Advisory).await?;
         self.sweep_abandoned();
-        let lock_id = advisory_lock_id(key);
+        let lock_id = self.db.advisory_lock_id(key);
         let span = tracing::debug_span!(
             "fencelock.pg.acquire",
             backend = BACKEND,
@@ -238,8 +328,17 @@ impl LockBackend for PgAdvisoryBackend {
                         let held = Arc::new(Held {
                             holder: tokio::sync::Mutex::new(Some(holder)),
                             deadline: Mutex::new(replied_at + ttl),
+                            lost: CancellationToken::new(),
+                            reason: OnceLock::new(),
                         });
-                        self.held_map().insert(lease_id(&lease), held);
+                        let id = lease_id(&lease);
+                        let watch = self.clone().watch_session(
+                            id.clone(),
+                            Arc::downgrade(&held),
+                            (ttl / 4).clamp(WATCH_AT_LEAST, WATCH_EVERY),
+                        );
+                        self.held_map().insert(id, held);
+                        tokio::spawn(watch.in_current_span());
                         tracing::debug!(token = token.get(), outcome = "granted", "acquired");
                         return Ok(Some(lease));
                     }
@@ -290,7 +389,8 @@ impl LockBackend for PgAdvisoryBackend {
             };
             let mut slot = held.holder.lock().await;
             let Some(holder) = slot.as_mut() else {
-                return Err(Error::lease_lost(&lease.key, LostReason::NotHeld));
+                let reason = held.reason.get().copied().unwrap_or(LostReason::NotHeld);
+                return Err(Error::lease_lost(&lease.key, reason));
             };
             let sent_at = Instant::now();
             let outcome: Result<Option<Option<String>>> = async {
@@ -321,14 +421,16 @@ impl LockBackend for PgAdvisoryBackend {
                 Ok(None) => {
                     // The session lives but no longer records this lease as holder.
                     slot.take();
-                    self.held_map().remove(&id);
+                    self.forget(&id, &held);
+                    held.mark_lost(LostReason::Superseded);
                     Err(Error::lease_lost(&lease.key, LostReason::Superseded))
                 }
                 Err(error) => {
                     tracing::debug!(%error, "holder session failed");
                     // Closing the session frees the lock, so the lease is gone either way.
                     slot.take();
-                    self.held_map().remove(&id);
+                    self.forget(&id, &held);
+                    held.mark_lost(LostReason::SessionEnded);
                     Err(Error::lease_lost(&lease.key, LostReason::SessionEnded))
                 }
             }
@@ -356,7 +458,7 @@ impl LockBackend for PgAdvisoryBackend {
                     BACKEND,
                     self.timeout(),
                     sqlx::query_as(self.db.sql().advisory_release.text())
-                        .bind(advisory_lock_id(&lease.key))
+                        .bind(self.db.advisory_lock_id(&lease.key))
                         .bind(lease.key.as_str())
                         .bind(&owner_bytes(lease.owner)[..])
                         .bind(token_param(BACKEND, lease.token)?)
@@ -398,7 +500,7 @@ impl LockBackend for PgAdvisoryBackend {
                     self.db.sql().advisory_held.scalar_one(
                         protocol,
                         self.db.pool(),
-                        &[Arg::Int8(advisory_lock_id(key))],
+                        &[Arg::Int8(self.db.advisory_lock_id(key))],
                     ),
                 )
                 .await?;
@@ -430,7 +532,10 @@ impl LockBackend for PgAdvisoryBackend {
             self.db.sql().advisory_inspect.fetch_one(
                 protocol,
                 self.db.pool(),
-                &[Arg::Text(key.as_str()), Arg::Int8(advisory_lock_id(key))],
+                &[
+                    Arg::Text(key.as_str()),
+                    Arg::Int8(self.db.advisory_lock_id(key)),
+                ],
             ),
         )
         .await?;
@@ -443,6 +548,19 @@ impl LockBackend for PgAdvisoryBackend {
             });
         }
         Ok(info)
+    }
+
+    /// Completes when the session watch (or a failed extend) finds the lease's session gone:
+    /// see [`PgAdvisoryBackend`]'s session watch.
+    async fn watch_lost(&self, lease: &Lease) -> LostReason {
+        let Some(held) = self.held_map().get(&lease_id(lease)).cloned() else {
+            return LostReason::NotHeld;
+        };
+        held.lost.cancelled().await;
+        held.reason
+            .get()
+            .copied()
+            .unwrap_or(LostReason::SessionEnded)
     }
 
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {

@@ -15,6 +15,10 @@ pub const DEFAULT_SCHEMA: &str = "fencelock";
 /// `fencelock_<schema>` stays within Postgres' 63-byte identifier limit.
 pub const MAX_SCHEMA_LEN: usize = 48;
 
+/// How long a transaction of [`PgStorage::transaction`](crate::PgStorage::transaction) may sit
+/// idle before the server ends it, unless configured ([`PgConfig::idle_in_transaction_timeout`]).
+pub const DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The port used when a URL names none.
 pub const DEFAULT_PORT: u16 = 5432;
 
@@ -150,12 +154,14 @@ impl FromStr for PgBackendKind {
 /// The URL grammar (`from_url` / `to_url`):
 ///
 /// ```text
-/// postgres[ql]://[user[:password]@]host[:port][/database][?backend=lease|advisory][&schema=name][&pooler=detect|none|transaction][&<driver options>]
+/// postgres[ql]://[user[:password]@]host[:port][/database][?backend=lease|advisory][&schema=name][&pooler=detect|none|transaction][&idle_in_transaction_timeout=30s][&<driver options>]
 /// ```
 ///
 /// - `backend` chooses the lock backend ([`PgBackendKind`], default `lease`);
 /// - `pooler` says whether the connections go through a transaction-mode pooler such as
 ///   PgBouncer ([`PgPooler`], default `detect`);
+/// - `idle_in_transaction_timeout` bounds how long a transaction may sit idle
+///   ([`idle_in_transaction_timeout`](Self::idle_in_transaction_timeout), default 30 s);
 /// - `schema` names the schema of fencelock's tables (default `fencelock`; see
 ///   [`schema`](Self::schema) for the allowed names);
 /// - driver options are passed to `sqlx` and kept as written: `sslmode`, `sslrootcert`,
@@ -194,6 +200,7 @@ pub struct PgConfig {
     pub(crate) pool_size: u32,
     pub(crate) holder_pool_size: u32,
     pub(crate) operation_timeout: Duration,
+    pub(crate) idle_in_transaction_timeout: Duration,
     pub(crate) migrate: bool,
 }
 
@@ -208,6 +215,7 @@ impl PartialEq for PgConfig {
             && self.pool_size == other.pool_size
             && self.holder_pool_size == other.holder_pool_size
             && self.operation_timeout == other.operation_timeout
+            && self.idle_in_transaction_timeout == other.idle_in_transaction_timeout
             && self.migrate == other.migrate
     }
 }
@@ -223,6 +231,10 @@ impl fmt::Debug for PgConfig {
             .field("pool_size", &self.pool_size)
             .field("holder_pool_size", &self.holder_pool_size)
             .field("operation_timeout", &self.operation_timeout)
+            .field(
+                "idle_in_transaction_timeout",
+                &self.idle_in_transaction_timeout,
+            )
             .field("migrate", &self.migrate)
             .finish()
     }
@@ -281,6 +293,7 @@ impl PgConfig {
         let mut backend = None;
         let mut schema = None;
         let mut pooler = None;
+        let mut idle = None;
         let mut driver = Vec::new();
         for (name, value) in parsed.query_pairs() {
             match &*name {
@@ -290,7 +303,10 @@ impl PgConfig {
                     schema = Some(value.into_owned());
                 }
                 "pooler" if pooler.is_none() => pooler = Some(value.parse()?),
-                "backend" | "schema" | "pooler" => {
+                IDLE_IN_TRANSACTION if idle.is_none() => {
+                    idle = Some(parse_duration(IDLE_IN_TRANSACTION, &value)?);
+                }
+                "backend" | "schema" | "pooler" | IDLE_IN_TRANSACTION => {
                     return Err(Error::config(format!(
                         "Postgres URL {shown} repeats option `{name}`"
                     )));
@@ -306,7 +322,8 @@ impl PgConfig {
                 other => {
                     return Err(Error::config(format!(
                         "Postgres URL {shown}: unknown option `{other}` (fencelock reads \
-                         `backend`, `schema` and `pooler`; the driver reads {})",
+                         `backend`, `schema`, `pooler` and `{IDLE_IN_TRANSACTION}`; the driver \
+                         reads {})",
                         DRIVER_OPTIONS.join(", ")
                     )));
                 }
@@ -322,6 +339,7 @@ impl PgConfig {
             backend: backend.unwrap_or_default(),
             schema: schema.unwrap_or_else(|| DEFAULT_SCHEMA.to_owned()),
             pooler: pooler.unwrap_or_default(),
+            idle_in_transaction_timeout: idle.unwrap_or(DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT),
             ..Self::defaults(PgConnectOptions::new_without_pgpass())
         })
     }
@@ -359,6 +377,7 @@ impl PgConfig {
             pool_size: 10,
             holder_pool_size: 64,
             operation_timeout: Duration::from_secs(5),
+            idle_in_transaction_timeout: DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT,
             migrate: true,
         }
     }
@@ -394,6 +413,10 @@ impl PgConfig {
         }
         if self.pooler != PgPooler::default() {
             pairs.push(("pooler", self.pooler.as_str()));
+        }
+        let idle = format!("{}ms", self.idle_in_transaction_timeout.as_millis());
+        if self.idle_in_transaction_timeout != DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT {
+            pairs.push((IDLE_IN_TRANSACTION, &idle));
         }
         if !pairs.is_empty() {
             url.query_pairs_mut().extend_pairs(pairs);
@@ -514,6 +537,18 @@ impl PgConfig {
         self
     }
 
+    /// How long a transaction of [`PgStorage::transaction`](crate::PgStorage::transaction) may
+    /// sit idle (the client sending nothing: paused, stuck, waiting on something else) before
+    /// the server ends its session, rolling it back and freeing its lock (default
+    /// [`DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT`], 30 s; zero: never). In the URL:
+    /// `?idle_in_transaction_timeout=30s` (a whole number of `ms`, `s` or `min`). Set as
+    /// `idle_in_transaction_session_timeout` for that transaction only; TCP keepalives cannot
+    /// do this, since a paused process's kernel still answers them. Whole milliseconds.
+    pub fn idle_in_transaction_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_in_transaction_timeout = timeout;
+        self
+    }
+
     /// Whether [`connect`](Self::connect) creates the schema and applies the embedded
     /// migrations (default `true`). Turn it off when an operator applies them.
     pub fn run_migrations(mut self, migrate: bool) -> Self {
@@ -525,6 +560,39 @@ impl PgConfig {
     pub fn connect_options(&self) -> &PgConnectOptions {
         &self.options
     }
+}
+
+/// The URL option of [`PgConfig::idle_in_transaction_timeout`].
+const IDLE_IN_TRANSACTION: &str = "idle_in_transaction_timeout";
+
+/// A duration option: a whole number followed by `ms`, `s` or `min`.
+fn parse_duration(option: &str, text: &str) -> Result<Duration> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let count: u64 = digits.parse().map_err(|_| {
+        Error::config(format!(
+            "option `{option}`: {text:?} is not a duration (write 500ms, 30s or 2min)"
+        ))
+    })?;
+    let duration = match unit {
+        "ms" => Duration::from_millis(count),
+        "s" => Duration::from_secs(count),
+        "min" => Duration::from_secs(count.saturating_mul(60)),
+        _ => {
+            return Err(Error::config(format!(
+                "option `{option}`: {text:?} has no unit ms, s or min (write 500ms, 30s or 2min)"
+            )));
+        }
+    };
+    // idle_in_transaction_session_timeout is a 32-bit count of milliseconds.
+    if duration.as_millis() > i32::MAX as u128 {
+        return Err(Error::config(format!(
+            "option `{option}`: {text:?} is longer than PostgreSQL accepts (about 24 days)"
+        )));
+    }
+    Ok(duration)
 }
 
 /// `-c name=value` style startup parameters: `options[statement_timeout]=5s`.
@@ -739,6 +807,8 @@ mod tests {
             "postgres://h:6432/db?pooler=transaction",
             "postgres://h/db?backend=advisory&pooler=none&schema=s",
             "postgres://h/db?pooler=detect",
+            "postgres://h/db?idle_in_transaction_timeout=1500ms",
+            "postgres://h/db?idle_in_transaction_timeout=0ms",
         ] {
             let config = PgConfig::from_url(url).unwrap();
             let again = PgConfig::from_url(&config.to_url()).unwrap();
@@ -747,6 +817,17 @@ mod tests {
         }
         let config = PgConfig::from_url("postgres://h/db?backend=lease&schema=fencelock").unwrap();
         assert_eq!(config, PgConfig::from_url("postgres://h/db").unwrap());
+        let config =
+            PgConfig::from_url("postgres://h/db?idle_in_transaction_timeout=2min").unwrap();
+        assert_eq!(config.idle_in_transaction_timeout, Duration::from_secs(120));
+        assert_eq!(
+            config.to_url(),
+            "postgres://h/db?idle_in_transaction_timeout=120000ms"
+        );
+        assert_eq!(
+            PgConfig::from_url("postgres://h/db?idle_in_transaction_timeout=30s").unwrap(),
+            PgConfig::from_url("postgres://h/db").unwrap()
+        );
     }
 
     #[test]
@@ -797,6 +878,34 @@ mod tests {
             (
                 "postgres://db/test?backend=",
                 "unknown Postgres backend \"\"",
+            ),
+            (
+                "postgres://db/test?backend=Advisory",
+                "unknown Postgres backend \"Advisory\"",
+            ),
+            (
+                "postgres://db/test?backend=leases",
+                "unknown Postgres backend \"leases\"",
+            ),
+            (
+                "postgres://db/test?backend=advisory%20",
+                "unknown Postgres backend \"advisory \"",
+            ),
+            (
+                "postgres://db/test?idle_in_transaction_timeout=30",
+                "has no unit ms, s or min",
+            ),
+            (
+                "postgres://db/test?idle_in_transaction_timeout=1h",
+                "has no unit ms, s or min",
+            ),
+            (
+                "postgres://db/test?idle_in_transaction_timeout=-1s",
+                "is not a duration",
+            ),
+            (
+                "postgres://db/test?idle_in_transaction_timeout=100000000s",
+                "longer than PostgreSQL accepts",
             ),
             (
                 "postgres://db/test?backend=lease&backend=advisory",

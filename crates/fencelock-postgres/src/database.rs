@@ -4,14 +4,16 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_core::{Error, LockBackend, Result};
+use fencelock_core::{Error, LockBackend, LockKey, Result};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Executor, PgConnection, PgPool};
 use tokio::sync::OnceCell;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::error::{map_sqlx_error, timed};
 use crate::exec::{Arg, Protocol, Sql};
+use crate::hash::advisory_lock_id_in;
 use crate::statements::{Statements, quote_ident};
 use crate::wakeups::Wakeups;
 use crate::{
@@ -45,6 +47,11 @@ impl PgConfig {
         if self.operation_timeout.is_zero() {
             return Err(Error::config("operation timeout must be greater than zero"));
         }
+        if self.idle_in_transaction_timeout.as_millis() > i32::MAX as u128 {
+            return Err(Error::config(
+                "idle_in_transaction_timeout is longer than PostgreSQL accepts (about 24 days)",
+            ));
+        }
         let mut options = self.options.clone();
         if options.get_application_name().is_none() {
             options = options.application_name("fencelock");
@@ -60,6 +67,7 @@ impl PgConfig {
             Settings {
                 backend: self.backend,
                 timeout: self.operation_timeout,
+                idle_in_transaction: self.idle_in_transaction_timeout,
                 holder_pool_size: self.holder_pool_size,
                 token_pool_size: self.pool_size,
                 owns_pool: true,
@@ -118,6 +126,7 @@ pub(crate) fn advisory_behind_pooler(pooler: PgPooler) -> Error {
 struct Settings {
     backend: PgBackendKind,
     timeout: Duration,
+    idle_in_transaction: Duration,
     holder_pool_size: u32,
     token_pool_size: u32,
     owns_pool: bool,
@@ -147,10 +156,15 @@ struct Inner {
     backend: PgBackendKind,
     channel: String,
     timeout: Duration,
+    idle_in_transaction: Duration,
     owns_pool: bool,
+    /// Cancelled by [`PgDatabase::close`]: the session watches close their held sessions.
+    closing: CancellationToken,
     pooler: PgPooler,
     /// The protocol fencelock's statements use, once known (see [`PgPooler`]).
     protocol: OnceCell<Protocol>,
+    /// The schema's lock mechanism, once known (recorded by its first grant).
+    mechanism: OnceCell<PgBackendKind>,
     wakeups: OnceCell<Wakeups>,
 }
 
@@ -201,6 +215,7 @@ impl PgDatabase {
             Settings {
                 backend: PgBackendKind::default(),
                 timeout,
+                idle_in_transaction: crate::config::DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT,
                 holder_pool_size: 64,
                 token_pool_size,
                 owns_pool: false,
@@ -235,9 +250,12 @@ impl PgDatabase {
                 sql,
                 backend: settings.backend,
                 timeout: settings.timeout,
+                idle_in_transaction: settings.idle_in_transaction,
                 owns_pool: settings.owns_pool,
+                closing: CancellationToken::new(),
                 pooler: settings.pooler,
                 protocol: known(settings.pooler),
+                mechanism: OnceCell::new(),
                 wakeups: OnceCell::new(),
             }),
         })
@@ -259,12 +277,49 @@ impl PgDatabase {
                 backend: inner.backend,
                 channel: inner.channel.clone(),
                 timeout: inner.timeout,
+                idle_in_transaction: inner.idle_in_transaction,
                 owns_pool: inner.owns_pool,
+                closing: inner.closing.clone(),
                 pooler,
                 protocol: known(pooler),
+                mechanism: OnceCell::new(),
                 wakeups: OnceCell::new(),
             }),
         }
+    }
+
+    /// The same database, its transactions ([`PgStorage::transaction`]) ended by the server
+    /// when idle in the transaction for longer than `timeout` (zero: never); see
+    /// [`PgConfig::idle_in_transaction_timeout`]. For [`from_pool`](Self::from_pool), where
+    /// there is no URL; call it before anything else uses the database.
+    pub fn with_idle_in_transaction_timeout(self, timeout: Duration) -> Self {
+        let inner = &self.inner;
+        PgDatabase {
+            inner: Arc::new(Inner {
+                pool: inner.pool.clone(),
+                holders: inner.holders.clone(),
+                tokens: inner.tokens.clone(),
+                options: inner.options.clone(),
+                schema: inner.schema.clone(),
+                sql: inner.sql.clone(),
+                backend: inner.backend,
+                channel: inner.channel.clone(),
+                timeout: inner.timeout,
+                idle_in_transaction: timeout,
+                owns_pool: inner.owns_pool,
+                closing: inner.closing.clone(),
+                pooler: inner.pooler,
+                protocol: known(inner.pooler),
+                mechanism: OnceCell::new(),
+                wakeups: OnceCell::new(),
+            }),
+        }
+    }
+
+    /// How long a transaction may sit idle before the server ends it
+    /// ([`PgConfig::idle_in_transaction_timeout`]; zero: never).
+    pub fn idle_in_transaction_timeout(&self) -> Duration {
+        self.inner.idle_in_transaction
     }
 
     /// The pooler setting this database was made with ([`PgPooler`]).
@@ -306,6 +361,67 @@ impl PgDatabase {
         self.inner.protocol.get().copied()
     }
 
+    /// `Ok` if this schema serves `kind`'s grants: its recorded mechanism is `kind`, or none
+    /// was recorded and `kind` is recorded now. Otherwise [`Error::InvalidConfig`] naming the
+    /// schema and the mechanism it is bound to: holders of the lease backend and of the
+    /// advisory backend do not see each other, so one schema serves one of them (DESIGN 5.3).
+    pub(crate) async fn serves(&self, kind: PgBackendKind) -> Result<()> {
+        let bound = *self
+            .inner
+            .mechanism
+            .get_or_try_init(|| async {
+                // Once per database: nothing to gain from preparing it (and a prepared
+                // statement here would be one more name for a misconfigured pooler to clash
+                // on). No row only when another process recorded one after this statement's
+                // snapshot: the second time sees it.
+                for _ in 0..2 {
+                    let mechanism: Option<String> = timed(
+                        BACKEND,
+                        self.inner.timeout,
+                        self.inner.sql.mechanism_bind.scalar_optional(
+                            Protocol::Simple,
+                            &self.inner.pool,
+                            &[Arg::Text(kind.as_str())],
+                        ),
+                    )
+                    .await?;
+                    if let Some(mechanism) = mechanism {
+                        return mechanism.parse::<PgBackendKind>();
+                    }
+                }
+                Err(crate::error::protocol(
+                    BACKEND,
+                    "the schema's lock mechanism could not be read",
+                ))
+            })
+            .await?;
+        self.check_mechanism(bound, kind)
+    }
+
+    /// The mechanism this schema is bound to, if this process already knows it.
+    pub(crate) fn known_mechanism(&self) -> Option<PgBackendKind> {
+        self.inner.mechanism.get().copied()
+    }
+
+    /// Records what a statement found the schema bound to.
+    pub(crate) fn learned_mechanism(&self, bound: PgBackendKind) {
+        let _ = self.inner.mechanism.set(bound);
+    }
+
+    fn check_mechanism(&self, bound: PgBackendKind, kind: PgBackendKind) -> Result<()> {
+        if bound == kind {
+            return Ok(());
+        }
+        let schema = &self.inner.schema;
+        Err(Error::config(format!(
+            "schema {schema:?} is bound to the {bound} lock mechanism (recorded in \
+             {schema}.fencelock_mechanism by its first grant), so the {kind} backend refuses \
+             to grant there: holders of the two would not exclude each other. Use \
+             backend={bound} or another schema (to switch this one, delete that row while no \
+             lock is held)"
+        )))
+    }
+
     /// `Ok` unless the connections go through a transaction-mode pooler, where the advisory
     /// backend cannot hold a lock.
     pub(crate) async fn advisory_allowed(&self) -> Result<()> {
@@ -318,6 +434,14 @@ impl PgDatabase {
     /// The schema that holds fencelock's tables.
     pub fn schema(&self) -> &str {
         &self.inner.schema
+    }
+
+    /// The advisory-lock id of `key` for this installation ([`advisory_lock_id_in`] with this
+    /// database's schema): what [`PgAdvisoryBackend`] and transactions lock. Raw `#<i64>` keys
+    /// are their id in every schema; other keys are hashed with the schema, so installations
+    /// in different schemas of one database never contend.
+    pub fn advisory_lock_id(&self, key: &LockKey) -> i64 {
+        advisory_lock_id_in(&self.inner.schema, key)
     }
 
     /// The pool fencelock runs its statements on (the application's, with
@@ -371,14 +495,21 @@ impl PgDatabase {
 
     /// Closes fencelock's pools: its own pool (not the application's, with
     /// [`from_pool`](Self::from_pool)) and the advisory holders' sessions, which frees their
-    /// locks, and the transaction API's token connections. Calls made afterwards fail with
-    /// [`Error::Unavailable`].
+    /// locks: leases still held are closed (their guards' `lost()` fires), so this never waits
+    /// for a holder to release; and the transaction API's token connections. Calls made
+    /// afterwards fail with [`Error::Unavailable`].
     pub async fn close(&self) {
+        self.inner.closing.cancel();
         self.inner.holders.close().await;
         self.inner.tokens.close().await;
         if self.inner.owns_pool {
             self.inner.pool.close().await;
         }
+    }
+
+    /// Cancelled once [`close`](Self::close) was called.
+    pub(crate) fn closing(&self) -> CancellationToken {
+        self.inner.closing.clone()
     }
 
     pub(crate) fn holders(&self) -> &PgPool {

@@ -13,6 +13,9 @@ use crate::fence::{STALE_SQLSTATE, stale_from_detail};
 /// - I/O, TLS, pool time-outs, a closed pool, and server errors that mean the connection is
 ///   gone or refused (SQLSTATE class `08`, `53300`, `57P01`..`57P05`) are
 ///   [`Error::Unavailable`] (retryable).
+/// - A serialization failure or a deadlock (SQLSTATE `40001`, `40P01`) is
+///   [`Error::Conflict`] (retryable): the server rolled the transaction back and nothing of it
+///   was applied.
 /// - A malformed URL or option is [`Error::InvalidConfig`].
 /// - A fence refused by `fencelock_admit` or a row guard (SQLSTATE
 ///   [`STALE_SQLSTATE`](crate::STALE_SQLSTATE)) is [`Error::Stale`] with the presented and the
@@ -51,7 +54,13 @@ pub fn map_sqlx_error(backend: &'static str, error: sqlx::Error) -> Error {
             if prepared_statement_lost(&code, db.message()) {
                 message.push_str(POOLER_HINT);
             }
-            if connection_gone(&code) {
+            if conflict(&code) {
+                Error::Conflict {
+                    backend,
+                    message,
+                    source: Some(Box::new(error)),
+                }
+            } else if connection_gone(&code) {
                 Error::Unavailable {
                     backend,
                     message,
@@ -90,6 +99,12 @@ const POOLER_HINT: &str = " (prepared statements do not survive between transact
 /// sqlx's naming: what sqlx's statement cache meets when its server session changes under it.
 fn prepared_statement_lost(code: &str, message: &str) -> bool {
     matches!(code, "42P05" | "26000" | "08P01") && message.contains("prepared statement \"sqlx_s_")
+}
+
+/// A serialization failure (`40001`) or a deadlock (`40P01`): the server rolled the
+/// transaction back because of a concurrent one, and running it again may succeed.
+fn conflict(code: &str) -> bool {
+    matches!(code, "40001" | "40P01")
 }
 
 /// SQLSTATEs meaning the session is gone or could not be opened: the server may be back later.

@@ -10,14 +10,21 @@ use fencelock_core::{
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::PgDatabase;
-use crate::codec::{fence_from, micros, owner_bytes, remaining, token_param};
+use crate::codec::{fence_from, micros, millis_setting, owner_bytes, remaining, token_param};
 use crate::epoch::{self, Grant};
-use crate::error::timed;
+use crate::error::{map_sqlx_error, sqlstate, timed, timed_out};
 use crate::exec::{Arg, Protocol};
+use crate::{PgBackendKind, PgDatabase};
 
 const BACKEND: &str = "pg-lease";
 const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+/// The longest a grant waits for a row lock of its key (`lock_timeout`, set for that
+/// statement only): a transaction of the transaction API holding the key, or a slow
+/// concurrent grant. Past it the try reports the key held, and nothing is left waiting on the
+/// server.
+const LEASE_LOCK_WAIT: Duration = Duration::from_millis(500);
+/// SQLSTATE of a lock wait cut short by `lock_timeout`.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
 
 /// Locks as rows of a lease table, expired by the server's clock (`clock_timestamp()`).
 ///
@@ -69,6 +76,12 @@ impl PgLeaseBackend {
     fn timeout(&self) -> Duration {
         self.db.operation_timeout()
     }
+
+    /// How long a grant may wait for a row lock of its key ([`LEASE_LOCK_WAIT`], and never
+    /// more than half the per-call time-out, so the server gives up before the client).
+    fn lock_wait(&self) -> Duration {
+        LEASE_LOCK_WAIT.min(self.timeout() / 2)
+    }
 }
 
 #[async_trait]
@@ -99,25 +112,41 @@ impl LockBackend for PgLeaseBackend {
         let span = tracing::debug_span!("fencelock.pg.acquire", backend = BACKEND, key = %key);
         async {
             let protocol = self.db.protocol().await?;
+            self.db.serves(PgBackendKind::Lease).await?;
             let owner = OwnerId::random();
             let owner_bytes = owner_bytes(owner);
+            let lock_wait = millis_setting(self.lock_wait());
             let args = [
                 Arg::Text(key.as_str()),
                 Arg::Bytea(&owner_bytes),
                 Arg::Float8(micros(ttl)),
+                Arg::Text(&lock_wait),
             ];
             let mut granted = None;
             for _ in 0..epoch::TRIES {
                 let sent_at = Instant::now();
-                let (token, live, exhausted): (Option<i64>, Option<i64>, bool) = timed(
-                    BACKEND,
+                let outcome = tokio::time::timeout(
                     self.timeout(),
                     self.db
                         .sql()
                         .lease_acquire
-                        .fetch_one(protocol, self.db.pool(), &args),
+                        .fetch_one::<(Option<i64>, Option<i64>, bool), _>(
+                            protocol,
+                            self.db.pool(),
+                            &args,
+                        ),
                 )
-                .await?;
+                .await;
+                let (token, live, exhausted) = match outcome {
+                    Ok(Ok(row)) => row,
+                    // Behind a transaction's (or a slow grant's) row lock on this key: held.
+                    Ok(Err(e)) if sqlstate(&e).as_deref() == Some(LOCK_NOT_AVAILABLE) => {
+                        tracing::debug!(outcome = "row locked", "not acquired");
+                        return Ok(None);
+                    }
+                    Ok(Err(e)) => return Err(map_sqlx_error(BACKEND, e)),
+                    Err(_) => return Err(timed_out(BACKEND, self.timeout())),
+                };
                 match Grant::from_columns(token, live, exhausted) {
                     Grant::Token(token) => {
                         granted = Some((token, sent_at));

@@ -18,11 +18,14 @@ mod transaction;
 mod wakeups;
 
 pub use advisory::PgAdvisoryBackend;
-pub use config::{DEFAULT_PORT, DEFAULT_SCHEMA, MAX_SCHEMA_LEN, PgBackendKind, PgConfig, PgPooler};
+pub use config::{
+    DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT, DEFAULT_PORT, DEFAULT_SCHEMA, MAX_SCHEMA_LEN,
+    PgBackendKind, PgConfig, PgPooler,
+};
 pub use database::PgDatabase;
 pub use error::map_sqlx_error;
 pub use fence::{DEFAULT_FENCE_COLUMNS, FenceParams, NO_FENCE_SQLSTATE, PgFence, STALE_SQLSTATE};
-pub use hash::{advisory_lock_id, raw_lock_key};
+pub use hash::{advisory_lock_id, advisory_lock_id_in, raw_lock_key};
 pub use lease_table::PgLeaseBackend;
 pub use storage::{DEFAULT_MAX_VALUE_LEN, PgStorage};
 pub use transaction::{BoxFuture, FencedTransaction};

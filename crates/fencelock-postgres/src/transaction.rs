@@ -4,18 +4,21 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use fencelock_core::{Error, Fence, FencingToken, LockKey, OwnerId, Result, Snapshot};
+use fencelock_core::{Error, Fence, FencingToken, LockKey, LostReason, OwnerId, Result, Snapshot};
 use sqlx::{PgConnection, Postgres, Transaction};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::PgStorage;
-use crate::codec::millis_setting;
+use crate::codec::{millis_setting, owner_bytes, token_param};
 use crate::epoch::{self, Grant};
 use crate::error::{map_sqlx_error, sqlstate, timed};
 use crate::exec::{Arg, Protocol};
-use crate::hash::advisory_lock_id;
 use crate::storage::BACKEND;
+use crate::{PgBackendKind, PgStorage};
+
+/// SQLSTATE of a session the server ended for sitting idle in a transaction past
+/// `idle_in_transaction_session_timeout`.
+const IDLE_IN_TRANSACTION_ENDED: &str = "25P03";
 
 /// A boxed future borrowing for `'a`, as returned by the closure given to
 /// [`PgStorage::transaction`].
@@ -85,7 +88,7 @@ impl PgStorage {
     /// fencing token for it; everything `f` does through the [`FencedTransaction`] commits if
     /// it returns `Ok` and rolls back if it returns `Err`.
     ///
-    /// The lock is the advisory lock id of `key` (see [`advisory_lock_id`](crate::advisory_lock_id)),
+    /// The lock is the advisory lock id of `key` (see [`PgDatabase::advisory_lock_id`](crate::PgDatabase::advisory_lock_id)),
     /// so it also excludes [`PgAdvisoryBackend`](crate::PgAdvisoryBackend) holders of the same
     /// key. Waiting for it is bounded by `wait` (server-side, `lock_timeout`); past it the call
     /// fails with [`Error::Timeout`]. The token is taken once the lock is held, from the key's
@@ -94,6 +97,12 @@ impl PgStorage {
     /// key gets again. Behind a transaction-mode pooler this works the same, every statement
     /// going as one simple-protocol message; the token statement then needs a second server
     /// connection of the pooler for a moment (see the crate's README, *Transactions*).
+    ///
+    /// A transaction that sits idle (the closure awaiting something else, the process paused)
+    /// for longer than [`PgDatabase::idle_in_transaction_timeout`](crate::PgDatabase::idle_in_transaction_timeout)
+    /// (default 30 s) is ended by the server: it rolls back and its lock is free for others at
+    /// once, and the commit fails with [`Error::LeaseLost`]
+    /// ([`LostReason::SessionEnded`]); nothing of it is committed.
     ///
     /// ```no_run
     /// # async fn demo(storage: fencelock_postgres::PgStorage) -> fencelock_core::Result<()> {
@@ -179,7 +188,22 @@ impl PgStorage {
     ) -> Result<T, E> {
         match outcome {
             Ok(value) => {
-                timed(BACKEND, self.timeout(), locked.tx.commit()).await?;
+                let key = locked.key.clone();
+                let committed = tokio::time::timeout(self.timeout(), locked.tx.commit()).await;
+                match committed {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) if sqlstate(&e).as_deref() == Some(IDLE_IN_TRANSACTION_ENDED) => {
+                        tracing::warn!(
+                            key = %key,
+                            limit = ?self.database().idle_in_transaction_timeout(),
+                            "the server ended the transaction: it sat idle past \
+                             idle_in_transaction_timeout; nothing was committed"
+                        );
+                        return Err(Error::lease_lost(&key, LostReason::SessionEnded).into());
+                    }
+                    Ok(Err(e)) => return Err(map_sqlx_error(BACKEND, e).into()),
+                    Err(_) => return Err(crate::error::timed_out(BACKEND, self.timeout()).into()),
+                }
                 tracing::debug!(outcome = "committed");
                 Ok(value)
             }
@@ -199,16 +223,21 @@ impl PgStorage {
         // lock_timeout = 0 would mean "wait forever".
         let wait = wait.max(Duration::from_millis(1));
         let setting = millis_setting(wait);
+        let idle = millis_setting(self.database().idle_in_transaction_timeout());
         let bound = wait.saturating_add(self.timeout());
         let outcome = tokio::time::timeout(
             bound,
             self.database()
                 .sql()
                 .xact_lock
-                .fetch_one::<(String, String), _>(
+                .fetch_one::<(String, String, String), _>(
                     protocol,
                     &mut *tx,
-                    &[Arg::Int8(advisory_lock_id(key)), Arg::Text(&setting)],
+                    &[
+                        Arg::Int8(self.database().advisory_lock_id(key)),
+                        Arg::Text(&setting),
+                        Arg::Text(&idle),
+                    ],
                 ),
         )
         .await;
@@ -225,10 +254,15 @@ impl PgStorage {
         }
         // On an error below, dropping `tx` rolls it back and frees the lock.
         let token = self.grant_token(key, protocol).await?;
+        let fence = Fence::new(token, OwnerId::random());
+        if self.database().known_mechanism() != Some(PgBackendKind::Advisory) {
+            self.claim_lease_row(&mut tx, protocol, key, fence, wait, started)
+                .await?;
+        }
         Ok(FencedTransaction {
             tx,
             key: key.clone(),
-            fence: Fence::new(token, OwnerId::random()),
+            fence,
             storage: self.clone(),
         })
     }
@@ -256,5 +290,68 @@ impl PgStorage {
             }
         }
         Err(epoch::no_token(BACKEND))
+    }
+
+    /// Unless the schema is bound to advisory locks, claims the key's lease row for the
+    /// transaction (until it ends), so lease holders and the transaction exclude each other;
+    /// waits for a live lease to end, within `wait` from `started`.
+    async fn claim_lease_row(
+        &self,
+        tx: &mut Transaction<'static, Postgres>,
+        protocol: Protocol,
+        key: &LockKey,
+        fence: Fence,
+        wait: Duration,
+        started: Instant,
+    ) -> Result<()> {
+        let db = self.database();
+        let owner = owner_bytes(fence.owner);
+        let token = token_param(BACKEND, fence.token)?;
+        let timeout = || Error::Timeout {
+            key: key.to_string(),
+            waited: started.elapsed(),
+        };
+        loop {
+            let bound = wait.saturating_add(self.timeout());
+            let outcome = tokio::time::timeout(
+                bound,
+                db.sql()
+                    .xact_claim
+                    .fetch_one::<(Option<String>, Option<bool>), _>(
+                        protocol,
+                        &mut **tx,
+                        &[
+                            Arg::Text(key.as_str()),
+                            Arg::Bytea(&owner),
+                            Arg::Int8(token),
+                        ],
+                    ),
+            )
+            .await;
+            let (mechanism, claimed) = match outcome {
+                Ok(Ok(row)) => row,
+                Ok(Err(e)) if sqlstate(&e).as_deref() == Some("55P03") => return Err(timeout()),
+                Ok(Err(e)) => return Err(map_sqlx_error(BACKEND, e)),
+                Err(_) => return Err(crate::error::timed_out(BACKEND, bound)),
+            };
+            if let Some(kind) = mechanism.and_then(|m| m.parse::<PgBackendKind>().ok()) {
+                db.learned_mechanism(kind);
+            }
+            if claimed != Some(false) {
+                return Ok(());
+            }
+            let left = wait.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                return Err(timeout());
+            }
+            // The transaction is idle meanwhile: ask again before the idle bound ends it.
+            let idle = db.idle_in_transaction_timeout();
+            let pause = if idle.is_zero() {
+                left
+            } else {
+                left.min(idle / 2)
+            };
+            fencelock_core::LockBackend::wait_for_release(&db.lease_backend(), key, pause).await?;
+        }
     }
 }

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use fencelock_core::{Error, FencedStorage, LockBackend, LockKey, LostReason};
-use fencelock_postgres::{advisory_lock_id, raw_lock_key};
+use fencelock_postgres::raw_lock_key;
 use sqlx::{Connection, PgConnection};
 
 const TTL: Duration = Duration::from_secs(30);
@@ -32,7 +32,7 @@ async fn interop(id: i64) {
     let (schema, db) = common::database().await;
     let backend = db.advisory_backend();
     let key = raw_lock_key(id);
-    assert_eq!(advisory_lock_id(&key), id);
+    assert_eq!(db.advisory_lock_id(&key), id);
     let lease = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
     assert!(
         !try_lock_elsewhere(id).await,
@@ -103,7 +103,7 @@ async fn terminated_holder_session_frees_the_lock() {
     let backend = db.advisory_backend();
     let storage = db.storage();
     let key = LockKey::new(format!("terminate/{}", schema.name())).unwrap();
-    let id = advisory_lock_id(&key);
+    let id = db.advisory_lock_id(&key);
 
     let old = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
     storage.write(&key, old.fence(), b"old").await.unwrap();
@@ -257,7 +257,7 @@ async fn inspect_reports_a_plain_sql_holder_with_its_pid() {
         raw_lock_key(schema.unique_id()),
         LockKey::new(format!("inspect-unfenced/{}", schema.unique_id())).unwrap(),
     ] {
-        let id = advisory_lock_id(&key);
+        let id = db.advisory_lock_id(&key);
         let mut plain = plain_connection().await;
         let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
             .fetch_one(&mut plain)

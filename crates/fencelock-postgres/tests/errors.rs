@@ -151,3 +151,78 @@ async fn role_without_privileges_gets_typed_errors() {
     }
     schema.cleanup().await;
 }
+
+/// A serialization failure (`40001`) and a deadlock (`40P01`), made on the server, map to the
+/// retryable [`Error::Conflict`].
+#[tokio::test]
+async fn serialization_failures_and_deadlocks_are_retryable_conflicts() {
+    use fencelock_postgres::map_sqlx_error;
+    use sqlx::{Connection, PgConnection};
+
+    let schema = fencelock_testkit::postgres::PgSchema::create().await;
+    let table = format!("{}.conflict_rows", schema.name());
+    let mut a = PgConnection::connect_with(&pg_options()).await.unwrap();
+    let mut b = PgConnection::connect_with(&pg_options()).await.unwrap();
+    sqlx::raw_sql(&format!(
+        "CREATE TABLE {table} (id int PRIMARY KEY, v int); INSERT INTO {table} VALUES (1, 0), (2, 0)"
+    ))
+    .execute(&mut a)
+    .await
+    .unwrap();
+
+    // 40001: a REPEATABLE READ transaction updates a row changed since its snapshot.
+    sqlx::raw_sql(&format!(
+        "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT v FROM {table} WHERE id = 1"
+    ))
+    .execute(&mut a)
+    .await
+    .unwrap();
+    sqlx::raw_sql(&format!("UPDATE {table} SET v = v + 1 WHERE id = 1"))
+        .execute(&mut b)
+        .await
+        .unwrap();
+    let failure = sqlx::raw_sql(&format!("UPDATE {table} SET v = v + 1 WHERE id = 1"))
+        .execute(&mut a)
+        .await
+        .unwrap_err();
+    let mapped = map_sqlx_error("test", failure);
+    assert!(
+        matches!(&mapped, Error::Conflict { message, .. } if message.contains("40001")),
+        "{mapped:?}"
+    );
+    assert!(mapped.is_retryable());
+    sqlx::raw_sql("ROLLBACK").execute(&mut a).await.unwrap();
+
+    // 40P01: two transactions lock two rows in opposite orders.
+    for conn in [&mut a, &mut b] {
+        sqlx::raw_sql("BEGIN").execute(&mut *conn).await.unwrap();
+    }
+    sqlx::raw_sql(&format!("UPDATE {table} SET v = 1 WHERE id = 1"))
+        .execute(&mut a)
+        .await
+        .unwrap();
+    sqlx::raw_sql(&format!("UPDATE {table} SET v = 2 WHERE id = 2"))
+        .execute(&mut b)
+        .await
+        .unwrap();
+    let (first_sql, second_sql) = (
+        format!("UPDATE {table} SET v = 1 WHERE id = 2"),
+        format!("UPDATE {table} SET v = 2 WHERE id = 1"),
+    );
+    let first = sqlx::raw_sql(&first_sql).execute(&mut a);
+    let second = sqlx::raw_sql(&second_sql).execute(&mut b);
+    let (first, second) = tokio::join!(first, second);
+    let failure = match (first, second) {
+        (Err(e), Ok(_)) | (Ok(_), Err(e)) => e,
+        other => panic!("expected one deadlock victim: {other:?}"),
+    };
+    let mapped = map_sqlx_error("test", failure);
+    assert!(
+        matches!(&mapped, Error::Conflict { message, .. } if message.contains("40P01")),
+        "{mapped:?}"
+    );
+    assert!(mapped.is_retryable());
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+    schema.cleanup().await;
+}

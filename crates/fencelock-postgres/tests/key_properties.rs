@@ -1,8 +1,8 @@
 //! Property-based: any key text through the Postgres key encodings.
 //!
 //! - `advisory_lock_id` is a pure function: the canonical `#<i64>` form is that id, and
-//!   `raw_lock_key` its inverse; every other key is 64-bit FNV-1a over its UTF-8 bytes, as
-//!   documented, so every process and version agrees on it.
+//!   `raw_lock_key` its inverse; every other key is 64-bit FNV-1a over its UTF-8 bytes (in
+//!   the default schema), as documented, so every process and version agrees on it.
 //! - On the server at `FENCELOCK_PG_URL` (a throwaway schema), a set of distinct keys gives
 //!   distinct locks on both backends and distinct resources in `PgStorage`, and each key comes
 //!   back unchanged from `inspect` and `peek`; rejected keys are `InvalidKey` before anything
@@ -83,7 +83,9 @@ fn keys_round_trip_through_the_server_and_never_collide() {
         .enable_all()
         .build()
         .unwrap();
-    let (schema, db) = runtime.block_on(async {
+    // A schema serves one lock mechanism: one for the lease backend and the storage, one for
+    // the advisory backend.
+    let open = || async {
         let schema = PgSchema::create().await;
         let pool = PgPoolOptions::new()
             .max_connections(4)
@@ -93,9 +95,11 @@ fn keys_round_trip_through_the_server_and_never_collide() {
         let db = PgDatabase::from_pool(pool, schema.name()).unwrap();
         db.migrate().await.expect("migrating the test schema");
         (schema, db)
-    });
+    };
+    let ((schema, db), (advisory_schema, advisory_db)) =
+        runtime.block_on(async { (open().await, open().await) });
     let lease = db.lease_backend();
-    let advisory = db.advisory_backend();
+    let advisory = advisory_db.advisory_backend();
     let storage = db.storage();
     let ttl = Duration::from_secs(60);
     let mut runner = TestRunner::new(config());
@@ -133,7 +137,9 @@ fn keys_round_trip_through_the_server_and_never_collide() {
                 // `#5` and a key hashing to 5 could, exclude each other by design).
                 let mut by_id: BTreeMap<i64, &LockKey> = BTreeMap::new();
                 for key in &keys {
-                    by_id.entry(advisory_lock_id(key)).or_insert(key);
+                    by_id
+                        .entry(advisory_db.advisory_lock_id(key))
+                        .or_insert(key);
                 }
                 let mut held = Vec::new();
                 for key in by_id.values() {
@@ -157,6 +163,8 @@ fn keys_round_trip_through_the_server_and_never_collide() {
         .unwrap();
     runtime.block_on(async {
         db.close().await;
+        advisory_db.close().await;
         schema.cleanup().await;
+        advisory_schema.cleanup().await;
     });
 }

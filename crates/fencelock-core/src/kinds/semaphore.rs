@@ -310,6 +310,10 @@ impl LockBackend for Slots {
         self.inner.inspect(key).await
     }
 
+    async fn watch_lost(&self, lease: &Lease) -> LostReason {
+        self.inner.watch_lost(lease).await
+    }
+
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
         self.inner.advance_token(key, floor).await
     }

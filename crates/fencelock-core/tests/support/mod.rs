@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fencelock_core::{
-    Capabilities, Error, FencingToken, Lease, LockBackend, LockGuard, LockInfo, LockKey, Result,
+    Capabilities, Error, FencingToken, Lease, LockBackend, LockGuard, LockInfo, LockKey,
+    LostReason, Result,
 };
 use fencelock_memory::MemoryLockBackend;
 use tokio::time::{Instant, sleep};
@@ -32,6 +33,8 @@ pub(crate) struct Delayed {
     pub(crate) extends: AtomicUsize,
     pub(crate) extend_times: Mutex<Vec<Instant>>,
     pub(crate) releases: AtomicUsize,
+    /// Reports every lease lost, as a backend that watches its sessions would.
+    pub(crate) session_ended: tokio::sync::Notify,
 }
 
 impl Delayed {
@@ -99,6 +102,10 @@ impl LockBackend for Delayed {
     }
     async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
         self.server.inspect(key).await
+    }
+    async fn watch_lost(&self, _lease: &Lease) -> LostReason {
+        self.session_ended.notified().await;
+        LostReason::SessionEnded
     }
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
         self.server.advance_token(key, floor).await
