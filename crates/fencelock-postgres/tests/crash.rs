@@ -43,8 +43,49 @@ async fn blocking(cluster: &Arc<PgCluster>, what: fn(&PgCluster)) {
         .unwrap();
 }
 
+/// The databases of the ways in: a schema serves one lock backend, so the advisory backend
+/// has a schema of its own; transactions share the lease backend's.
+#[derive(Clone)]
+struct Dbs {
+    lease: PgDatabase,
+    advisory: PgDatabase,
+}
+
+impl Dbs {
+    async fn connect(cluster: &PgCluster) -> Self {
+        Dbs {
+            lease: connect_schema(cluster, "fl_crash").await,
+            advisory: connect_schema(cluster, "fl_crash_advisory").await,
+        }
+    }
+
+    fn of(&self, way: Way) -> &PgDatabase {
+        match way {
+            Way::Advisory => &self.advisory,
+            Way::Lease | Way::Transaction => &self.lease,
+        }
+    }
+
+    async fn close(&self) {
+        self.lease.close().await;
+        self.advisory.close().await;
+    }
+}
+
+/// Where `way`'s tokens of `key` count: each schema has its own counters.
+fn label(way: Way, key: &LockKey) -> String {
+    match way {
+        Way::Advisory => format!("advisory:{key}"),
+        Way::Lease | Way::Transaction => format!("lease:{key}"),
+    }
+}
+
 async fn connect(cluster: &PgCluster) -> PgDatabase {
-    PgConfig::from_url(&format!("{}?pooler=none&schema=fl_crash", cluster.url()))
+    connect_schema(cluster, "fl_crash").await
+}
+
+async fn connect_schema(cluster: &PgCluster, schema: &str) -> PgDatabase {
+    PgConfig::from_url(&format!("{}?pooler=none&schema={schema}", cluster.url()))
         .unwrap()
         .operation_timeout(Duration::from_secs(3))
         .connect()
@@ -72,7 +113,8 @@ const WAYS: [Way; 3] = [Way::Lease, Way::Advisory, Way::Transaction];
 
 /// One grant of `key` through `way` (released or committed at once): `Ok(None)` when the
 /// lock was busy.
-async fn grant(db: &PgDatabase, way: Way, key: &LockKey) -> Result<Option<FencingToken>, Error> {
+async fn grant(dbs: &Dbs, way: Way, key: &LockKey) -> Result<Option<FencingToken>, Error> {
+    let db = dbs.of(way);
     let backend: Arc<dyn LockBackend> = match way {
         Way::Lease => Arc::new(db.lease_backend()),
         Way::Advisory => Arc::new(db.advisory_backend()),
@@ -96,23 +138,19 @@ async fn grant(db: &PgDatabase, way: Way, key: &LockKey) -> Result<Option<Fencin
 /// Every token a client saw granted, per key.
 type Seen = Arc<Mutex<HashMap<String, Vec<FencingToken>>>>;
 
-fn record(seen: &Seen, key: &LockKey, token: FencingToken) {
-    seen.lock()
-        .unwrap()
-        .entry(key.to_string())
-        .or_default()
-        .push(token);
+fn record(seen: &Seen, label: String, token: FencingToken) {
+    seen.lock().unwrap().entry(label).or_default().push(token);
 }
 
 /// Grants in a loop through `way`, over every key, until `stop`; errors (the crash) are
 /// ignored, every token received is recorded.
-async fn keep_granting(db: PgDatabase, way: Way, seen: Seen, stop: Arc<AtomicBool>) {
+async fn keep_granting(db: Dbs, way: Way, seen: Seen, stop: Arc<AtomicBool>) {
     let mut i = 0;
     while !stop.load(Ordering::Relaxed) {
         let key = key(i % KEYS);
         i += 1;
         match grant(&db, way, &key).await {
-            Ok(Some(token)) => record(&seen, &key, token),
+            Ok(Some(token)) => record(&seen, label(way, &key), token),
             Ok(None) => {}
             Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
         }
@@ -120,7 +158,7 @@ async fn keep_granting(db: PgDatabase, way: Way, seen: Seen, stop: Arc<AtomicBoo
 }
 
 /// A grant of `key` through `way` once the server is back, retrying while it is not.
-async fn grant_when_back(db: &PgDatabase, way: Way, key: &LockKey) -> FencingToken {
+async fn grant_when_back(db: &Dbs, way: Way, key: &LockKey) -> FencingToken {
     let deadline = Instant::now() + BACK_WITHIN;
     loop {
         match grant(db, way, key).await {
@@ -136,26 +174,26 @@ async fn grant_when_back(db: &PgDatabase, way: Way, key: &LockKey) -> FencingTok
 
 /// Starts the crashed cluster and grants every key through every way in: each new token is
 /// above every token any client saw before the crash.
-async fn restart_and_check(cluster: &Arc<PgCluster>, db: &PgDatabase, seen: &Seen, when: &str) {
+async fn restart_and_check(cluster: &Arc<PgCluster>, db: &Dbs, seen: &Seen, when: &str) {
     let before: HashMap<String, FencingToken> = seen
         .lock()
         .unwrap()
         .iter()
         .map(|(key, tokens)| (key.clone(), tokens.iter().max().copied().unwrap()))
         .collect();
-    assert_eq!(before.len(), KEYS, "{when}: some key was never granted");
+    assert_eq!(before.len(), 2 * KEYS, "{when}: some key was never granted");
     blocking(cluster, PgCluster::start).await;
     for i in 0..KEYS {
         let key = key(i);
-        let highest = before[&key.to_string()];
         for way in WAYS {
+            let highest = before[&label(way, &key)];
             let token = grant_when_back(db, way, &key).await;
             assert!(
                 token > highest,
                 "{when}: {way:?} granted {key} token {token} after the crash, not above \
                  {highest} granted before it"
             );
-            record(seen, &key, token);
+            record(seen, label(way, &key), token);
         }
     }
 }
@@ -167,7 +205,7 @@ async fn restart_and_check(cluster: &Arc<PgCluster>, db: &PgDatabase, seen: &See
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_after_a_crash_are_above_every_token_before_it() {
     let cluster = cluster().await;
-    let db = connect(&cluster).await;
+    let db = Dbs::connect(&cluster).await;
     let seen: Seen = Arc::default();
     for round in 0..3 {
         let stop = Arc::new(AtomicBool::new(false));
@@ -234,7 +272,7 @@ async fn a_clean_restart_keeps_leases() {
     assert!(backend.try_acquire(&key, TTL).await.unwrap().is_none());
     let extended = backend.extend(&lease, TTL).await.unwrap();
     assert!(backend.release(&extended).await.unwrap());
-    let next = grant(&db, Way::Lease, &key).await.unwrap().unwrap();
+    let next = backend.try_acquire(&key, TTL).await.unwrap().unwrap().token;
     assert_eq!(
         next.get(),
         lease.token.get() + 1,
