@@ -15,7 +15,7 @@ use crate::spec::Spec;
 
 pub(crate) const EXAMPLES: &str = "  fencelock bench
   fencelock bench --backend redis://127.0.0.1:6379 --duration 5s
-  fencelock bench --backend 'postgres://postgres@127.0.0.1:5432/test?backend=advisory' --concurrency 16 --keys 256
+  fencelock bench --backend 'postgres://postgres@127.0.0.1:5432/test?backend=advisory&schema=fencelock_advisory' --concurrency 16 --keys 256
   fencelock bench --backend redis://127.0.0.1:6379 --json > redis.json
 ";
 

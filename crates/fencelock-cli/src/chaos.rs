@@ -17,7 +17,7 @@ use crate::spec::{BACKEND_ENV, Spec, SpecParser};
 
 pub(crate) const EXAMPLES: &str = "  fencelock chaos --spawn-redis 1 --faults pause,kill,partition --duration 30s
   fencelock chaos --spawn-redis 5 --persistence none --faults pause,kill
-  fencelock chaos --backend 'postgres://postgres@127.0.0.1/test?backend=advisory' --faults pause,terminate,partition
+  fencelock chaos --backend 'postgres://postgres@127.0.0.1/test?backend=advisory&schema=fencelock_advisory' --faults pause,terminate,partition
   fencelock chaos --spawn-redis 1 --faults pause,kill --duration 10s --report chaos-report
   fencelock chaos --spawn-etcd 3 --faults pause,kill,partition --ttl 1s   (built with --features etcd)
   fencelock chaos --spawn-redis 1 --workload semaphore --permits 2 --faults pause,kill
