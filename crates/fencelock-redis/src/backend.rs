@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_core::{
-    Capabilities, Error, FencingToken, Lease, LockInfo, LockKey, LockKinds, LostReason, OwnerId,
-    Result, TimeAuthority, TokenGuarantee, WakeUp, valid_until, validate_ttl,
+    Capabilities, Error, FencingToken, Lease, LockInfo, LockKey, LockKinds, OwnerId, Result,
+    TimeAuthority, TokenGuarantee, WakeUp, valid_until, validate_ttl,
 };
 use redis::aio::ConnectionManager;
 use tokio::time::Instant;
@@ -15,9 +15,9 @@ use tracing::field::Empty;
 use crate::codec::{MAX_TTL, lock_value, parse_lock_value, parse_token, ttl_millis};
 use crate::config::RedisConfig;
 use crate::connection::Connection;
-use crate::error::{REDIS as BACKEND, protocol};
+use crate::error::REDIS as BACKEND;
 use crate::fence::RedisFence;
-use crate::outcome::{finish, finish_grant};
+use crate::outcome::{extended, finish, finish_grant, released};
 use crate::scripts::SCRIPTS;
 use crate::storage::RedisStorage;
 use crate::waiters::{Waiters, poll_release};
@@ -295,19 +295,7 @@ impl Locks {
                 .conn
                 .call("extend", invocation.invoke_async(&mut conn))
                 .await?;
-            match reply {
-                1 => Ok(Lease {
-                    ttl,
-                    valid_until: valid_until(sent_at, ttl),
-                    ..lease.clone()
-                }),
-                0 => Err(Error::lease_lost(&lease.key, LostReason::NotHeld)),
-                -1 => Err(Error::lease_lost(&lease.key, LostReason::Superseded)),
-                other => Err(protocol(
-                    self.conn.backend,
-                    format!("extend script answered {other}"),
-                )),
-            }
+            extended(self.conn.backend, "extend", reply, (lease, ttl, sent_at))
         }
         .instrument(span.clone())
         .await;
@@ -327,14 +315,7 @@ impl Locks {
                 .conn
                 .call("release", invocation.invoke_async(&mut conn))
                 .await?;
-            match reply {
-                1 => Ok(true),
-                0 => Ok(false),
-                other => Err(protocol(
-                    self.conn.backend,
-                    format!("release script answered {other}"),
-                )),
-            }
+            released(self.conn.backend, "release", reply)
         }
         .instrument(span.clone())
         .await;

@@ -5,9 +5,7 @@
 
 use std::time::Duration;
 
-use fencelock_core::{
-    Error, Lease, LockKey, LostReason, OwnerId, ReadPhase, Result, valid_until, validate_ttl,
-};
+use fencelock_core::{Lease, LockKey, OwnerId, ReadPhase, Result, valid_until, validate_ttl};
 use tokio::time::Instant;
 use tracing::Instrument;
 use tracing::field::Empty;
@@ -15,7 +13,7 @@ use tracing::field::Empty;
 use crate::backend::Locks;
 use crate::codec::{lock_value, parse_lock_value, ttl_millis};
 use crate::error::protocol;
-use crate::outcome::{finish, finish_grant};
+use crate::outcome::{extended, finish, finish_grant, released};
 use crate::scripts::SCRIPTS;
 
 impl Locks {
@@ -82,19 +80,12 @@ impl Locks {
                 .conn
                 .call("extend_shared", invocation.invoke_async(&mut conn))
                 .await?;
-            match reply {
-                1 => Ok(Lease {
-                    ttl,
-                    valid_until: valid_until(sent_at, ttl),
-                    ..lease.clone()
-                }),
-                0 => Err(Error::lease_lost(&lease.key, LostReason::NotHeld)),
-                -1 => Err(Error::lease_lost(&lease.key, LostReason::Superseded)),
-                other => Err(protocol(
-                    self.conn.backend,
-                    format!("extend_shared script answered {other}"),
-                )),
-            }
+            extended(
+                self.conn.backend,
+                "extend_shared",
+                reply,
+                (lease, ttl, sent_at),
+            )
         }
         .instrument(span.clone())
         .await;
@@ -116,14 +107,7 @@ impl Locks {
                 .conn
                 .call("release_shared", invocation.invoke_async(&mut conn))
                 .await?;
-            match reply {
-                1 => Ok(true),
-                0 => Ok(false),
-                other => Err(protocol(
-                    self.conn.backend,
-                    format!("release_shared script answered {other}"),
-                )),
-            }
+            released(self.conn.backend, "release_shared", reply)
         }
         .instrument(span.clone())
         .await;
