@@ -265,27 +265,7 @@ impl PgDatabase {
     /// pooler ([`PgPooler`]; the URL's `?pooler=`). For [`from_pool`](Self::from_pool), where
     /// there is no URL; call it before anything else uses the database.
     pub fn with_pooler(self, pooler: PgPooler) -> Self {
-        let inner = &self.inner;
-        PgDatabase {
-            inner: Arc::new(Inner {
-                pool: inner.pool.clone(),
-                holders: inner.holders.clone(),
-                tokens: inner.tokens.clone(),
-                options: inner.options.clone(),
-                schema: inner.schema.clone(),
-                sql: inner.sql.clone(),
-                backend: inner.backend,
-                channel: inner.channel.clone(),
-                timeout: inner.timeout,
-                idle_in_transaction: inner.idle_in_transaction,
-                owns_pool: inner.owns_pool,
-                closing: inner.closing.clone(),
-                pooler,
-                protocol: known(pooler),
-                mechanism: OnceCell::new(),
-                wakeups: OnceCell::new(),
-            }),
-        }
+        self.rebuilt(pooler, self.inner.idle_in_transaction)
     }
 
     /// The same database, its transactions ([`PgStorage::transaction`]) ended by the server
@@ -293,6 +273,13 @@ impl PgDatabase {
     /// [`PgConfig::idle_in_transaction_timeout`]. For [`from_pool`](Self::from_pool), where
     /// there is no URL; call it before anything else uses the database.
     pub fn with_idle_in_transaction_timeout(self, timeout: Duration) -> Self {
+        self.rebuilt(self.inner.pooler, timeout)
+    }
+
+    /// The same pools and schema with `pooler` and `idle_in_transaction` as given; what is
+    /// learned on first use (the protocol, the schema's mechanism, the wake-ups) is learned
+    /// again.
+    fn rebuilt(&self, pooler: PgPooler, idle_in_transaction: Duration) -> Self {
         let inner = &self.inner;
         PgDatabase {
             inner: Arc::new(Inner {
@@ -305,11 +292,11 @@ impl PgDatabase {
                 backend: inner.backend,
                 channel: inner.channel.clone(),
                 timeout: inner.timeout,
-                idle_in_transaction: timeout,
+                idle_in_transaction,
                 owns_pool: inner.owns_pool,
                 closing: inner.closing.clone(),
-                pooler: inner.pooler,
-                protocol: known(inner.pooler),
+                pooler,
+                protocol: known(pooler),
                 mechanism: OnceCell::new(),
                 wakeups: OnceCell::new(),
             }),
