@@ -85,7 +85,8 @@ impl EtcdLockBackend {
         }
     }
 
-    async fn txn(&self, what: &str, txn: Txn) -> Result<Applied> {
+    /// One transaction, its reply checked for a header.
+    pub(crate) async fn txn(&self, what: &str, txn: Txn) -> Result<Applied> {
         let response = self.shared.txn(what, txn).await?;
         applied(response, what)
     }

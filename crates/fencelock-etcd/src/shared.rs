@@ -26,7 +26,7 @@ use crate::error::{BACKEND, is_lease_not_found};
 use crate::grant::first_under_prefix;
 use crate::keys::{counter_value, holder_value, parse_holder};
 use crate::leases::LeaseSlot;
-use crate::reply::{Applied, applied, counter_seen, lost_reason, reads};
+use crate::reply::{Applied, counter_seen, lost_reason, reads};
 use crate::seen::{CounterSeen, HeldBy};
 
 /// Transactions one `try_acquire_shared` sends at most while the phase or the counter keeps
@@ -133,7 +133,7 @@ impl EtcdLockBackend {
                 ),
             ])
             .or_else(self.phase_reads(key));
-        let Applied { response, revision } = self.reader_txn("granting a reader", txn).await?;
+        let Applied { response, revision } = self.txn("granting a reader", txn).await?;
         if !response.succeeded() {
             return self.seen_from(&response, "granting a reader").map(Err);
         }
@@ -168,7 +168,7 @@ impl EtcdLockBackend {
                 Some(PutOptions::new().with_lease(lease.id)),
             )])
             .or_else(self.phase_reads(key));
-        let Applied { response, revision } = self.reader_txn("joining a read phase", txn).await?;
+        let Applied { response, revision } = self.txn("joining a read phase", txn).await?;
         if !response.succeeded() {
             return self.seen_from(&response, "joining a read phase").map(Err);
         }
@@ -217,14 +217,6 @@ impl EtcdLockBackend {
             counter: counter_seen(counter.as_ref())?,
             reader,
         })
-    }
-
-    /// A reader transaction; a lease that expired before it arrived is an error here (the
-    /// lease was fresh or just refreshed, so only a ttl far below the cluster's minimum or a
-    /// stall longer than the ttl gets there).
-    async fn reader_txn(&self, what: &str, txn: Txn) -> Result<Applied> {
-        let response = self.shared.txn(what, txn).await?;
-        applied(response, what)
     }
 
     /// [`LockBackend::extend_shared`](fencelock_core::LockBackend::extend_shared).
@@ -317,7 +309,7 @@ impl EtcdLockBackend {
                 Some(PutOptions::new().with_lease(fresh.id)),
             )])
             .or_else([TxnOp::get(reader_key, None)]);
-        let Applied { response, revision } = self.reader_txn("renewing a reader", txn).await?;
+        let Applied { response, revision } = self.txn("renewing a reader", txn).await?;
         if !response.succeeded() {
             self.leases.put_spare(fresh);
             let [kv] = reads(&response, "renewing a reader")?;
@@ -347,7 +339,7 @@ impl EtcdLockBackend {
                 holder_value(lease.owner, lease.token),
             )])
             .and_then([TxnOp::delete(reader_key, None)]);
-        let Applied { response, .. } = self.reader_txn("releasing a reader", txn).await?;
+        let Applied { response, .. } = self.txn("releasing a reader", txn).await?;
         let released = response.succeeded();
         if let Some((held, no_renewal)) = forgotten {
             self.leases.after_release(held, released && no_renewal);
