@@ -10,10 +10,10 @@ use std::time::Duration;
 use fencelock::{Election, Error, LockKey, Locker};
 use tokio::time::timeout;
 
-use crate::args::{SharedBackendArg, parse_duration, parse_ttl};
+use crate::args::{SharedBackendArg, parse_duration, parse_ttl, parse_wait};
 use crate::error::CliError;
-use crate::exit::Exit;
-use crate::run::{CommandArgs, hold_while_running, record_holder};
+use crate::exit::{self, Exit};
+use crate::run::{CommandArgs, Verbosity, hold_while_running, record_holder};
 use crate::signals::Signals;
 
 pub(crate) const EXAMPLES: &str =
@@ -21,6 +21,8 @@ pub(crate) const EXAMPLES: &str =
   fencelock elect --backend redis://redis.example:6379 --key scheduler -- ./scheduler
   # give up after a minute without leadership
   fencelock elect --key scheduler --wait 1m --ttl 10s -- ./scheduler
+  # cron on every host: only one runs the job; the others exit 0 quietly
+  fencelock elect -n -q -E 0 --key nightly -c 'backup --all'
 ";
 
 /// How long connecting may take.
@@ -37,13 +39,27 @@ pub(crate) struct Args {
     /// replaced within about this long.
     #[arg(long, default_value = "30s", value_parser = parse_ttl)]
     ttl: Duration,
-    /// How long to campaign before giving up; by default without a bound.
-    #[arg(long, value_parser = parse_duration)]
+    /// How long to campaign before giving up, connecting included (a bare number is
+    /// seconds, as for flock -w); by default without a bound.
+    #[arg(short, long, value_parser = parse_wait)]
     wait: Option<Duration>,
+    /// Do not campaign: try once to become leader, the same as --wait 0.
+    #[arg(short, long, conflicts_with = "wait")]
+    nonblock: bool,
+    /// The exit code when leadership is not obtained (default 75, EX_TEMPFAIL), as flock -E.
+    #[arg(
+        short = 'E',
+        long,
+        value_name = "CODE",
+        default_value_t = exit::NOT_OBTAINED
+    )]
+    conflict_exit_code: u8,
     /// How long the command has between SIGTERM and SIGKILL when leadership is lost or
     /// fencelock is asked to stop.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     grace: Duration,
+    #[command(flatten)]
+    verbosity: Verbosity,
     #[command(flatten)]
     command: CommandArgs,
 }
@@ -52,6 +68,12 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     let spec = args.backend.shared("fencelock elect")?;
     let key = LockKey::new(&args.key)?;
     let holder = args.command.holder()?;
+    let wait = if args.nonblock {
+        Some(Duration::ZERO)
+    } else {
+        args.wait
+    };
+    let talk = args.verbosity;
     let mut signals = Signals::install()?;
     let campaign = async {
         let connected = timeout(CONNECT_WITHIN, spec.spec().connect())
@@ -64,14 +86,16 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
         let locker = Locker::new(connected.backend);
         let election = Election::new(&locker, key.as_str())?;
         let request = election.campaign().ttl(args.ttl);
-        let request = match args.wait {
+        let request = match wait {
             Some(wait) => request.wait(wait),
             None => request.wait_forever(),
         };
         match request.await {
             Ok(leadership) => Ok(Some((leadership, storage))),
             Err(Error::Timeout { waited, .. }) => {
-                eprintln!("fencelock: not elected leader of {key:?} within {waited:?}");
+                if !talk.quiet {
+                    eprintln!("fencelock: not elected leader of {key:?} within {waited:?}");
+                }
                 Ok(None)
             }
             Err(e) => Err(CliError::from(e)),
@@ -80,7 +104,7 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     let (leadership, storage) = tokio::select! {
         elected = campaign => match elected? {
             Some(elected) => elected,
-            None => return Ok(Exit::NotObtained(crate::exit::NOT_OBTAINED)),
+            None => return Ok(Exit::NotObtained(args.conflict_exit_code)),
         },
         signal = signals.recv() => {
             eprintln!("fencelock: {signal} while campaigning; the command was not started");
@@ -90,7 +114,7 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     let term = leadership.term().to_string();
     eprintln!("fencelock: leader of {key:?} for term {term}");
     let guard = record_holder(leadership.into_guard(), &*storage, &holder).await?;
-    hold_while_running(
+    let exit = hold_while_running(
         guard,
         &args.key,
         &args.command,
@@ -98,5 +122,14 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
         args.grace,
         &mut signals,
     )
-    .await
+    .await?;
+    // A lost leadership has been said already, and there was nothing left to release.
+    if talk.verbose && exit != Exit::LeaseLost {
+        eprintln!(
+            "fencelock: resigned leadership of {:?}; the command ended with {}",
+            args.key,
+            exit.code()
+        );
+    }
+    Ok(exit)
 }

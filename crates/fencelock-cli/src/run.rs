@@ -120,11 +120,11 @@ pub(crate) struct Args {
 pub(crate) struct Verbosity {
     /// Say nothing when the lock is not obtained (the exit code tells), as flock -q.
     #[arg(short, long, conflicts_with = "verbose")]
-    quiet: bool,
+    pub(crate) quiet: bool,
     /// Say on stderr when the lock is obtained (key, token, owner, time waited) and when it is
     /// released.
     #[arg(short, long)]
-    verbose: bool,
+    pub(crate) verbose: bool,
 }
 
 /// The command a subcommand runs while it holds a lock: `-c STRING` for `sh -c`, or the

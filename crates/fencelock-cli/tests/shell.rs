@@ -163,6 +163,72 @@ fn wait_takes_flock_seconds_and_quiet_says_nothing() {
 }
 
 #[test]
+fn elect_takes_the_same_flock_spellings() {
+    let server = RedisServer::spawn();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("leader");
+    let job = format!(
+        "echo \"$FENCELOCK_TERM\" > {}.tmp && mv {0}.tmp {0} && sleep 60",
+        file.display()
+    );
+    let mut leader = common::command()
+        .args([
+            "elect",
+            "--backend",
+            &url,
+            "--key",
+            "sched",
+            "--grace",
+            "1s",
+        ])
+        .args(["-c", &job])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !file.exists() {
+        assert!(Instant::now() < deadline, "the first campaign never won");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let elect = |rest: &[&str]| {
+        let mut args = vec!["elect", "--backend", url.as_str(), "--key", "sched"];
+        args.extend(rest);
+        fencelock(&args)
+    };
+    // -n: one try; -E: the code when not elected; -q: nothing said about it.
+    let (code, out, err) = elect(&["-n", "-q", "-E", "9", "-c", "true"]);
+    assert_eq!(
+        (code, err.as_str()),
+        (9, ""),
+        "{}",
+        explain(code, &out, &err)
+    );
+    let (code, out, err) = elect(&["-n", "--", "true"]);
+    assert_eq!(code, 75, "{}", explain(code, &out, &err));
+    assert!(err.contains("not elected"), "{}", explain(code, &out, &err));
+    // -w takes flock's bare seconds.
+    let started = Instant::now();
+    let (code, out, err) = elect(&["-w", "1", "-q", "--", "true"]);
+    assert_eq!(code, 75, "{}", explain(code, &out, &err));
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    // -n and -w contradict each other, as do -q and -v.
+    let (code, out, err) = elect(&["-n", "-w", "1", "--", "true"]);
+    assert_eq!(code, 2, "{}", explain(code, &out, &err));
+    let (code, out, err) = elect(&["-q", "-v", "--", "true"]);
+    assert_eq!(code, 2, "{}", explain(code, &out, &err));
+
+    let pid = nix::unistd::Pid::from_raw(leader.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    leader.wait().unwrap();
+    // -v says when it resigns; the command's own code passes through.
+    let (code, out, err) = elect(&["-n", "-v", "-E", "9", "--", "sh", "-c", "exit 4"]);
+    assert_eq!(code, 4, "{}", explain(code, &out, &err));
+    assert!(err.contains("resigned"), "{}", explain(code, &out, &err));
+}
+
+#[test]
 fn c_runs_a_shell_string_with_the_grant_in_its_environment() {
     let server = RedisServer::spawn();
     let url = server.url();

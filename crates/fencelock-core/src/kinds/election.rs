@@ -172,7 +172,11 @@ pub struct LeaderChange {
     pub last_term: Option<FencingToken>,
     /// Terms granted since the previous change this observer reported that it never saw a
     /// leader of (they began and ended between two looks). Counted from the election's token
-    /// counter, so an `advance_token` on the key counts as terms too.
+    /// counter, so it is exact where a key's tokens go up by one per grant, and an upper
+    /// bound where they may skip: an `advance_token` on the key counts as terms, and so do
+    /// the tokens a backend skips (PostgreSQL starts a new epoch, `2^32` tokens on, after it
+    /// lost its volatile counters; a lost race between two lease grants leaves a gap). Zero
+    /// always means no term went unseen.
     pub missed: u64,
 }
 
