@@ -25,9 +25,15 @@ const PROCEDURES: &[(&str, &str)] = &[
     ("extend_v2", include_str!("../sql/extend.sql")),
     ("release_v2", include_str!("../sql/release.sql")),
     ("wait_v4", include_str!("../sql/wait.sql")),
-    ("acquire_shared_v1", include_str!("../sql/acquire_shared.sql")),
+    (
+        "acquire_shared_v1",
+        include_str!("../sql/acquire_shared.sql"),
+    ),
     ("extend_shared_v1", include_str!("../sql/extend_shared.sql")),
-    ("release_shared_v1", include_str!("../sql/release_shared.sql")),
+    (
+        "release_shared_v1",
+        include_str!("../sql/release_shared.sql"),
+    ),
     ("advance_token_v1", include_str!("../sql/advance_token.sql")),
     ("storage_apply_v1", include_str!("../sql/storage_apply.sql")),
     ("admit_v1", include_str!("../sql/admit.sql")),
