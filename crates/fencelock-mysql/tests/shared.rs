@@ -1,7 +1,7 @@
 //! Shared (reader) locks on the `GET_LOCK` backend, against the real server: readers and
 //! writers of two processes (two databases on one prefix) under contention, an expired
 //! writer's session ended by a reader, a reader that ran out refused after a writer, waiting
-//! out a read phase, and what plain `GET_LOCK` callers see of readers.
+//! out a read phase, what plain `GET_LOCK` callers see of readers, and a full readers table.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -369,4 +369,70 @@ async fn readers_hold_no_session_and_plain_get_lock_callers_are_not_excluded() {
         backend.try_acquire(&key, LONG).await.unwrap().is_none(),
         "a writer got in beside readers"
     );
+}
+
+/// A full readers table: with every row live a reader's grant fails with a typed error and
+/// still lets go of `GET_LOCK` (a writer of that key is granted right after); once the rows
+/// ran out, the next grant purges them and is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_readers_table_is_refused_with_an_error_then_purged() {
+    let config = common::config("full");
+    let _cleanup = common::Cleanup::new(config.clone());
+    // The table made small before fencelock installs the rest (it keeps a table that exists).
+    let mut admin = common::admin().await;
+    sqlx::query("SET SESSION max_heap_table_size = 16384")
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let table = include_str!("../sql/readers_table.sql").replace("{prefix}", config.prefix_name());
+    sqlx::raw_sql(&table).execute(&mut admin).await.unwrap();
+    let db = config.connect().await.unwrap();
+    let backend = db.lock_backend();
+
+    let ttl = Duration::from_secs(2);
+    let filled_at = Instant::now();
+    let mut filled = 0;
+    let refused = loop {
+        let key = key(&format!("filler-{filled}"));
+        match backend
+            .try_acquire_shared(&key, OwnerId::random(), ttl)
+            .await
+        {
+            Ok(Some(_)) => filled += 1,
+            Ok(None) => panic!("a reader of a free key was refused"),
+            Err(Error::Backend { message, .. }) => {
+                assert!(message.contains("readers table is full"), "{message}");
+                break key;
+            }
+            Err(other) => panic!("expected the table-full error, got {other:?}"),
+        }
+        assert!(filled < 10_000, "the readers table never filled up");
+    };
+    assert!(filled > 0);
+    assert!(
+        filled_at.elapsed() < ttl,
+        "filling took longer than the ttl"
+    );
+    let name = lock_name(&refused);
+    assert_eq!(
+        common::holder_of(&mut admin, &name).await,
+        None,
+        "a failed reader's grant kept GET_LOCK"
+    );
+    let writer = backend
+        .try_acquire(&refused, LONG)
+        .await
+        .unwrap()
+        .expect("a writer was refused after a reader's grant failed");
+    assert!(backend.release(&writer).await.unwrap());
+
+    sleep(ttl.saturating_sub(filled_at.elapsed()) + Duration::from_millis(100)).await;
+    let key = key("after-purge");
+    let reader = OwnerId::random();
+    let lease = backend
+        .try_acquire_shared(&key, reader, LONG)
+        .await
+        .unwrap()
+        .expect("a reader was refused once every other reader ran out");
+    assert!(backend.release_shared(&lease, reader).await.unwrap());
 }
