@@ -197,7 +197,7 @@ async fn a_reader_that_ran_out_is_refused_after_a_writer_and_its_phase_stays_end
     storage.read(&key, short.fence()).await.unwrap();
     // A second reader keeps the phase alive after the first one ran out.
     let long = backend
-        .try_acquire_shared(&key, late, Duration::from_millis(600))
+        .try_acquire_shared(&key, late, Duration::from_millis(1200))
         .await
         .unwrap()
         .unwrap();
@@ -216,7 +216,7 @@ async fn a_reader_that_ran_out_is_refused_after_a_writer_and_its_phase_stays_end
     );
     let phase = backend.inspect_shared(&key).await.unwrap().unwrap();
     assert_eq!((phase.fence, phase.readers), (short.fence(), 1));
-    sleep(Duration::from_millis(400)).await;
+    sleep(Duration::from_millis(1000)).await;
     assert!(backend.inspect_shared(&key).await.unwrap().is_none());
 
     let writer = backend.try_acquire(&key, LONG).await.unwrap().unwrap();
@@ -434,5 +434,34 @@ async fn a_full_readers_table_is_refused_with_an_error_then_purged() {
         .await
         .unwrap()
         .expect("a reader was refused once every other reader ran out");
+    assert!(backend.release_shared(&lease, reader).await.unwrap());
+}
+
+/// A ttl out of bounds is `InvalidTtl` for readers too, and touches nothing on the server.
+#[tokio::test]
+async fn reader_ttls_out_of_bounds_are_refused_and_touch_nothing() {
+    let (db, _cleanup) = common::database("ttl").await;
+    let backend = db.lock_backend();
+    let key = key("ttl");
+    let reader = OwnerId::random();
+    let too_long = backend.capabilities().max_ttl + Duration::from_secs(1);
+    for ttl in [Duration::ZERO, Duration::from_millis(1), too_long] {
+        assert!(matches!(
+            backend.try_acquire_shared(&key, reader, ttl).await,
+            Err(Error::InvalidTtl { .. })
+        ));
+    }
+    assert_eq!(backend.inspect(&key).await.unwrap().last_token, None);
+    let lease = backend
+        .try_acquire_shared(&key, reader, LONG)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(
+        backend.extend_shared(&lease, reader, too_long).await,
+        Err(Error::InvalidTtl { .. })
+    ));
+    let phase = backend.inspect_shared(&key).await.unwrap().unwrap();
+    assert!(phase.remaining > LONG - Duration::from_secs(5));
     assert!(backend.release_shared(&lease, reader).await.unwrap());
 }
