@@ -1,15 +1,18 @@
--- CALL {prefix}acquire_v2(key, name, owner, ttl_us, idle_s, kill_wait_s)
+-- CALL {prefix}acquire_v3(key, name, owner, ttl_us, idle_s, kill_wait_s)
 --
 -- Takes GET_LOCK(name) for this session if it is free, or if it is held by a fencelock session
 -- whose lease ran out on the server's clock. Such a session is first *claimed*, by one
 -- conditional UPDATE that succeeds only while the lease is still that session's, still holds
 -- the lock and has run out (so its own extend or release cannot also succeed), then ended with
 -- KILL; this session waits up to kill_wait_s seconds for the lock to be let go.
+-- Holding the lock, it is still refused (and let go at once) while a reader of the key's read
+-- phase is live on the server's clock: readers take GET_LOCK only for their grant, so no
+-- reader can join or start a phase between this check and the end of this lease.
 -- On a grant: bumps the key's counter (committed: the one durable write), records the lease
 -- until now + ttl_us, and arms wait_timeout = idle_s (whole seconds >= the ttl), so that the
 -- server itself ends the session of a holder that goes silent.
 -- Returns one row: granted (0 or 1), token (NULL unless granted), session (CONNECTION_ID()).
-CREATE PROCEDURE {prefix}acquire_v2(
+CREATE PROCEDURE {prefix}acquire_v3(
     IN p_key VARBINARY(512),
     IN p_name VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN p_owner BINARY(16),
@@ -48,6 +51,14 @@ BEGIN
                 SET v_got = GET_LOCK(p_name, p_kill_wait_s);
             END IF;
         END IF;
+    END IF;
+
+    IF v_got = 1 AND EXISTS (
+        SELECT 1 FROM {prefix}readers
+        WHERE lock_key = p_key AND expires_at > UTC_TIMESTAMP(6)
+    ) THEN
+        DO RELEASE_LOCK(p_name);
+        SET v_got = 0;
     END IF;
 
     IF v_got = 1 THEN

@@ -5,18 +5,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_core::{
-    Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LostReason, OwnerId,
-    Result, TimeAuthority, WakeUp, async_trait, valid_until, validate_ttl,
+    Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LockKinds,
+    LostReason, OwnerId, ReadPhase, Result, TimeAuthority, WakeUp, async_trait, valid_until,
+    validate_ttl,
 };
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::codec::{fence_from, idle_seconds, micros, owner_bytes, token_from, token_param};
+use crate::codec::{idle_seconds, micros, owner_bytes, token_from, token_param};
 use crate::database::MySqlDatabase;
 use crate::error::{BACKEND, protocol, timed};
 use crate::lock_name::lock_name;
 use crate::session::{Holder, Session, Sessions};
 use crate::wakeups::{Wakeups, watch_key};
+
+mod read_phase;
 
 /// The longest ttl: `wait_timeout`, which the server uses to end a silent holder's session,
 /// takes at most 31,536,000 seconds.
@@ -48,6 +51,11 @@ const KILL_WAIT: Duration = Duration::from_millis(500);
 ///   revived); **release** deletes it and calls `RELEASE_LOCK`.
 /// - **waiting**: one session per key and process blocks in `GET_LOCK` on the server, so a
 ///   release wakes waiters at once.
+/// - **shared (reader) locks**: a reader is a row of a MEMORY table with the read phase's
+///   fence and an expiry on the server's clock. Its grant takes `GET_LOCK` for the length of
+///   its `CALL` only, which orders it with writers (a writer's acquire is refused while a
+///   reader is live); readers hold no session, so plain SQL `GET_LOCK` callers are not
+///   excluded by them. DESIGN.md section 5.4 has the safety argument.
 ///
 /// Keys map to lock names with [`lock_name`](crate::lock_name): short keys are used as they
 /// are, so a lock taken here excludes `SELECT GET_LOCK('the-key', 10)` in any client; long keys
@@ -106,6 +114,7 @@ impl LockBackend for MySqlLockBackend {
             MAX_TTL,
         )
         .with_locks_survive_restart(false)
+        .with_kinds(LockKinds::GENERIC.with_shared())
     }
 
     async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
@@ -299,38 +308,40 @@ impl LockBackend for MySqlLockBackend {
     }
 
     async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
-        type Row = (i64, Option<i64>, Option<Vec<u8>>, Option<i64>, i64);
-        let row: Option<Row> = timed(
-            self.timeout(),
-            sqlx::query_as(&self.db.sql().inspect)
-                .bind(lock_name(key))
-                .bind(key.as_str().as_bytes())
-                .fetch_optional(self.db.pool()),
-        )
-        .await?;
-        let Some((token, holder_token, holder_owner, remaining_us, live)) = row else {
-            return Ok(LockInfo {
-                key: key.clone(),
-                holder: None,
-                remaining: None,
-                last_token: None,
-                unfenced_holder: None,
-            });
-        };
-        let remaining = remaining_us
-            .filter(|us| *us > 0 && live == 1)
-            .map(|us| Duration::from_micros(us.unsigned_abs()));
-        let holder = match (holder_token, holder_owner, remaining) {
-            (Some(token), Some(owner), Some(_)) => Some(fence_from(token, &owner)?),
-            _ => None,
-        };
+        let state = self.key_state(key).await?;
+        let holder = state.as_ref().and_then(|state| {
+            let phase = state.phase.as_ref().map(|p| (p.fence, p.remaining));
+            state.lease.or(phase)
+        });
         Ok(LockInfo {
             key: key.clone(),
-            holder,
-            remaining: holder.and(remaining),
-            last_token: Some(token_from(token)?),
+            holder: holder.map(|(fence, _)| fence),
+            remaining: holder.map(|(_, left)| left),
+            last_token: state.map(|state| state.last_token),
             unfenced_holder: None,
         })
+    }
+
+    async fn try_acquire_shared(
+        &self,
+        key: &LockKey,
+        reader: OwnerId,
+        ttl: Duration,
+    ) -> Result<Option<Lease>> {
+        self.sessions.sweep_abandoned();
+        self.grant_reader(key, reader, ttl).await
+    }
+
+    async fn extend_shared(&self, lease: &Lease, reader: OwnerId, ttl: Duration) -> Result<Lease> {
+        self.renew_reader(lease, reader, ttl).await
+    }
+
+    async fn release_shared(&self, lease: &Lease, reader: OwnerId) -> Result<bool> {
+        self.release_reader(lease, reader).await
+    }
+
+    async fn inspect_shared(&self, key: &LockKey) -> Result<Option<ReadPhase>> {
+        Ok(self.key_state(key).await?.and_then(|state| state.phase))
     }
 
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {

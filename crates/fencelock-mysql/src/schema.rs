@@ -14,16 +14,26 @@ const PROCEDURE_EXISTS: u16 = 1304;
 const TABLES: &[(&str, &str)] = &[
     ("locks", include_str!("../sql/locks_table.sql")),
     ("leases", include_str!("../sql/leases_table.sql")),
+    ("readers", include_str!("../sql/readers_table.sql")),
     ("storage", include_str!("../sql/storage_table.sql")),
     ("fences", include_str!("../sql/fences_table.sql")),
 ];
 
 /// The procedures, by name without prefix, in creation order.
 const PROCEDURES: &[(&str, &str)] = &[
-    ("acquire_v2", include_str!("../sql/acquire.sql")),
+    ("acquire_v3", include_str!("../sql/acquire.sql")),
     ("extend_v2", include_str!("../sql/extend.sql")),
     ("release_v2", include_str!("../sql/release.sql")),
-    ("wait_v3", include_str!("../sql/wait.sql")),
+    ("wait_v4", include_str!("../sql/wait.sql")),
+    (
+        "acquire_shared_v1",
+        include_str!("../sql/acquire_shared.sql"),
+    ),
+    ("extend_shared_v1", include_str!("../sql/extend_shared.sql")),
+    (
+        "release_shared_v1",
+        include_str!("../sql/release_shared.sql"),
+    ),
     ("advance_token_v1", include_str!("../sql/advance_token.sql")),
     ("storage_apply_v1", include_str!("../sql/storage_apply.sql")),
     ("admit_v1", include_str!("../sql/admit.sql")),
@@ -32,10 +42,12 @@ const PROCEDURES: &[(&str, &str)] = &[
 /// Procedures of earlier versions, which `uninstall` drops too.
 const RETIRED: &[&str] = &[
     "acquire_v1",
+    "acquire_v2",
     "extend_v1",
     "release_v1",
     "wait_v1",
     "wait_v2",
+    "wait_v3",
 ];
 
 /// Every statement fencelock runs, for one prefix.
@@ -46,6 +58,9 @@ pub(crate) struct Statements {
     pub(crate) extend: String,
     pub(crate) release: String,
     pub(crate) wait: String,
+    pub(crate) acquire_shared: String,
+    pub(crate) extend_shared: String,
+    pub(crate) release_shared: String,
     pub(crate) advance_token: String,
     pub(crate) inspect: String,
     pub(crate) storage_apply: String,
@@ -65,10 +80,13 @@ impl Statements {
         };
         Ok(Statements {
             prefix: prefix.to_owned(),
-            acquire: call("acquire_v2", 6),
+            acquire: call("acquire_v3", 6),
             extend: call("extend_v2", 6),
             release: call("release_v2", 4),
-            wait: call("wait_v3", 3),
+            wait: call("wait_v4", 4),
+            acquire_shared: call("acquire_shared_v1", 7),
+            extend_shared: call("extend_shared_v1", 5),
+            release_shared: call("release_shared_v1", 4),
             advance_token: call("advance_token_v1", 2),
             inspect: fill(include_str!("../sql/inspect.sql"), prefix),
             storage_apply: call("storage_apply_v1", 6),
@@ -160,7 +178,7 @@ mod tests {
             let filled = fill(sql, "p_");
             assert!(!filled.contains('{'), "{filled}");
         }
-        assert_eq!(statements.acquire, "CALL p_acquire_v2(?, ?, ?, ?, ?, ?)");
+        assert_eq!(statements.acquire, "CALL p_acquire_v3(?, ?, ?, ?, ?, ?)");
         let longest = "p".repeat(crate::config::MAX_PREFIX_LEN);
         for name in Statements::new(&longest).unwrap().object_names() {
             assert!(name.len() <= 64, "{name} is longer than 64 characters");

@@ -1,8 +1,10 @@
 //! Waiting for a release. While a key has waiters in this process, one task (the key's
 //! *watcher*) keeps a session blocked in `GET_LOCK` on the server, which wakes it the moment the
-//! lock is let go; the watcher then wakes every waiter of the key, which try again. The
-//! watcher's wait does not depend on how long any one waiter waits, so a release is not missed
-//! while a waiter is between two waits.
+//! lock is let go; the watcher then wakes every waiter of the key, which try again. While the
+//! lock is free but a read phase lives (readers hold no session to wait on), the watcher's
+//! session looks at the key's readers every [`READERS_POLL`] on the server instead, until the
+//! last one is gone. The watcher's wait does not depend on how long any one waiter waits, so a
+//! release is not missed while a waiter is between two waits.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,6 +23,9 @@ const PRUNE_ABOVE: usize = 1024;
 
 /// The longest single wait of a watcher on the server; it waits again while waiters remain.
 const WATCH_BOUND: Duration = Duration::from_secs(1);
+
+/// How often a watcher's session looks, on the server, whether a live read phase has ended.
+const READERS_POLL: Duration = Duration::from_millis(10);
 
 /// The waiters of one key in this process. Waiters hold it (`Arc`) while they wait; the map and
 /// the watcher only refer to it (`Weak`), so it goes away with the last waiter.
@@ -79,9 +84,10 @@ impl Wakeups {
 }
 
 /// The watcher of one key: blocks in `GET_LOCK` on a session of its own (see `sql/wait.sql`)
-/// for as long as the key has waiters, waking them whenever the wait ends; stops when the lock
-/// is free or its holder's lease has run out (the waiters try then, and one that is refused
-/// starts a watcher again), or when no waiter is left.
+/// (or looks at its live readers) for as long as the key has waiters, waking them whenever the
+/// wait ends; stops when the lock is let go or free of readers, or its holder's lease has run
+/// out (the waiters try then, and one that is refused starts a watcher again), or when no
+/// waiter is left.
 pub(crate) async fn watch_key(db: MySqlDatabase, key: LockKey, name: String, watch: Weak<Watch>) {
     if let Err(error) = watch_until_free(&db, &key, &name, &watch).await {
         tracing::debug!(%error, key = %key, "waiting for a release failed");
@@ -108,6 +114,7 @@ async fn watch_until_free(
                 .bind(key.as_str().as_bytes())
                 .bind(name)
                 .bind(WATCH_BOUND.as_secs_f64())
+                .bind(READERS_POLL.as_secs_f64())
                 .fetch_all(holder.conn()?),
         )
         .await?;
