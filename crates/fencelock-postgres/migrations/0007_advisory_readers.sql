@@ -49,7 +49,8 @@ CREATE TRIGGER fencelock_advisory_reader_released
 --   live epoch or later and counter below 2^32 - 1: last_token + 1, else live * 2^32 + 1),
 --   owner `p_owner`. No token (no live epoch, or the counter used up) unlocks the shared lock
 --   and returns r_live and r_exhausted for the caller, who starts a new epoch and asks again.
--- Rows of readers whose session no longer holds the lock are forgotten on the way.
+-- Rows of readers whose session no longer holds the lock, and the key's writer row (stale
+-- while a shared lock is held), are forgotten on the way.
 -- lock_timeout (`p_lock_wait`) bounds the waits for the phase and counter rows, for this
 -- statement's transaction only.
 CREATE FUNCTION fencelock_advisory_read(
@@ -97,6 +98,10 @@ BEGIN
     -- A row of this very session is left over from an earlier session with the same pid.
     DELETE FROM fencelock_advisory_readers r
      WHERE r.key = p_key AND (r.pid = me OR NOT (r.pid = ANY (sharers)));
+    -- While this session holds the shared lock no writer holds the key: a holder row left by
+    -- a writer whose session ended must not pass for live should its pid be reused by a
+    -- reader (advisory_inspect.sql matches a holder row by pid and lock id).
+    DELETE FROM fencelock_advisory_holders h WHERE h.key = p_key;
     SELECT c.last_token INTO counter_at FROM fencelock_counters c WHERE c.key = p_key;
     IF phase_token IS NOT NULL AND phase_token = counter_at AND EXISTS (
         SELECT 1 FROM fencelock_advisory_readers r

@@ -224,7 +224,10 @@ impl Held {
 
     /// Whether `lease` is the one this entry handed out (as granted or as last renewed).
     fn carries(&self, lease: &Lease) -> bool {
-        let (granted, renewed) = *self.valid_until.lock().unwrap_or_else(PoisonError::into_inner);
+        let (granted, renewed) = *self
+            .valid_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         lease.fence() == self.fence
             && (lease.valid_until == granted || lease.valid_until == renewed)
     }
@@ -237,7 +240,10 @@ impl Held {
     /// Waits until the lease is lost, and says why.
     async fn lost(&self) -> LostReason {
         self.lost.cancelled().await;
-        self.reason.get().copied().unwrap_or(LostReason::SessionEnded)
+        self.reason
+            .get()
+            .copied()
+            .unwrap_or(LostReason::SessionEnded)
     }
 }
 
@@ -413,10 +419,8 @@ impl PgAdvisoryBackend {
         let Some(mut holder) = held.holder.lock().await.take() else {
             return Ok(false);
         };
-        let outcome: Result<(bool, bool, String)> = async {
-            timed(BACKEND, self.timeout(), unlock.fetch_one(holder.conn()?)).await
-        }
-        .await;
+        let outcome: Result<(bool, bool, String)> =
+            async { timed(BACKEND, self.timeout(), unlock.fetch_one(holder.conn()?)).await }.await;
         match outcome {
             Ok((unlocked, _forgotten, _)) => {
                 if unlocked {
@@ -464,7 +468,9 @@ impl PgAdvisoryBackend {
                     Err(_) => continue,
                 }
             };
-            let Some(holder) = session.as_mut() else { return };
+            let Some(holder) = session.as_mut() else {
+                return;
+            };
             let left = held.deadline().saturating_duration_since(Instant::now());
             let reason = if closed {
                 LostReason::SessionEnded
@@ -720,7 +726,9 @@ impl LockBackend for PgAdvisoryBackend {
         if let Some(pid) = lock_pid {
             // The lock is taken, but not through a lease of this backend: a plain
             // `pg_advisory_lock` on the same id, or a fencelock transaction.
-            info.unfenced_holder = Some(format!("PostgreSQL session pid {pid} (no fencelock lease: a plain pg_advisory_lock or a fencelock transaction)"));
+            info.unfenced_holder = Some(format!(
+                "PostgreSQL session pid {pid} (no fencelock lease: a plain pg_advisory_lock or a fencelock transaction)"
+            ));
             return Ok(info);
         }
         // Not held exclusively: a read phase, or plain SQL shared holders, may hold it.
@@ -729,7 +737,9 @@ impl LockBackend for PgAdvisoryBackend {
             info.holder = Some(phase.fence);
             info.remaining = Some(phase.remaining);
         } else if let Some(pid) = plain_pid {
-            info.unfenced_holder = Some(format!("PostgreSQL session pid {pid} (a shared lock without a fencelock reader: a plain pg_advisory_lock_shared)"));
+            info.unfenced_holder = Some(format!(
+                "PostgreSQL session pid {pid} (a shared lock without a fencelock reader: a plain pg_advisory_lock_shared)"
+            ));
         }
         Ok(info)
     }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_core::{
-    Error, Lease, LockBackend, LockKey, LostReason, OwnerId, ReadPhase, Result,
-    valid_until, validate_ttl,
+    Error, Lease, LockBackend, LockKey, LostReason, OwnerId, ReadPhase, Result, valid_until,
+    validate_ttl,
 };
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -271,4 +271,3 @@ impl PgAdvisoryBackend {
         Ok((phase, plain_pid))
     }
 }
-
