@@ -13,7 +13,8 @@ use fencelock_core::{
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::{BACKEND, Held, Holder, PgAdvisoryBackend, Slot};
+use super::sessions::{Held, Holder, Slot};
+use super::{BACKEND, PgAdvisoryBackend};
 use crate::PgBackendKind;
 use crate::codec::{fence_from, micros, millis_setting, owner_bytes, remaining, token_param};
 use crate::epoch::{self, Grant};
