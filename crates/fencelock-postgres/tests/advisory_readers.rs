@@ -546,3 +546,56 @@ async fn readers_are_refused_in_a_lease_schema() {
     assert!(db.lease_backend().release(&lease).await.unwrap());
     schema.cleanup().await;
 }
+
+/// A reader whose grant finds no token (the volatile state lost, as after a crash; or the
+/// key's counter used up in the live epoch) gives its shared lock back, starts a new epoch
+/// and asks again: it is granted once, in the new epoch, and its released session holds
+/// nothing (a writer gets the key right after).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_without_a_token_starts_a_new_epoch_and_holds_the_lock_once() {
+    let (schema, db) = common::database().await;
+    let backend = db.advisory_backend();
+    let s = schema.name();
+    let key = key(&schema, "epoch");
+    let (first, first_id) = reader(&backend, &key, TTL).await;
+    assert!(backend.release_shared(&first, first_id).await.unwrap());
+    let epoch = |token: fencelock_core::FencingToken| token.get() >> 32;
+
+    // What crash recovery does to the UNLOGGED tables.
+    sqlx::raw_sql(&format!(
+        "TRUNCATE \"{s}\".fencelock_epoch_live, \"{s}\".fencelock_counters, \
+         \"{s}\".fencelock_advisory_holders, \"{s}\".fencelock_advisory_phases, \
+         \"{s}\".fencelock_advisory_readers"
+    ))
+    .execute(schema.admin())
+    .await
+    .unwrap();
+    let (second, second_id) = reader(&backend, &key, TTL).await;
+    assert!(second.token > first.token);
+    assert_eq!(epoch(second.token), epoch(first.token) + 1);
+    assert!(backend.release_shared(&second, second_id).await.unwrap());
+
+    // The key's counter used up in the live epoch.
+    sqlx::query(&format!(
+        "UPDATE \"{s}\".fencelock_counters SET last_token = (last_token >> 32) * 4294967296 + 4294967295 \
+         WHERE key = $1"
+    ))
+    .bind(key.as_str())
+    .execute(schema.admin())
+    .await
+    .unwrap();
+    let (third, third_id) = reader(&backend, &key, TTL).await;
+    assert_eq!(epoch(third.token), epoch(second.token) + 1);
+    assert_eq!(third.token.get() & 0xffff_ffff, 1);
+    assert!(backend.release_shared(&third, third_id).await.unwrap());
+    assert_eq!(backend.held_count(), 0);
+    // No session of the pool kept a shared lock from the refused tries.
+    let writer = backend
+        .try_acquire(&key, TTL)
+        .await
+        .unwrap()
+        .expect("a shared lock stayed behind");
+    assert!(writer.token > third.token);
+    assert!(backend.release(&writer).await.unwrap());
+    schema.cleanup().await;
+}
