@@ -136,7 +136,8 @@ impl PgAdvisoryBackend {
                         tracing::debug!(token = token, outcome = "granted", "acquired");
                         return Ok(Some(lease));
                     }
-                    // The statement gave the shared lock back already (no token, no phase).
+                    // Without a token the statement gave the shared lock back and recorded
+                    // no phase and no reader: the next try takes the lock once, not twice.
                     Grant::NewEpoch(seen) => {
                         epoch::start_new(
                             &self.db,
@@ -147,6 +148,7 @@ impl PgAdvisoryBackend {
                         )
                         .await?;
                     }
+                    // Not expected from one function with fresh snapshots; ask again.
                     Grant::Refused => {}
                 }
             }
