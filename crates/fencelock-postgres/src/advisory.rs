@@ -1,18 +1,15 @@
 //! `PgAdvisoryBackend`: session advisory locks on connections held for the life of a lease.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use fencelock_core::{
-    Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LostReason, OwnerId,
-    Result, TimeAuthority, TokenGuarantee, WakeUp, valid_until, validate_ttl,
+    Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LockKinds,
+    LostReason, OwnerId, ReadPhase, Result, TimeAuthority, TokenGuarantee, WakeUp, valid_until,
+    validate_ttl,
 };
-use sqlx::pool::PoolConnection;
-use sqlx::{PgConnection, Postgres};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::codec::{micros, millis_setting, owner_bytes, token_param};
@@ -22,17 +19,17 @@ use crate::exec::{Arg, Protocol};
 use crate::lease_table::{advance_token, lock_info};
 use crate::{PgBackendKind, PgDatabase};
 
+mod read_phase;
+mod sessions;
+
+use sessions::{Holder, Sessions, Slot, lease_id};
+
 const BACKEND: &str = "pg-advisory";
 /// `idle_session_timeout` is a 32-bit count of milliseconds (about 24.8 days).
 const MAX_TTL: Duration = Duration::from_secs(24 * 24 * 3600);
-/// How long after its last known deadline an abandoned lease's connection is closed.
-const ABANDONED_GRACE: Duration = Duration::from_secs(1);
-/// The longest pause of the session watch between two pings of a holding session.
-const WATCH_EVERY: Duration = Duration::from_millis(500);
-/// The shortest pause of the session watch (leases with a short ttl).
-const WATCH_AT_LEAST: Duration = Duration::from_millis(50);
 
-/// Locks as Postgres session advisory locks (`pg_try_advisory_lock(bigint)`).
+/// Locks as Postgres session advisory locks (`pg_try_advisory_lock(bigint)`), and shared
+/// (reader) locks as shared ones (`pg_try_advisory_lock_shared(bigint)`).
 ///
 /// Each grant takes a connection out of the database's holder pool and keeps it for the life
 /// of the lease. The server enforces expiry: `idle_session_timeout` is set to the ttl on that
@@ -44,6 +41,18 @@ const WATCH_AT_LEAST: Duration = Duration::from_millis(50);
 /// Keys map to lock ids with [`PgDatabase::advisory_lock_id`]: `#402` is the raw id 402, any
 /// other key is hashed together with the schema. So a lock taken here excludes `SELECT pg_advisory_lock(402)` in any other client,
 /// and [`PgStorage::transaction`](crate::PgStorage::transaction) on the same key.
+///
+/// **Readers** ([`RwLocker`](fencelock_core::RwLocker), or
+/// [`try_acquire_shared`](LockBackend::try_acquire_shared)) hold the key's advisory lock in
+/// shared mode, each on a session of its own, held, timed out and watched exactly like an
+/// exclusive holder's. Shared and exclusive advisory locks conflict on the server, so readers
+/// and writers (this backend's exclusive grants, [`PgStorage::transaction`](crate::PgStorage::transaction),
+/// a plain `pg_advisory_lock`) exclude each other there; a reader is refused while a writer
+/// holds the lock *or waits for it* on the server. Overlapping readers share the read phase's
+/// one fence (DESIGN.md section 5.3 has the rule and why it is safe). A plain
+/// `pg_advisory_lock_shared` on the same id coexists with readers and keeps writers out; it
+/// has no fence, and [`inspect`](LockBackend::inspect) reports it as an unfenced holder when
+/// no fencelock reader is there.
 ///
 /// Tokens come from the same never-deleted counter rows as [`PgLeaseBackend`](crate::PgLeaseBackend),
 /// with the same grant that waits for no WAL flush and the same durable epoch, so they keep
@@ -60,73 +69,7 @@ const WATCH_AT_LEAST: Duration = Duration::from_millis(50);
 #[derive(Debug, Clone)]
 pub struct PgAdvisoryBackend {
     db: PgDatabase,
-    held: Arc<Mutex<HashMap<LeaseId, Arc<Held>>>>,
-}
-
-type LeaseId = (LockKey, OwnerId, FencingToken);
-
-#[derive(Debug)]
-struct Held {
-    holder: tokio::sync::Mutex<Option<Holder>>,
-    /// When the server will end the session if nothing is sent on it.
-    deadline: Mutex<Instant>,
-    /// Cancelled when this process learns the lease is gone (the session ended, its deadline
-    /// passed, the database was closed), for [`LockBackend::watch_lost`].
-    lost: CancellationToken,
-    reason: OnceLock<LostReason>,
-}
-
-impl Held {
-    fn deadline(&self) -> Instant {
-        *self.deadline.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn mark_lost(&self, reason: LostReason) {
-        let _ = self.reason.set(reason);
-        self.lost.cancel();
-    }
-}
-
-/// A connection holding (or about to hold) an advisory lock. Dropping it closes the
-/// connection, which makes the server free every lock of the session; only
-/// [`give_back`](Self::give_back), after a clean unlock, returns it to the pool.
-#[derive(Debug)]
-struct Holder(Option<PoolConnection<Postgres>>);
-
-impl Holder {
-    fn conn(&mut self) -> Result<&mut PgConnection> {
-        match self.0.as_mut() {
-            Some(conn) => Ok(&mut **conn),
-            None => Err(crate::error::protocol(
-                BACKEND,
-                "holder connection already gone",
-            )),
-        }
-    }
-
-    fn give_back(mut self) {
-        drop(self.0.take());
-    }
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        if let Some(conn) = self.0.take() {
-            drop(conn.detach());
-        }
-    }
-}
-
-fn lease_id(lease: &Lease) -> LeaseId {
-    (lease.key.clone(), lease.owner, lease.token)
-}
-
-/// Whether `error` means the holding session is gone (and with it the lock).
-fn session_gone(error: &Error) -> bool {
-    match error {
-        Error::Unavailable { source, .. } => source.is_some(),
-        _ => false,
-    }
+    held: Arc<Mutex<Sessions>>,
 }
 
 impl PgAdvisoryBackend {
@@ -134,7 +77,7 @@ impl PgAdvisoryBackend {
     pub fn new(db: &PgDatabase) -> Self {
         PgAdvisoryBackend {
             db: db.clone(),
-            held: Arc::new(Mutex::new(HashMap::new())),
+            held: Arc::new(Mutex::new(Sessions::default())),
         }
     }
 
@@ -148,109 +91,20 @@ impl PgAdvisoryBackend {
         &self.db
     }
 
-    /// How many leases this backend (and its clones) currently keeps a connection for.
+    /// How many leases (exclusive and readers') this backend and its clones currently keep a
+    /// connection for.
     pub fn held_count(&self) -> usize {
-        self.held_map().len()
+        self.sessions().count()
     }
 
     fn timeout(&self) -> Duration {
         self.db.operation_timeout()
     }
 
-    fn held_map(&self) -> std::sync::MutexGuard<'_, HashMap<LeaseId, Arc<Held>>> {
+    fn sessions(&self) -> std::sync::MutexGuard<'_, Sessions> {
         // The map stays consistent under a panic elsewhere: every update is a single insert or
         // remove.
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Closes the connections of leases whose holders dropped them without releasing: past
-    /// their deadline the server has ended (or is about to end) those sessions anyway.
-    fn sweep_abandoned(&self) {
-        let now = Instant::now();
-        let abandoned: Vec<Arc<Held>> = {
-            let mut map = self.held_map();
-            let expired: Vec<LeaseId> = map
-                .iter()
-                .filter(|(_, held)| held.deadline() + ABANDONED_GRACE < now)
-                .map(|(id, _)| id.clone())
-                .collect();
-            expired.iter().filter_map(|id| map.remove(id)).collect()
-        };
-        // Dropping the last reference closes the connection.
-        drop(abandoned);
-    }
-
-    /// Forgets `id` if it is still `held`'s entry.
-    fn forget(&self, id: &LeaseId, held: &Arc<Held>) {
-        let mut map = self.held_map();
-        if map.get(id).is_some_and(|entry| Arc::ptr_eq(entry, held)) {
-            map.remove(id);
-        }
-    }
-
-    /// The session watch of one lease: until the lease is released or lost, pings its session
-    /// every `every` (the pause is a quarter of the ttl, within [`WATCH_AT_LEAST`] and
-    /// [`WATCH_EVERY`]) and, the moment a ping fails, closes the connection and reports the
-    /// lease lost, so the guard learns within a pause and a round trip that the session ended
-    /// (`pg_terminate_backend`, a reset connection, a server restart). Also closes the session
-    /// past its deadline, and at once when the database is closed.
-    ///
-    /// Each ping sets `idle_session_timeout` to the time left until the deadline, so watching
-    /// never prolongs the lease: a silent or paused holder's session still ends when its ttl
-    /// runs out.
-    async fn watch_session(self, id: LeaseId, held: Weak<Held>, every: Duration) {
-        let closing = self.db.closing();
-        loop {
-            let closed = tokio::select! {
-                _ = tokio::time::sleep(every) => false,
-                _ = closing.cancelled() => true,
-            };
-            let Some(held) = held.upgrade() else { return };
-            if held.lost.is_cancelled() {
-                return;
-            }
-            let mut slot = if closed {
-                held.holder.lock().await
-            } else {
-                match held.holder.try_lock() {
-                    Ok(slot) => slot,
-                    // An extend or a release is using the session: it finds out for itself.
-                    Err(_) => continue,
-                }
-            };
-            let Some(holder) = slot.as_mut() else { return };
-            let left = held.deadline().saturating_duration_since(Instant::now());
-            let reason = if closed {
-                LostReason::SessionEnded
-            } else if left.is_zero() {
-                LostReason::DeadlinePassed
-            } else {
-                let ping: Result<Option<String>> = async {
-                    timed(
-                        BACKEND,
-                        self.timeout(),
-                        sqlx::query_scalar(self.db.sql().advisory_ping.text())
-                            .bind(millis_setting(left))
-                            .fetch_one(holder.conn()?),
-                    )
-                    .await
-                }
-                .await;
-                match ping {
-                    Ok(_) => continue,
-                    Err(error) => {
-                        tracing::debug!(key = %id.0, %error, "holder session ended");
-                        LostReason::SessionEnded
-                    }
-                }
-            };
-            // Closing the connection frees the lock if the session still had it.
-            slot.take();
-            drop(slot);
-            self.forget(&id, &held);
-            held.mark_lost(reason);
-            return;
-        }
     }
 }
 
@@ -268,6 +122,7 @@ impl LockBackend for PgAdvisoryBackend {
             MAX_TTL,
         )
         .with_locks_survive_restart(false)
+        .with_kinds(LockKinds::GENERIC.with_shared())
     }
 
     async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
@@ -325,20 +180,8 @@ impl LockBackend for PgAdvisoryBackend {
                             ttl,
                             valid_until: valid_until(sent_at, ttl),
                         };
-                        let held = Arc::new(Held {
-                            holder: tokio::sync::Mutex::new(Some(holder)),
-                            deadline: Mutex::new(replied_at + ttl),
-                            lost: CancellationToken::new(),
-                            reason: OnceLock::new(),
-                        });
-                        let id = lease_id(&lease);
-                        let watch = self.clone().watch_session(
-                            id.clone(),
-                            Arc::downgrade(&held),
-                            (ttl / 4).clamp(WATCH_AT_LEAST, WATCH_EVERY),
-                        );
-                        self.held_map().insert(id, held);
-                        tokio::spawn(watch.in_current_span());
+                        let slot = Slot::Lease(lease_id(&lease));
+                        self.hold(slot, holder, &lease, replied_at + ttl);
                         tracing::debug!(token = token.get(), outcome = "granted", "acquired");
                         return Ok(Some(lease));
                     }
@@ -383,57 +226,18 @@ impl LockBackend for PgAdvisoryBackend {
             token = lease.token.get()
         );
         async {
-            let id = lease_id(lease);
-            let Some(held) = self.held_map().get(&id).cloned() else {
+            let slot = Slot::Lease(lease_id(lease));
+            let Some(held) = self.sessions().get(&slot) else {
                 return Err(Error::lease_lost(&lease.key, LostReason::NotHeld));
             };
-            let mut slot = held.holder.lock().await;
-            let Some(holder) = slot.as_mut() else {
-                let reason = held.reason.get().copied().unwrap_or(LostReason::NotHeld);
-                return Err(Error::lease_lost(&lease.key, reason));
-            };
-            let sent_at = Instant::now();
-            let outcome: Result<Option<Option<String>>> = async {
-                timed(
-                    BACKEND,
-                    self.timeout(),
-                    sqlx::query_scalar(self.db.sql().advisory_extend.text())
-                        .bind(lease.key.as_str())
-                        .bind(&owner_bytes(lease.owner)[..])
-                        .bind(token_param(BACKEND, lease.token)?)
-                        .bind(micros(ttl))
-                        .bind(millis_setting(ttl))
-                        .fetch_optional(holder.conn()?),
-                )
-                .await
-            }
-            .await;
-            match outcome {
-                Ok(Some(_)) => {
-                    *held.deadline.lock().unwrap_or_else(PoisonError::into_inner) =
-                        Instant::now() + ttl;
-                    Ok(Lease {
-                        ttl,
-                        valid_until: valid_until(sent_at, ttl),
-                        ..lease.clone()
-                    })
-                }
-                Ok(None) => {
-                    // The session lives but no longer records this lease as holder.
-                    slot.take();
-                    self.forget(&id, &held);
-                    held.mark_lost(LostReason::Superseded);
-                    Err(Error::lease_lost(&lease.key, LostReason::Superseded))
-                }
-                Err(error) => {
-                    tracing::debug!(%error, "holder session failed");
-                    // Closing the session frees the lock, so the lease is gone either way.
-                    slot.take();
-                    self.forget(&id, &held);
-                    held.mark_lost(LostReason::SessionEnded);
-                    Err(Error::lease_lost(&lease.key, LostReason::SessionEnded))
-                }
-            }
+            let owner = owner_bytes(lease.owner);
+            let renewal = sqlx::query_scalar(self.db.sql().advisory_extend.text())
+                .bind(lease.key.as_str())
+                .bind(&owner[..])
+                .bind(token_param(BACKEND, lease.token)?)
+                .bind(micros(ttl))
+                .bind(millis_setting(ttl));
+            self.renew(&slot, &held, lease, ttl, renewal).await
         }
         .instrument(span)
         .await
@@ -447,38 +251,16 @@ impl LockBackend for PgAdvisoryBackend {
             token = lease.token.get()
         );
         async {
-            let Some(held) = self.held_map().remove(&lease_id(lease)) else {
+            let Some(held) = self.sessions().remove(&Slot::Lease(lease_id(lease)), None) else {
                 return Ok(false);
             };
-            let Some(mut holder) = held.holder.lock().await.take() else {
-                return Ok(false);
-            };
-            let outcome: Result<(bool, bool, String)> = async {
-                timed(
-                    BACKEND,
-                    self.timeout(),
-                    sqlx::query_as(self.db.sql().advisory_release.text())
-                        .bind(self.db.advisory_lock_id(&lease.key))
-                        .bind(lease.key.as_str())
-                        .bind(&owner_bytes(lease.owner)[..])
-                        .bind(token_param(BACKEND, lease.token)?)
-                        .fetch_one(holder.conn()?),
-                )
-                .await
-            }
-            .await;
-            match outcome {
-                Ok((unlocked, _forgotten, _)) => {
-                    if unlocked {
-                        holder.give_back();
-                    }
-                    Ok(unlocked)
-                }
-                // The session ended on its own (time-out, termination): the lock went with it.
-                Err(error) if session_gone(&error) => Ok(false),
-                // Dropping `holder` closes the session, which frees the lock.
-                Err(error) => Err(error),
-            }
+            let owner = owner_bytes(lease.owner);
+            let unlock = sqlx::query_as(self.db.sql().advisory_release.text())
+                .bind(self.db.advisory_lock_id(&lease.key))
+                .bind(lease.key.as_str())
+                .bind(&owner[..])
+                .bind(token_param(BACKEND, lease.token)?);
+            self.unlock(held, unlock).await
         }
         .instrument(span)
         .await
@@ -540,30 +322,73 @@ impl LockBackend for PgAdvisoryBackend {
         )
         .await?;
         let mut info = lock_info(BACKEND, key, (last_token, owner, token, remaining_us))?;
-        if info.holder.is_none() {
+        if info.holder.is_some() {
+            return Ok(info);
+        }
+        if let Some(pid) = lock_pid {
             // The lock is taken, but not through a lease of this backend: a plain
             // `pg_advisory_lock` on the same id, or a fencelock transaction.
-            info.unfenced_holder = lock_pid.map(|pid| {
-                format!("PostgreSQL session pid {pid} (no fencelock lease: a plain pg_advisory_lock or a fencelock transaction)")
-            });
+            info.unfenced_holder = Some(format!(
+                "PostgreSQL session pid {pid} (no fencelock lease: a plain pg_advisory_lock or a fencelock transaction)"
+            ));
+            return Ok(info);
+        }
+        // Not held exclusively: a read phase, or plain SQL shared holders, may hold it.
+        let (phase, plain_pid) = self.read_phase(key, protocol).await?;
+        if let Some(phase) = phase {
+            info.holder = Some(phase.fence);
+            info.remaining = Some(phase.remaining);
+        } else if let Some(pid) = plain_pid {
+            info.unfenced_holder = Some(format!(
+                "PostgreSQL session pid {pid} (a shared lock without a fencelock reader: a plain pg_advisory_lock_shared)"
+            ));
         }
         Ok(info)
     }
 
     /// Completes when the session watch (or a failed extend) finds the lease's session gone:
-    /// see [`PgAdvisoryBackend`]'s session watch.
+    /// see [`PgAdvisoryBackend`]'s session watch. A reader's lease (which carries its phase's
+    /// fence, not the reader id) is found by the `valid_until` it was granted or last renewed
+    /// with; should two readers of one phase in this process carry the very same lease, the
+    /// watch cannot tell them apart and leaves their loss to the renewals and the deadline.
     async fn watch_lost(&self, lease: &Lease) -> LostReason {
-        let Some(held) = self.held_map().get(&lease_id(lease)).cloned() else {
-            return LostReason::NotHeld;
+        let watched = {
+            let sessions = self.sessions();
+            match sessions.get(&Slot::Lease(lease_id(lease))) {
+                Some(held) => Ok(held),
+                None => sessions.reader_carrying(lease),
+            }
         };
-        held.lost.cancelled().await;
-        held.reason
-            .get()
-            .copied()
-            .unwrap_or(LostReason::SessionEnded)
+        match watched {
+            Ok(held) => held.lost().await,
+            Err(Some(reason)) => reason,
+            Err(None) => std::future::pending().await,
+        }
     }
 
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
         advance_token(&self.db, BACKEND, key, floor).await
+    }
+
+    async fn try_acquire_shared(
+        &self,
+        key: &LockKey,
+        reader: OwnerId,
+        ttl: Duration,
+    ) -> Result<Option<Lease>> {
+        self.join_read_phase(key, reader, ttl).await
+    }
+
+    async fn extend_shared(&self, lease: &Lease, reader: OwnerId, ttl: Duration) -> Result<Lease> {
+        self.extend_reader(lease, reader, ttl).await
+    }
+
+    async fn release_shared(&self, lease: &Lease, reader: OwnerId) -> Result<bool> {
+        self.leave_read_phase(lease, reader).await
+    }
+
+    async fn inspect_shared(&self, key: &LockKey) -> Result<Option<ReadPhase>> {
+        let protocol = self.db.protocol().await?;
+        Ok(self.read_phase(key, protocol).await?.0)
     }
 }
