@@ -98,6 +98,14 @@ pub trait LockBackend: Send + Sync + Debug + 'static {
         std::future::pending().await
     }
 
+    /// [`watch_lost`](Self::watch_lost) for `reader`'s lease in the read phase of `lease`
+    /// (readers of a phase share one lease fence, so the reader id tells them apart). Default:
+    /// never completes, like `watch_lost`.
+    async fn watch_lost_shared(&self, lease: &Lease, reader: OwnerId) -> LostReason {
+        let _ = (lease, reader);
+        std::future::pending().await
+    }
+
     /// Joins (or starts) the read phase of `key` as `reader`, without waiting. `Ok(None)`
     /// while an exclusive lease is valid. The lease carries the phase's shared token and
     /// owner; asked again by a reader already in the live phase, it renews that reader.
@@ -192,6 +200,9 @@ macro_rules! forward_lock_backend {
             }
             async fn watch_lost(&self, lease: &Lease) -> LostReason {
                 (**self).watch_lost(lease).await
+            }
+            async fn watch_lost_shared(&self, lease: &Lease, reader: OwnerId) -> LostReason {
+                (**self).watch_lost_shared(lease, reader).await
             }
             async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
                 (**self).advance_token(key, floor).await

@@ -347,22 +347,24 @@ impl LockBackend for PgAdvisoryBackend {
     }
 
     /// Completes when the session watch (or a failed extend) finds the lease's session gone:
-    /// see [`PgAdvisoryBackend`]'s session watch. A reader's lease (which carries its phase's
-    /// fence, not the reader id) is found by the `valid_until` it was granted or last renewed
-    /// with; should two readers of one phase in this process carry the very same lease, the
-    /// watch cannot tell them apart and leaves their loss to the renewals and the deadline.
+    /// see [`PgAdvisoryBackend`]'s session watch.
     async fn watch_lost(&self, lease: &Lease) -> LostReason {
-        let watched = {
-            let sessions = self.sessions();
-            match sessions.get(&Slot::Lease(lease_id(lease))) {
-                Some(held) => Ok(held),
-                None => sessions.reader_carrying(lease),
-            }
-        };
-        match watched {
-            Ok(held) => held.lost().await,
-            Err(Some(reason)) => reason,
-            Err(None) => std::future::pending().await,
+        let held = self.sessions().get(&Slot::Lease(lease_id(lease)));
+        match held {
+            Some(held) => held.lost().await,
+            None => LostReason::NotHeld,
+        }
+    }
+
+    /// The same watch for a reader: its own session, found by the reader id.
+    async fn watch_lost_shared(&self, lease: &Lease, reader: OwnerId) -> LostReason {
+        let held = self
+            .sessions()
+            .get(&Slot::Reader(lease.key.clone(), reader))
+            .filter(|held| held.fence == lease.fence());
+        match held {
+            Some(held) => held.lost().await,
+            None => LostReason::NotHeld,
         }
     }
 

@@ -239,7 +239,7 @@ impl LockBackend for Reader {
     }
 
     async fn watch_lost(&self, lease: &Lease) -> LostReason {
-        self.inner.watch_lost(lease).await
+        self.inner.watch_lost_shared(lease, self.reader).await
     }
 
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {

@@ -88,22 +88,6 @@ impl Sessions {
         }
     }
 
-    /// The reader whose session carries `lease`; else `Err(Some(NotHeld))` when no reader of
-    /// its phase is held here, `Err(None)` when several could be the one.
-    pub(super) fn reader_carrying(&self, lease: &Lease) -> Result<Arc<Held>, Option<LostReason>> {
-        let mut carrying = self
-            .readers
-            .get(&lease.key)
-            .into_iter()
-            .flat_map(HashMap::values)
-            .filter(|held| held.carries(lease));
-        match (carrying.next(), carrying.next()) {
-            (Some(held), None) => Ok(held.clone()),
-            (Some(_), Some(_)) => Err(None),
-            (None, _) => Err(Some(LostReason::NotHeld)),
-        }
-    }
-
     pub(super) fn count(&self) -> usize {
         self.leases.len() + self.readers.values().map(HashMap::len).sum::<usize>()
     }
@@ -132,10 +116,6 @@ pub(super) struct Held {
     pub(super) holder: tokio::sync::Mutex<Option<Holder>>,
     /// The fence of the lease (for a reader, its phase's).
     pub(super) fence: Fence,
-    /// The `valid_until` of the lease as granted, and as last renewed: a reader's lease is
-    /// told from the other readers of its phase by them in [`LockBackend::watch_lost`], which
-    /// gets the lease and not the reader id.
-    valid_until: Mutex<(Instant, Instant)>,
     /// When the server will end the session if nothing is sent on it.
     deadline: Mutex<Instant>,
     /// Cancelled when this process learns the lease is gone (the session ended, its deadline
@@ -149,7 +129,6 @@ impl Held {
         Held {
             holder: tokio::sync::Mutex::new(Some(holder)),
             fence: lease.fence(),
-            valid_until: Mutex::new((lease.valid_until, lease.valid_until)),
             deadline: Mutex::new(deadline),
             lost: CancellationToken::new(),
             reason: OnceLock::new(),
@@ -160,22 +139,8 @@ impl Held {
         *self.deadline.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(super) fn renewed(&self, deadline: Instant, valid_until: Instant) {
+    pub(super) fn renewed(&self, deadline: Instant) {
         *self.deadline.lock().unwrap_or_else(PoisonError::into_inner) = deadline;
-        self.valid_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .1 = valid_until;
-    }
-
-    /// Whether `lease` is the one this entry handed out (as granted or as last renewed).
-    pub(super) fn carries(&self, lease: &Lease) -> bool {
-        let (granted, renewed) = *self
-            .valid_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        lease.fence() == self.fence
-            && (lease.valid_until == granted || lease.valid_until == renewed)
     }
 
     pub(super) fn mark_lost(&self, reason: LostReason) {
@@ -308,7 +273,7 @@ impl PgAdvisoryBackend {
                     valid_until: valid_until(sent_at, ttl),
                     ..lease.clone()
                 };
-                held.renewed(Instant::now() + ttl, renewed.valid_until);
+                held.renewed(Instant::now() + ttl);
                 return Ok(renewed);
             }
             // The session lives but no longer records this lease.
