@@ -36,6 +36,10 @@ pub(crate) struct Statements {
     pub(crate) fence_present: Sql,
     pub(crate) guard_table: Sql,
     pub(crate) unguard_table: Sql,
+    pub(crate) lease_read_acquire: Sql,
+    pub(crate) lease_read_extend: Sql,
+    pub(crate) lease_read_release: Sql,
+    pub(crate) lease_read_inspect: Sql,
 }
 
 impl Statements {
@@ -68,6 +72,10 @@ impl Statements {
             fence_present: render(include_str!("../sql/fence_present.sql")),
             guard_table: render(include_str!("../sql/guard_table.sql")),
             unguard_table: render(include_str!("../sql/unguard_table.sql")),
+            lease_read_acquire: render(include_str!("../sql/lease_read_acquire.sql")),
+            lease_read_extend: render(include_str!("../sql/lease_read_extend.sql")),
+            lease_read_release: render(include_str!("../sql/lease_read_release.sql")),
+            lease_read_inspect: render(include_str!("../sql/lease_read_inspect.sql")),
         })
     }
 }
@@ -99,6 +107,11 @@ mod tests {
             &sql.mechanism_bind,
             &sql.fence_admit,
             &sql.guard_table,
+            &sql.lease_inspect,
+            &sql.lease_read_acquire,
+            &sql.lease_read_extend,
+            &sql.lease_read_release,
+            &sql.lease_read_inspect,
         ] {
             let statement = statement.text();
             assert!(!statement.contains("{schema}"), "{statement}");
