@@ -45,6 +45,11 @@ const LOCK_NOT_AVAILABLE: &str = "55P03";
 /// from a physical backup drops them, and the next holder of each key gets a token above every
 /// earlier one, so the storage refuses the holders of the lost leases.
 ///
+/// Shared (reader) locks ([`RwLocker`](fencelock_core::RwLocker)) are offered too: a read
+/// phase lives in the key's lease row, so writers, readers and the transaction API exclude
+/// one another, each reader's expiry in the readers table beside it, by the server's clock.
+/// Each reader call is one statement, as the exclusive ones are (DESIGN.md section 5.3).
+///
 /// ```no_run
 /// # async fn demo() -> fencelock_core::Result<()> {
 /// use std::{sync::Arc, time::Duration};
