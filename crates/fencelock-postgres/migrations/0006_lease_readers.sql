@@ -11,6 +11,13 @@
 -- Beside it, one row per reader with the reader's own expiry by the server's clock.
 -- Every change to a key's readers is made while holding the key's lease row lock, so the
 -- lease row of a live phase expires with the latest live reader, never before one.
+-- Each reader is a new (key, reader) row, so a busy key leaves many dead index entries behind
+-- until a vacuum. The functions below look a key's readers up with plain index scans
+-- (`SET enable_bitmapscan = off`): a plain index scan marks the dead entries it meets, and the
+-- index drops marked entries instead of splitting a full page, where a bitmap scan walks all
+-- of them every time (measured with pgbench, two clients each granting and releasing on a
+-- key of its own: a reader took 3.5 to 5 times a writer's time, and growing, with bitmap
+-- scans; twice a writer's time, steady, with plain index scans).
 CREATE UNLOGGED TABLE fencelock_lease_readers (
     key        text        NOT NULL,
     reader     bytea       NOT NULL,
@@ -30,6 +37,7 @@ $$;
 CREATE FUNCTION fencelock_lease_read_settle(p_key text, p_now timestamptz) RETURNS bigint
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
+SET enable_bitmapscan = off
 AS $$
 DECLARE
     latest timestamptz;
@@ -66,6 +74,7 @@ CREATE FUNCTION fencelock_lease_read_acquire(
 ) RETURNS TABLE (token bigint, owner bytea, live bigint, exhausted boolean)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
+SET enable_bitmapscan = off
 AS $$
 DECLARE
     epoch_live bigint;
@@ -172,6 +181,7 @@ CREATE FUNCTION fencelock_lease_read_extend(
 ) RETURNS TABLE (extended boolean, superseded boolean)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
+SET enable_bitmapscan = off
 AS $$
 DECLARE
     now_at timestamptz;
@@ -211,6 +221,7 @@ CREATE FUNCTION fencelock_lease_read_release(
 ) RETURNS boolean
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
+SET enable_bitmapscan = off
 AS $$
 DECLARE
     now_at   timestamptz;
