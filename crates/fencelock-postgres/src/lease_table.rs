@@ -103,7 +103,7 @@ impl PgLeaseBackend {
         protocol: Protocol,
         statement: &Sql,
         args: &[Arg<'_>],
-        columns: fn(&T) -> Row,
+        columns: fn(&T) -> GrantRow,
     ) -> Result<Option<(FencingToken, T, Instant)>>
     where
         T: for<'r> FromRow<'r, PgRow> + Send + Unpin + 'static,
@@ -146,7 +146,7 @@ impl PgLeaseBackend {
 
 /// The token, live epoch and `exhausted` columns of a grant statement (DESIGN.md 5.3,
 /// *Tokens*); all of `lease_acquire`'s row.
-type Row = (Option<i64>, Option<i64>, bool);
+type GrantRow = (Option<i64>, Option<i64>, bool);
 
 /// `lease_read_acquire`'s row: the phase's token and owner, the live epoch, `exhausted`.
 type ReadRow = (Option<i64>, Option<Vec<u8>>, Option<i64>, bool);
@@ -212,7 +212,7 @@ impl LockBackend for PgLeaseBackend {
                     protocol,
                     &self.db.sql().lease_acquire,
                     &args,
-                    |row: &Row| *row,
+                    |row: &GrantRow| *row,
                 )
                 .await?;
             let Some((token, _, sent_at)) = granted else {
