@@ -1,6 +1,7 @@
--- $1 key.
+-- $1 key. A read phase's row holds the phase's owner followed by 'read' (migration 6): the
+-- holder shown is the phase's fence, its first 16 bytes.
 SELECT c.last_token,
-       l.owner,
+       substring(l.owner FROM 1 FOR 16) AS owner,
        l.token,
        GREATEST(0, (EXTRACT(EPOCH FROM (l.expires_at - clock_timestamp())) * 1000000))::bigint
            AS remaining_us

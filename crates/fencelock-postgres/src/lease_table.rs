@@ -4,16 +4,21 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fencelock_core::{
-    Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LostReason, OwnerId,
-    Result, TimeAuthority, TokenGuarantee, WakeUp, valid_until, validate_ttl,
+    Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LockKinds,
+    LostReason, OwnerId, ReadPhase, Result, TimeAuthority, TokenGuarantee, WakeUp, valid_until,
+    validate_ttl,
 };
+use sqlx::FromRow;
+use sqlx::postgres::PgRow;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::codec::{fence_from, micros, millis_setting, owner_bytes, remaining, token_param};
+use crate::codec::{
+    fence_from, micros, millis_setting, owner_bytes, owner_from, remaining, token_param,
+};
 use crate::epoch::{self, Grant};
-use crate::error::{map_sqlx_error, sqlstate, timed, timed_out};
-use crate::exec::{Arg, Protocol};
+use crate::error::{map_sqlx_error, protocol as protocol_error, sqlstate, timed, timed_out};
+use crate::exec::{Arg, Protocol, Sql};
 use crate::{PgBackendKind, PgDatabase};
 
 const BACKEND: &str = "pg-lease";
@@ -39,6 +44,11 @@ const LOCK_NOT_AVAILABLE: &str = "55P03";
 /// [`Capabilities::locks_survive_restart`] says; a crash, a failover to a standby or a restore
 /// from a physical backup drops them, and the next holder of each key gets a token above every
 /// earlier one, so the storage refuses the holders of the lost leases.
+///
+/// Shared (reader) locks ([`RwLocker`](fencelock_core::RwLocker)) are offered too: a read
+/// phase lives in the key's lease row, so writers, readers and the transaction API exclude
+/// one another, each reader's expiry in the readers table beside it, by the server's clock.
+/// Each reader call is one statement, as the exclusive ones are (DESIGN.md section 5.3).
 ///
 /// ```no_run
 /// # async fn demo() -> fencelock_core::Result<()> {
@@ -82,6 +92,80 @@ impl PgLeaseBackend {
     fn lock_wait(&self) -> Duration {
         LEASE_LOCK_WAIT.min(self.timeout() / 2)
     }
+
+    /// Runs a grant statement (`lease_acquire`, `lease_read_acquire`) until it hands out a
+    /// token, starting new epochs when it says to (at most [`epoch::TRIES`] times). Returns
+    /// the token, the statement's row and when the granting try was sent; `None` when the
+    /// key is held (or stays behind a row lock past the statement's `lock_timeout`).
+    /// `columns` picks the token, live epoch and `exhausted` columns out of a row.
+    async fn grant<T>(
+        &self,
+        protocol: Protocol,
+        statement: &Sql,
+        args: &[Arg<'_>],
+        columns: fn(&T) -> GrantRow,
+    ) -> Result<Option<(FencingToken, T, Instant)>>
+    where
+        T: for<'r> FromRow<'r, PgRow> + Send + Unpin + 'static,
+    {
+        for _ in 0..epoch::TRIES {
+            let sent_at = Instant::now();
+            let outcome = tokio::time::timeout(
+                self.timeout(),
+                statement.fetch_one::<T, _>(protocol, self.db.pool(), args),
+            )
+            .await;
+            let row = match outcome {
+                Ok(Ok(row)) => row,
+                // Behind a transaction's (or a slow grant's) row lock on this key: held.
+                Ok(Err(e)) if sqlstate(&e).as_deref() == Some(LOCK_NOT_AVAILABLE) => {
+                    tracing::debug!(outcome = "row locked", "not acquired");
+                    return Ok(None);
+                }
+                Ok(Err(e)) => return Err(map_sqlx_error(BACKEND, e)),
+                Err(_) => return Err(timed_out(BACKEND, self.timeout())),
+            };
+            let (token, live, exhausted) = columns(&row);
+            match Grant::from_columns(token, live, exhausted) {
+                Grant::Token(token) => {
+                    let token = FencingToken::from_backend(BACKEND, token)?;
+                    return Ok(Some((token, row, sent_at)));
+                }
+                Grant::Refused => {
+                    tracing::debug!(outcome = "held", "not acquired");
+                    return Ok(None);
+                }
+                Grant::NewEpoch(seen) => {
+                    epoch::start_new(&self.db, BACKEND, protocol, self.db.pool(), seen).await?;
+                }
+            }
+        }
+        Err(epoch::no_token(BACKEND))
+    }
+}
+
+/// The token, live epoch and `exhausted` columns of a grant statement (DESIGN.md 5.3,
+/// *Tokens*); all of `lease_acquire`'s row.
+type GrantRow = (Option<i64>, Option<i64>, bool);
+
+/// `lease_read_acquire`'s row: the phase's token and owner, the live epoch, `exhausted`.
+type ReadRow = (Option<i64>, Option<Vec<u8>>, Option<i64>, bool);
+
+/// `lease_read_inspect`'s row: the phase's owner and token, its live readers, the longest
+/// time left in microseconds.
+type PhaseRow = (Vec<u8>, i64, i64, i64);
+
+/// A lease renewed by an extend statement's `(extended, superseded)` row, or why not.
+fn renewed(lease: &Lease, ttl: Duration, sent_at: Instant, row: (bool, bool)) -> Result<Lease> {
+    match row {
+        (true, _) => Ok(Lease {
+            ttl,
+            valid_until: valid_until(sent_at, ttl),
+            ..lease.clone()
+        }),
+        (false, true) => Err(Error::lease_lost(&lease.key, LostReason::Superseded)),
+        (false, false) => Err(Error::lease_lost(&lease.key, LostReason::NotHeld)),
+    }
 }
 
 #[async_trait]
@@ -105,6 +189,7 @@ impl LockBackend for PgLeaseBackend {
             MAX_TTL,
         )
         .with_locks_survive_restart(true)
+        .with_kinds(LockKinds::GENERIC.with_shared())
     }
 
     async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
@@ -122,49 +207,17 @@ impl LockBackend for PgLeaseBackend {
                 Arg::Float8(micros(ttl)),
                 Arg::Text(&lock_wait),
             ];
-            let mut granted = None;
-            for _ in 0..epoch::TRIES {
-                let sent_at = Instant::now();
-                let outcome = tokio::time::timeout(
-                    self.timeout(),
-                    self.db
-                        .sql()
-                        .lease_acquire
-                        .fetch_one::<(Option<i64>, Option<i64>, bool), _>(
-                            protocol,
-                            self.db.pool(),
-                            &args,
-                        ),
+            let granted = self
+                .grant(
+                    protocol,
+                    &self.db.sql().lease_acquire,
+                    &args,
+                    |row: &GrantRow| *row,
                 )
-                .await;
-                let (token, live, exhausted) = match outcome {
-                    Ok(Ok(row)) => row,
-                    // Behind a transaction's (or a slow grant's) row lock on this key: held.
-                    Ok(Err(e)) if sqlstate(&e).as_deref() == Some(LOCK_NOT_AVAILABLE) => {
-                        tracing::debug!(outcome = "row locked", "not acquired");
-                        return Ok(None);
-                    }
-                    Ok(Err(e)) => return Err(map_sqlx_error(BACKEND, e)),
-                    Err(_) => return Err(timed_out(BACKEND, self.timeout())),
-                };
-                match Grant::from_columns(token, live, exhausted) {
-                    Grant::Token(token) => {
-                        granted = Some((token, sent_at));
-                        break;
-                    }
-                    Grant::Refused => {
-                        tracing::debug!(outcome = "held", "not acquired");
-                        return Ok(None);
-                    }
-                    Grant::NewEpoch(seen) => {
-                        epoch::start_new(&self.db, BACKEND, protocol, self.db.pool(), seen).await?;
-                    }
-                }
-            }
-            let Some((token, sent_at)) = granted else {
-                return Err(epoch::no_token(BACKEND));
+                .await?;
+            let Some((token, _, sent_at)) = granted else {
+                return Ok(None);
             };
-            let token = FencingToken::from_backend(BACKEND, token)?;
             tracing::debug!(token = token.get(), outcome = "granted", "acquired");
             Ok(Some(Lease {
                 key: key.clone(),
@@ -205,15 +258,7 @@ impl LockBackend for PgLeaseBackend {
                 ),
             )
             .await?;
-            match (extended, superseded) {
-                (true, _) => Ok(Lease {
-                    ttl,
-                    valid_until: valid_until(sent_at, ttl),
-                    ..lease.clone()
-                }),
-                (false, true) => Err(Error::lease_lost(&lease.key, LostReason::Superseded)),
-                (false, false) => Err(Error::lease_lost(&lease.key, LostReason::NotHeld)),
-            }
+            renewed(lease, ttl, sent_at, (extended, superseded))
         }
         .instrument(span)
         .await
@@ -279,6 +324,148 @@ impl LockBackend for PgLeaseBackend {
         )
         .await?;
         lock_info(BACKEND, key, row)
+    }
+
+    async fn try_acquire_shared(
+        &self,
+        key: &LockKey,
+        reader: OwnerId,
+        ttl: Duration,
+    ) -> Result<Option<Lease>> {
+        validate_ttl(ttl, &self.capabilities())?;
+        let span =
+            tracing::debug_span!("fencelock.pg.acquire_shared", backend = BACKEND, key = %key);
+        async {
+            let protocol = self.db.protocol().await?;
+            self.db.serves(PgBackendKind::Lease).await?;
+            let reader = owner_bytes(reader);
+            // The owner of a new phase; a reader joining a live phase gets that phase's.
+            let owner = owner_bytes(OwnerId::random());
+            let lock_wait = millis_setting(self.lock_wait());
+            let args = [
+                Arg::Text(key.as_str()),
+                Arg::Bytea(&reader),
+                Arg::Float8(micros(ttl)),
+                Arg::Text(&lock_wait),
+                Arg::Bytea(&owner),
+            ];
+            let granted = self
+                .grant(
+                    protocol,
+                    &self.db.sql().lease_read_acquire,
+                    &args,
+                    |row: &ReadRow| (row.0, row.2, row.3),
+                )
+                .await?;
+            let Some((token, (_, owner, _, _), sent_at)) = granted else {
+                return Ok(None);
+            };
+            let Some(owner) = owner else {
+                return Err(protocol_error(
+                    BACKEND,
+                    "a reader's grant without the phase's owner",
+                ));
+            };
+            let owner = owner_from(BACKEND, &owner)?;
+            tracing::debug!(token = token.get(), outcome = "granted", "acquired shared");
+            Ok(Some(Lease {
+                key: key.clone(),
+                owner,
+                token,
+                ttl,
+                valid_until: valid_until(sent_at, ttl),
+            }))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn extend_shared(&self, lease: &Lease, reader: OwnerId, ttl: Duration) -> Result<Lease> {
+        validate_ttl(ttl, &self.capabilities())?;
+        let span = tracing::debug_span!(
+            "fencelock.pg.extend_shared",
+            backend = BACKEND,
+            key = %lease.key,
+            token = lease.token.get()
+        );
+        async {
+            let protocol = self.db.protocol().await?;
+            let token = token_param(BACKEND, lease.token)?;
+            let sent_at = Instant::now();
+            let row: (bool, bool) = timed(
+                BACKEND,
+                self.timeout(),
+                self.db.sql().lease_read_extend.fetch_one(
+                    protocol,
+                    self.db.pool(),
+                    &[
+                        Arg::Text(lease.key.as_str()),
+                        Arg::Bytea(&owner_bytes(lease.owner)),
+                        Arg::Int8(token),
+                        Arg::Bytea(&owner_bytes(reader)),
+                        Arg::Float8(micros(ttl)),
+                    ],
+                ),
+            )
+            .await?;
+            renewed(lease, ttl, sent_at, row)
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn release_shared(&self, lease: &Lease, reader: OwnerId) -> Result<bool> {
+        let span = tracing::debug_span!(
+            "fencelock.pg.release_shared",
+            backend = BACKEND,
+            key = %lease.key,
+            token = lease.token.get()
+        );
+        async {
+            let protocol = self.db.protocol().await?;
+            let token = token_param(BACKEND, lease.token)?;
+            timed(
+                BACKEND,
+                self.timeout(),
+                self.db.sql().lease_read_release.scalar_one(
+                    protocol,
+                    self.db.pool(),
+                    &[
+                        Arg::Text(lease.key.as_str()),
+                        Arg::Bytea(&owner_bytes(lease.owner)),
+                        Arg::Int8(token),
+                        Arg::Bytea(&owner_bytes(reader)),
+                    ],
+                ),
+            )
+            .await
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn inspect_shared(&self, key: &LockKey) -> Result<Option<ReadPhase>> {
+        let protocol = self.db.protocol().await?;
+        let row: Option<PhaseRow> = timed(
+            BACKEND,
+            self.timeout(),
+            self.db.sql().lease_read_inspect.fetch_optional(
+                protocol,
+                self.db.pool(),
+                &[Arg::Text(key.as_str())],
+            ),
+        )
+        .await?;
+        // A phase row without a live reader is a phase ending in this very microsecond.
+        let Some((owner, token, readers, remaining_us)) = row.filter(|row| row.2 > 0) else {
+            return Ok(None);
+        };
+        Ok(Some(ReadPhase {
+            fence: fence_from(BACKEND, token, &owner)?,
+            readers: usize::try_from(readers)
+                .map_err(|_| protocol_error(BACKEND, format!("{readers} readers")))?,
+            remaining: remaining(Some(remaining_us)).unwrap_or_default(),
+        }))
     }
 
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {

@@ -40,6 +40,10 @@ pub(crate) struct Statements {
     pub(crate) advisory_read_extend: Sql,
     pub(crate) advisory_read_release: Sql,
     pub(crate) advisory_read_inspect: Sql,
+    pub(crate) lease_read_acquire: Sql,
+    pub(crate) lease_read_extend: Sql,
+    pub(crate) lease_read_release: Sql,
+    pub(crate) lease_read_inspect: Sql,
 }
 
 impl Statements {
@@ -76,6 +80,10 @@ impl Statements {
             advisory_read_extend: render(include_str!("../sql/advisory_read_extend.sql")),
             advisory_read_release: render(include_str!("../sql/advisory_read_release.sql")),
             advisory_read_inspect: render(include_str!("../sql/advisory_read_inspect.sql")),
+            lease_read_acquire: render(include_str!("../sql/lease_read_acquire.sql")),
+            lease_read_extend: render(include_str!("../sql/lease_read_extend.sql")),
+            lease_read_release: render(include_str!("../sql/lease_read_release.sql")),
+            lease_read_inspect: render(include_str!("../sql/lease_read_inspect.sql")),
         })
     }
 }
@@ -111,6 +119,11 @@ mod tests {
             &sql.advisory_read_extend,
             &sql.advisory_read_release,
             &sql.advisory_read_inspect,
+            &sql.lease_inspect,
+            &sql.lease_read_acquire,
+            &sql.lease_read_extend,
+            &sql.lease_read_release,
+            &sql.lease_read_inspect,
         ] {
             let statement = statement.text();
             assert!(!statement.contains("{schema}"), "{statement}");

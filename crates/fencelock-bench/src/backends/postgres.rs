@@ -72,8 +72,8 @@ fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-/// Deletes fencelock's rows for a run's keys in one schema: leases, advisory holders, stored
-/// values, token counters.
+/// Deletes fencelock's rows for a run's keys in one schema: leases, lease readers, advisory
+/// holders, stored values, token counters.
 #[derive(Debug)]
 struct PgCleanup {
     pool: PgPool,
