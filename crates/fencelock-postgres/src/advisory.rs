@@ -101,6 +101,18 @@ impl PgAdvisoryBackend {
         self.db.operation_timeout()
     }
 
+    /// Waits for the loss of a held session; with none held here, the lease is already gone:
+    /// the session ended with the database's `close` when that was called (the guard's
+    /// supervisor may first look after `close` removed it), else it was never, or no longer,
+    /// held.
+    async fn watch(&self, held: Option<Arc<sessions::Held>>) -> LostReason {
+        match held {
+            Some(held) => held.lost().await,
+            None if self.db.closing().is_cancelled() => LostReason::SessionEnded,
+            None => LostReason::NotHeld,
+        }
+    }
+
     fn sessions(&self) -> std::sync::MutexGuard<'_, Sessions> {
         // The map stays consistent under a panic elsewhere: every update is a single insert or
         // remove.
@@ -350,10 +362,7 @@ impl LockBackend for PgAdvisoryBackend {
     /// see [`PgAdvisoryBackend`]'s session watch.
     async fn watch_lost(&self, lease: &Lease) -> LostReason {
         let held = self.sessions().get(&Slot::Lease(lease_id(lease)));
-        match held {
-            Some(held) => held.lost().await,
-            None => LostReason::NotHeld,
-        }
+        self.watch(held).await
     }
 
     /// The same watch for a reader: its own session, found by the reader id.
@@ -362,10 +371,7 @@ impl LockBackend for PgAdvisoryBackend {
             .sessions()
             .get(&Slot::Reader(lease.key.clone(), reader))
             .filter(|held| held.fence == lease.fence());
-        match held {
-            Some(held) => held.lost().await,
-            None => LostReason::NotHeld,
-        }
+        self.watch(held).await
     }
 
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {

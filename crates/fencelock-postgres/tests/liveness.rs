@@ -182,6 +182,26 @@ async fn close_with_a_lease_held_returns() {
     schema.cleanup().await;
 }
 
+/// A guard's supervisor may first look for its lease's session after `close` removed it:
+/// the lease is then reported lost because its session ended, not as never held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watching_after_close_reports_the_ended_session() {
+    let (schema, db) = common::database().await;
+    let backend = db.advisory_backend();
+    let key = LockKey::new("watched-late").unwrap();
+    let lease = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+    timeout(BOUND, db.close())
+        .await
+        .expect("close() waited for the held lease");
+    // Long enough for the session's watch to have closed it and forgotten the entry.
+    sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        timeout(BOUND, backend.watch_lost(&lease)).await.unwrap(),
+        LostReason::SessionEnded
+    );
+    schema.cleanup().await;
+}
+
 /// Two installations (schemas) in one database: the same hashed key is two locks, a raw id is
 /// one lock everywhere.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
