@@ -21,6 +21,8 @@ pub mod criterion;
 #[cfg(feature = "etcd")]
 pub use backends::etcd::{EtcdBaseline, EtcdLockServicePeer};
 pub use backends::memory::MemoryBaseline;
+#[cfg(feature = "mysql")]
+pub use backends::mysql::MySqlBaseline;
 #[cfg(feature = "postgres")]
 pub use backends::postgres::{PgBaseline, SqlxAdvisoryLockPeer};
 #[cfg(feature = "redis")]
