@@ -27,6 +27,8 @@ pub use backends::mysql::MySqlBaseline;
 pub use backends::postgres::{PgBaseline, SqlxAdvisoryLockPeer};
 #[cfg(feature = "redis")]
 pub use backends::redis::RedisBaseline;
+#[cfg(feature = "redis")]
+pub use backends::redis_cluster::RedisClusterBaseline;
 pub use error::{BenchError, Result};
 pub use fenced_subject::FencedSubject;
 pub use histogram::Histogram;

@@ -138,6 +138,46 @@ async fn a_redlock_run_leaves_no_key_on_its_nodes_or_its_storage() {
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
+#[tokio::test]
+async fn a_redis_cluster_run_leaves_no_key_on_any_master() {
+    use fencelock_redis::RedisClusterConfig;
+    use fencelock_testkit::redis_cluster::RedisCluster;
+
+    // Three masters, no replica: every node is a master, and each gets keys of the run.
+    let cluster = tokio::task::spawn_blocking(|| RedisCluster::spawn(3, 0))
+        .await
+        .unwrap();
+    let config = RedisClusterConfig::from_url(&cluster.url()).unwrap();
+    let suite = Suite::redis_cluster(&config)
+        .await
+        .unwrap_or_else(|e| panic!("cannot use the spawned cluster {}: {e}", cluster.url()));
+    run(&suite).await;
+    let mut before = Vec::new();
+    for port in cluster.ports() {
+        let on_node = keys_of_run(&format!("redis://127.0.0.1:{port}"), &suite).await;
+        assert!(
+            on_node.iter().any(|k| k.ends_with(":token")),
+            "no token counter of the run on the master at {port}: {on_node:?}"
+        );
+        before.extend(on_node);
+    }
+    assert!(
+        before.iter().any(|k| k.ends_with(":data")),
+        "no stored data of the run before close: {before:?}"
+    );
+    let plain = suite.key(0, "write").unwrap();
+    assert!(
+        before.iter().any(|k| k == plain.as_str()),
+        "no plain write of the run before close: {before:?}"
+    );
+
+    suite.close().await.unwrap();
+    for port in cluster.ports() {
+        let left = keys_of_run(&format!("redis://127.0.0.1:{port}"), &suite).await;
+        assert!(left.is_empty(), "left behind on {port}: {left:?}");
+    }
+}
+
 /// A fresh schema on the test server, dropped by `drop_schema`.
 async fn create_schema() -> (PgPool, String) {
     let admin = PgPoolOptions::new()

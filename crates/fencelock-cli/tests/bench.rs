@@ -157,6 +157,31 @@ fn bench_redlock() {
     );
 }
 
+/// A three-master Redis Cluster spawned for the test: fencelock's cluster backend next to raw
+/// `SET NX PX` + `DEL` through the driver's cluster connection; no key of the run is left on
+/// any master.
+#[test]
+fn bench_redis_cluster() {
+    use fencelock_testkit::redis_cluster::RedisCluster;
+
+    let cluster = RedisCluster::spawn(3, 0);
+    let subjects = bench_json(&cluster.url());
+    assert!(
+        subjects.iter().any(|s| s == "raw SET NX PX + DEL"),
+        "{subjects:?}"
+    );
+    assert!(
+        subjects.iter().any(|s| s == "fencelock redis-cluster"),
+        "{subjects:?}"
+    );
+    for index in 0..cluster.len() {
+        let left = cluster
+            .cli(index, &["--scan", "--pattern", "*fencelock-bench/*"])
+            .unwrap();
+        assert!(left.trim().is_empty(), "left on node {index}: {left}");
+    }
+}
+
 #[cfg(feature = "etcd")]
 #[test]
 fn bench_etcd() {

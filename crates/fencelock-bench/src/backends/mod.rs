@@ -10,3 +10,5 @@ pub(crate) mod mysql;
 pub(crate) mod postgres;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
+#[cfg(feature = "redis")]
+pub(crate) mod redis_cluster;
