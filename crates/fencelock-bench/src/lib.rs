@@ -21,10 +21,14 @@ pub mod criterion;
 #[cfg(feature = "etcd")]
 pub use backends::etcd::{EtcdBaseline, EtcdLockServicePeer};
 pub use backends::memory::MemoryBaseline;
+#[cfg(feature = "mysql")]
+pub use backends::mysql::MySqlBaseline;
 #[cfg(feature = "postgres")]
 pub use backends::postgres::{PgBaseline, SqlxAdvisoryLockPeer};
 #[cfg(feature = "redis")]
 pub use backends::redis::RedisBaseline;
+#[cfg(feature = "redis")]
+pub use backends::redis_cluster::RedisClusterBaseline;
 pub use error::{BenchError, Result};
 pub use fenced_subject::FencedSubject;
 pub use histogram::Histogram;

@@ -16,8 +16,9 @@ const KEY_ROOT: &str = "fencelock-bench";
 /// [`run_all`](crate::run_all) and the criterion benches measure.
 ///
 /// Constructors for this repository's backends live next to their baselines
-/// ([`Suite::memory`], and with the `redis` and `postgres` features `Suite::redis`,
-/// `Suite::redlock`, `Suite::postgres`); a backend written elsewhere builds its own with
+/// ([`Suite::memory`], and with the `redis`, `postgres`, `mysql` and `etcd` features
+/// `Suite::redis`, `Suite::redlock`, `Suite::redis_cluster`, `Suite::postgres`,
+/// `Suite::mysql`, `Suite::etcd`); a backend written elsewhere builds its own with
 /// [`Suite::new`] (see the crate docs for a whole example).
 #[derive(Debug, Clone)]
 pub struct Suite {

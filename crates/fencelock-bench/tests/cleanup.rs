@@ -1,6 +1,8 @@
 //! A run leaves nothing of its own behind: short suites against the shared Redis
-//! (`FENCELOCK_REDIS_URL`, default `redis://127.0.0.1:6379`) and PostgreSQL
-//! (`FENCELOCK_PG_URL`, default `postgres://postgres@127.0.0.1:5432/test`), checked before
+//! (`FENCELOCK_REDIS_URL`, default `redis://127.0.0.1:6379`), PostgreSQL
+//! (`FENCELOCK_PG_URL`, default `postgres://postgres@127.0.0.1:5432/test`) and, with the
+//! `mysql` feature, MySQL/MariaDB (`FENCELOCK_MYSQL_URL`, default
+//! `mysql://root@127.0.0.1:3306/test`), and on a Redis Cluster the test spawns, checked before
 //! `Suite::close` (the run's keys and rows are there) and after (none is left).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -136,6 +138,46 @@ async fn a_redlock_run_leaves_no_key_on_its_nodes_or_its_storage() {
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
+#[tokio::test]
+async fn a_redis_cluster_run_leaves_no_key_on_any_master() {
+    use fencelock_redis::RedisClusterConfig;
+    use fencelock_testkit::redis_cluster::RedisCluster;
+
+    // Three masters, no replica: every node is a master, and each gets keys of the run.
+    let cluster = tokio::task::spawn_blocking(|| RedisCluster::spawn(3, 0))
+        .await
+        .unwrap();
+    let config = RedisClusterConfig::from_url(&cluster.url()).unwrap();
+    let suite = Suite::redis_cluster(&config)
+        .await
+        .unwrap_or_else(|e| panic!("cannot use the spawned cluster {}: {e}", cluster.url()));
+    run(&suite).await;
+    let mut before = Vec::new();
+    for port in cluster.ports() {
+        let on_node = keys_of_run(&format!("redis://127.0.0.1:{port}"), &suite).await;
+        assert!(
+            on_node.iter().any(|k| k.ends_with(":token")),
+            "no token counter of the run on the master at {port}: {on_node:?}"
+        );
+        before.extend(on_node);
+    }
+    assert!(
+        before.iter().any(|k| k.ends_with(":data")),
+        "no stored data of the run before close: {before:?}"
+    );
+    let plain = suite.key(0, "write").unwrap();
+    assert!(
+        before.iter().any(|k| k == plain.as_str()),
+        "no plain write of the run before close: {before:?}"
+    );
+
+    suite.close().await.unwrap();
+    for port in cluster.ports() {
+        let left = keys_of_run(&format!("redis://127.0.0.1:{port}"), &suite).await;
+        assert!(left.is_empty(), "left behind on {port}: {left:?}");
+    }
+}
+
 /// A fresh schema on the test server, dropped by `drop_schema`.
 async fn create_schema() -> (PgPool, String) {
     let admin = PgPoolOptions::new()
@@ -260,5 +302,141 @@ async fn check_postgres(admin: PgPool, schema: String, kind: PgBackendKind) {
         .await
         .unwrap();
         assert_eq!(plain, 0, "{kind:?}: the plain table is left");
+    }
+}
+
+/// MySQL/MariaDB at `FENCELOCK_MYSQL_URL` (default `mysql://root@127.0.0.1:3306/test`), under
+/// a table prefix of the test's own, uninstalled when the test ends.
+#[cfg(feature = "mysql")]
+mod mysql {
+    use super::*;
+
+    use fencelock_mysql::MySqlConfig;
+    use sqlx::mysql::MySqlPool;
+
+    fn mysql_url() -> String {
+        std::env::var("FENCELOCK_MYSQL_URL")
+            .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into())
+    }
+
+    fn no_mysql(e: impl std::fmt::Display) -> String {
+        format!(
+            "cannot use MySQL/MariaDB at {}: {e}\nStart a server (for example `service mariadb \
+             start`; user root with an empty password and a database `test`), or set \
+             FENCELOCK_MYSQL_URL=mysql://user:password@host:port/database.",
+            mysql_url()
+        )
+    }
+
+    /// Drops the prefix's tables and procedures (token counters included) when the test
+    /// ends, passed or failed: on a thread and runtime of its own.
+    struct Uninstall(MySqlConfig);
+
+    impl Drop for Uninstall {
+        fn drop(&mut self) {
+            let config = self.0.clone().install(false);
+            let dropped = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async {
+                    let db = config.connect().await?;
+                    let dropped = db.uninstall().await;
+                    db.close().await;
+                    dropped
+                })
+            })
+            .join();
+            if !matches!(dropped, Ok(Ok(()))) && !std::thread::panicking() {
+                panic!(
+                    "could not uninstall the test prefix {}",
+                    self.0.prefix_name()
+                );
+            }
+        }
+    }
+
+    /// Rows of the prefix's tables whose key or resource starts with the run's key prefix,
+    /// by table, and the rows of plain tables of the baseline, by table.
+    async fn rows_of_run(pool: &MySqlPool, prefix: &str, suite: &Suite) -> Vec<(String, i64)> {
+        let tables: Vec<String> = sqlx::query_scalar(
+            "SELECT CAST(table_name AS CHAR) FROM information_schema.tables \
+             WHERE table_schema = DATABASE() AND table_name LIKE CONCAT(?, '%') ORDER BY 1",
+        )
+        .bind(prefix.replace('_', "\\_"))
+        .fetch_all(pool)
+        .await
+        .unwrap();
+        assert!(!tables.is_empty(), "no table under {prefix}");
+        let mut found = Vec::new();
+        for table in tables {
+            let columns: Vec<String> = sqlx::query_scalar(
+                "SELECT CAST(column_name AS CHAR) FROM information_schema.columns \
+                 WHERE table_schema = DATABASE() AND table_name = ? \
+                 AND column_name IN ('lock_key', 'resource')",
+            )
+            .bind(&table)
+            .fetch_all(pool)
+            .await
+            .unwrap();
+            let Some(column) = columns.first() else {
+                continue;
+            };
+            let count: i64 = sqlx::query_scalar(&format!(
+                "SELECT COUNT(*) FROM {table} WHERE LOCATE(?, {column}) > 0"
+            ))
+            .bind(suite.key_prefix().as_bytes())
+            .fetch_one(pool)
+            .await
+            .unwrap();
+            if count > 0 {
+                found.push((table, count));
+            }
+        }
+        found
+    }
+
+    #[tokio::test]
+    async fn a_mysql_run_leaves_no_row_and_no_table() {
+        let prefix = format!("bc{:08x}_", rand::random::<u32>());
+        let config = MySqlConfig::from_url(&mysql_url())
+            .unwrap_or_else(|e| panic!("{}", no_mysql(e)))
+            .prefix(prefix.as_str());
+        let suite = Suite::mysql(&config)
+            .await
+            .unwrap_or_else(|e| panic!("{}", no_mysql(e)));
+        let _uninstall = Uninstall(config.clone());
+        let admin = MySqlPool::connect_with(config.connect_options().unwrap())
+            .await
+            .unwrap_or_else(|e| panic!("{}", no_mysql(e)));
+        run(&suite).await;
+        let before = rows_of_run(&admin, &prefix, &suite).await;
+        for table in ["locks", "storage"] {
+            assert!(
+                before.iter().any(|(t, _)| *t == format!("{prefix}{table}")),
+                "no row of the run in {prefix}{table} before close: {before:?}"
+            );
+        }
+        assert!(
+            before
+                .iter()
+                .any(|(t, _)| t.starts_with(&format!("{prefix}bench_plain_"))),
+            "no plain write of the run before close: {before:?}"
+        );
+
+        suite.close().await.unwrap();
+        let after = rows_of_run(&admin, &prefix, &suite).await;
+        assert!(after.is_empty(), "left behind: {after:?}");
+        let plain: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.tables \
+             WHERE table_schema = DATABASE() AND table_name LIKE CONCAT(?, 'bench\\_plain\\_%')",
+        )
+        .bind(prefix.replace('_', "\\_"))
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+        assert_eq!(plain, 0, "the plain table is left");
+        admin.close().await;
     }
 }

@@ -16,6 +16,8 @@ use crate::spec::Spec;
 pub(crate) const EXAMPLES: &str = "  fencelock bench
   fencelock bench --backend redis://127.0.0.1:6379 --duration 5s
   fencelock bench --backend 'postgres://postgres@127.0.0.1:5432/test?backend=advisory&schema=fencelock_advisory' --concurrency 16 --keys 256
+  fencelock bench --backend redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002
+  fencelock bench --backend 'mysql://root@127.0.0.1:3306/test?prefix=fl_bench_'
   fencelock bench --backend redis://127.0.0.1:6379 --json > redis.json
 ";
 
@@ -50,7 +52,9 @@ async fn suite(spec: &BackendSpec) -> Result<Suite, CliError> {
         BackendSpec::Memory => Ok(Suite::memory()),
         BackendSpec::Redis(config) => Ok(Suite::redis(config).await?),
         BackendSpec::Redlock(config) => Ok(Suite::redlock(config).await?),
+        BackendSpec::RedisCluster(config) => Ok(Suite::redis_cluster(config).await?),
         BackendSpec::Postgres(config) => Ok(Suite::postgres(config).await?),
+        BackendSpec::MySql(config) => Ok(Suite::mysql(config).await?),
         #[cfg(feature = "etcd")]
         BackendSpec::Etcd(config) => Ok(Suite::etcd(config).await?),
         other => Err(CliError::Input(format!(

@@ -157,6 +157,31 @@ fn bench_redlock() {
     );
 }
 
+/// A three-master Redis Cluster spawned for the test: fencelock's cluster backend next to raw
+/// `SET NX PX` + `DEL` through the driver's cluster connection; no key of the run is left on
+/// any master.
+#[test]
+fn bench_redis_cluster() {
+    use fencelock_testkit::redis_cluster::RedisCluster;
+
+    let cluster = RedisCluster::spawn(3, 0);
+    let subjects = bench_json(&cluster.url());
+    assert!(
+        subjects.iter().any(|s| s == "raw SET NX PX + DEL"),
+        "{subjects:?}"
+    );
+    assert!(
+        subjects.iter().any(|s| s == "fencelock redis-cluster"),
+        "{subjects:?}"
+    );
+    for index in 0..cluster.len() {
+        let left = cluster
+            .cli(index, &["--scan", "--pattern", "*fencelock-bench/*"])
+            .unwrap();
+        assert!(left.trim().is_empty(), "left on node {index}: {left}");
+    }
+}
+
 #[cfg(feature = "etcd")]
 #[test]
 fn bench_etcd() {
@@ -281,6 +306,101 @@ async fn sqlx_count(schema: &PgSchema) -> i64 {
     .fetch_one(schema.admin())
     .await
     .unwrap()
+}
+
+/// The MySQL/MariaDB server at FENCELOCK_MYSQL_URL (default mysql://root@127.0.0.1:3306/test).
+fn mysql_url() -> String {
+    std::env::var("FENCELOCK_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned())
+}
+
+/// Drops a test prefix's tables and procedures when the test ends, passed or failed: on a
+/// thread and runtime of its own.
+struct MySqlUninstall(String);
+
+impl Drop for MySqlUninstall {
+    fn drop(&mut self) {
+        let url = self.0.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            rt.block_on(async {
+                let Ok(fencelock::spec::BackendSpec::MySql(config)) =
+                    fencelock::spec::BackendSpec::parse(&url)
+                else {
+                    return None;
+                };
+                let db = config.install(false).connect().await.ok()?;
+                let dropped = db.uninstall().await.ok();
+                db.close().await;
+                dropped
+            })
+        })
+        .join();
+    }
+}
+
+/// MySQL/MariaDB under a table prefix of the test's own: fencelock's `GET_LOCK` backend next
+/// to raw `GET_LOCK` + `RELEASE_LOCK`; the run's rows and the plain table are gone afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_mysql() {
+    // The same sqlx, with MySQL enabled by fencelock-mysql, re-exported by the facade.
+    use fencelock::postgres::sqlx;
+
+    let prefix = format!("tbench{}_", std::process::id());
+    let base = mysql_url();
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let spec = format!("{base}{sep}prefix={prefix}");
+    let Ok(fencelock::spec::BackendSpec::MySql(config)) =
+        fencelock::spec::BackendSpec::parse(&spec)
+    else {
+        panic!("FENCELOCK_MYSQL_URL is not a MySQL URL: {base}");
+    };
+    let _uninstall = MySqlUninstall(spec.clone());
+    let db = config.connect().await.unwrap_or_else(|e| {
+        panic!(
+            "cannot use MySQL/MariaDB at {base}: {e}\nStart a server (for example `service \
+             mariadb start`; user root with an empty password and a database `test`), or set \
+             FENCELOCK_MYSQL_URL=mysql://user:password@host:port/database"
+        )
+    });
+    let run = spec.clone();
+    let subjects = tokio::task::spawn_blocking(move || bench_json(&run))
+        .await
+        .unwrap();
+    assert!(
+        subjects.iter().any(|s| s == "raw GET_LOCK + RELEASE_LOCK"),
+        "{subjects:?}"
+    );
+    assert!(
+        subjects.iter().any(|s| s == "fencelock mysql"),
+        "{subjects:?}"
+    );
+    for (table, column) in [
+        ("locks", "lock_key"),
+        ("leases", "lock_key"),
+        ("storage", "resource"),
+    ] {
+        let left: i64 = sqlx::query_scalar(&format!(
+            "SELECT COUNT(*) FROM {prefix}{table} WHERE LEFT({column}, 16) = 'fencelock-bench/'"
+        ))
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+        assert_eq!(left, 0, "rows of the run left in {prefix}{table}");
+    }
+    let plain: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.tables \
+         WHERE table_schema = DATABASE() AND table_name LIKE CONCAT(?, 'bench\\_plain\\_%')",
+    )
+    .bind(prefix.replace('_', "\\_"))
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(plain, 0, "the plain table is left");
+    db.close().await;
 }
 
 #[test]

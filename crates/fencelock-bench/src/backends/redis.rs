@@ -100,26 +100,33 @@ impl RawTryLock for RedisBaseline {
     const LABEL: &'static str = "raw SET NX PX + DEL";
 
     async fn try_lock_unlock(&self, key: &LockKey) -> Result<bool> {
-        let mut conn = self.conn.clone();
-        let set: Option<String> = redis::cmd("SET")
-            .arg(key.as_str())
-            .arg("owner")
-            .arg("NX")
-            .arg("PX")
-            .arg(TTL.as_millis() as u64)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| BenchError::raw("SET NX PX", e))?;
-        if set.is_none() {
-            return Ok(false);
-        }
-        let _: i64 = redis::cmd("DEL")
-            .arg(key.as_str())
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| BenchError::raw("DEL", e))?;
-        Ok(true)
+        set_nx_px_del(&mut self.conn.clone(), key).await
     }
+}
+
+/// `SET key owner NX PX ttl`, then, if it was set, `DEL key`: whether the lock was free.
+pub(crate) async fn set_nx_px_del<C>(conn: &mut C, key: &LockKey) -> Result<bool>
+where
+    C: redis::aio::ConnectionLike + Send,
+{
+    let set: Option<String> = redis::cmd("SET")
+        .arg(key.as_str())
+        .arg("owner")
+        .arg("NX")
+        .arg("PX")
+        .arg(TTL.as_millis() as u64)
+        .query_async(conn)
+        .await
+        .map_err(|e| BenchError::raw("SET NX PX", e))?;
+    if set.is_none() {
+        return Ok(false);
+    }
+    let _: i64 = redis::cmd("DEL")
+        .arg(key.as_str())
+        .query_async(conn)
+        .await
+        .map_err(|e| BenchError::raw("DEL", e))?;
+    Ok(true)
 }
 
 #[async_trait]
@@ -169,14 +176,18 @@ impl Baseline for RedisBaseline {
     }
 }
 
-struct RedisWriter {
-    conn: ConnectionManager,
-    resource: String,
-    value: Vec<u8>,
+/// Plain `SET`s of one key, about 64 bytes each, on one server's connection or a cluster's.
+pub(crate) struct RedisWriter<C> {
+    pub(crate) conn: C,
+    pub(crate) resource: String,
+    pub(crate) value: Vec<u8>,
 }
 
 #[async_trait]
-impl Op for RedisWriter {
+impl<C> Op for RedisWriter<C>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync,
+{
     async fn once(&self) -> Result<Option<Duration>> {
         let mut conn = self.conn.clone();
         let () = redis::cmd("SET")
@@ -214,16 +225,8 @@ impl RedisCleanup {
         }
     }
 
-    /// The `SCAN` pattern of every key fencelock names after a key starting with
-    /// `key_prefix`: `<prefix>:` then the hash tag of the key, open-ended.
     fn pattern(&self, key_prefix: &str) -> Result<String> {
-        let tag = hash_tag(&LockKey::new(key_prefix)?);
-        let open_tag = tag.strip_suffix('}').unwrap_or(&tag);
-        Ok(format!(
-            "{}:{}*",
-            glob_escape(&self.prefix),
-            glob_escape(open_tag)
-        ))
+        scan_pattern(&self.prefix, key_prefix)
     }
 
     async fn clean_server(&self, server: &RedisConfig, pattern: &str) -> Result<()> {
@@ -271,6 +274,19 @@ impl Cleanup for RedisCleanup {
         }
         outcome
     }
+}
+
+/// The `SCAN` pattern of every key fencelock names, under its key `prefix`, after a key
+/// starting with `key_prefix`: `<prefix>:` then the hash tag of the key, open-ended. The same
+/// on one server and on a cluster, where the hash tag also picks the slot.
+pub(crate) fn scan_pattern(prefix: &str, key_prefix: &str) -> Result<String> {
+    let tag = hash_tag(&LockKey::new(key_prefix)?);
+    let open_tag = tag.strip_suffix('}').unwrap_or(&tag);
+    Ok(format!(
+        "{}:{}*",
+        glob_escape(prefix),
+        glob_escape(open_tag)
+    ))
 }
 
 /// `text` with the characters `SCAN ... MATCH` reads as a glob (`*`, `?`, `[`, `]`, `\`)
