@@ -43,10 +43,11 @@ impl Suite {
 const MYSQL_CLEANUP: &str = include_str!("../../sql/mysql_cleanup.sql");
 
 /// fencelock's tables (without the prefix) with the column that holds a lock key or a
-/// resource: token counters, leases, stored values, fence records.
+/// resource: token counters, leases, readers, stored values, fence records.
 const FENCELOCK_TABLES: &[(&str, &str)] = &[
     ("locks", "lock_key"),
     ("leases", "lock_key"),
+    ("readers", "lock_key"),
     ("storage", "resource"),
     ("fences", "resource"),
 ];
