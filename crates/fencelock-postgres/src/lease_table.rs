@@ -13,15 +13,15 @@ use sqlx::postgres::PgRow;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::codec::{
-    fence_from, micros, millis_setting, owner_bytes, owner_from, remaining, token_param,
-};
+use crate::codec::{fence_from, micros, millis_setting, owner_bytes, remaining, token_param};
 use crate::epoch::{self, Grant};
-use crate::error::{map_sqlx_error, protocol as protocol_error, sqlstate, timed, timed_out};
+use crate::error::{map_sqlx_error, sqlstate, timed, timed_out};
 use crate::exec::{Arg, Protocol, Sql};
 use crate::{PgBackendKind, PgDatabase};
 
-const BACKEND: &str = "pg-lease";
+mod read_phase;
+
+pub(super) const BACKEND: &str = "pg-lease";
 const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 /// The longest a grant waits for a row lock of its key (`lock_timeout`, set for that
 /// statement only): a transaction of the transaction API holding the key, or a slow
@@ -64,7 +64,7 @@ const LOCK_NOT_AVAILABLE: &str = "55P03";
 /// ```
 #[derive(Debug, Clone)]
 pub struct PgLeaseBackend {
-    db: PgDatabase,
+    pub(super) db: PgDatabase,
 }
 
 impl PgLeaseBackend {
@@ -83,13 +83,13 @@ impl PgLeaseBackend {
         &self.db
     }
 
-    fn timeout(&self) -> Duration {
+    pub(super) fn timeout(&self) -> Duration {
         self.db.operation_timeout()
     }
 
     /// How long a grant may wait for a row lock of its key ([`LEASE_LOCK_WAIT`], and never
     /// more than half the per-call time-out, so the server gives up before the client).
-    fn lock_wait(&self) -> Duration {
+    pub(super) fn lock_wait(&self) -> Duration {
         LEASE_LOCK_WAIT.min(self.timeout() / 2)
     }
 
@@ -98,7 +98,7 @@ impl PgLeaseBackend {
     /// the token, the statement's row and when the granting try was sent; `None` when the
     /// key is held (or stays behind a row lock past the statement's `lock_timeout`).
     /// `columns` picks the token, live epoch and `exhausted` columns out of a row.
-    async fn grant<T>(
+    pub(super) async fn grant<T>(
         &self,
         protocol: Protocol,
         statement: &Sql,
@@ -148,15 +148,13 @@ impl PgLeaseBackend {
 /// *Tokens*); all of `lease_acquire`'s row.
 type GrantRow = (Option<i64>, Option<i64>, bool);
 
-/// `lease_read_acquire`'s row: the phase's token and owner, the live epoch, `exhausted`.
-type ReadRow = (Option<i64>, Option<Vec<u8>>, Option<i64>, bool);
-
-/// `lease_read_inspect`'s row: the phase's owner and token, its live readers, the longest
-/// time left in microseconds.
-type PhaseRow = (Vec<u8>, i64, i64, i64);
-
 /// A lease renewed by an extend statement's `(extended, superseded)` row, or why not.
-fn renewed(lease: &Lease, ttl: Duration, sent_at: Instant, row: (bool, bool)) -> Result<Lease> {
+pub(super) fn renewed(
+    lease: &Lease,
+    ttl: Duration,
+    sent_at: Instant,
+    row: (bool, bool),
+) -> Result<Lease> {
     match row {
         (true, _) => Ok(Lease {
             ttl,
@@ -332,140 +330,19 @@ impl LockBackend for PgLeaseBackend {
         reader: OwnerId,
         ttl: Duration,
     ) -> Result<Option<Lease>> {
-        validate_ttl(ttl, &self.capabilities())?;
-        let span =
-            tracing::debug_span!("fencelock.pg.acquire_shared", backend = BACKEND, key = %key);
-        async {
-            let protocol = self.db.protocol().await?;
-            self.db.serves(PgBackendKind::Lease).await?;
-            let reader = owner_bytes(reader);
-            // The owner of a new phase; a reader joining a live phase gets that phase's.
-            let owner = owner_bytes(OwnerId::random());
-            let lock_wait = millis_setting(self.lock_wait());
-            let args = [
-                Arg::Text(key.as_str()),
-                Arg::Bytea(&reader),
-                Arg::Float8(micros(ttl)),
-                Arg::Text(&lock_wait),
-                Arg::Bytea(&owner),
-            ];
-            let granted = self
-                .grant(
-                    protocol,
-                    &self.db.sql().lease_read_acquire,
-                    &args,
-                    |row: &ReadRow| (row.0, row.2, row.3),
-                )
-                .await?;
-            let Some((token, (_, owner, _, _), sent_at)) = granted else {
-                return Ok(None);
-            };
-            let Some(owner) = owner else {
-                return Err(protocol_error(
-                    BACKEND,
-                    "a reader's grant without the phase's owner",
-                ));
-            };
-            let owner = owner_from(BACKEND, &owner)?;
-            tracing::debug!(token = token.get(), outcome = "granted", "acquired shared");
-            Ok(Some(Lease {
-                key: key.clone(),
-                owner,
-                token,
-                ttl,
-                valid_until: valid_until(sent_at, ttl),
-            }))
-        }
-        .instrument(span)
-        .await
+        self.join_read_phase(key, reader, ttl).await
     }
 
     async fn extend_shared(&self, lease: &Lease, reader: OwnerId, ttl: Duration) -> Result<Lease> {
-        validate_ttl(ttl, &self.capabilities())?;
-        let span = tracing::debug_span!(
-            "fencelock.pg.extend_shared",
-            backend = BACKEND,
-            key = %lease.key,
-            token = lease.token.get()
-        );
-        async {
-            let protocol = self.db.protocol().await?;
-            let token = token_param(BACKEND, lease.token)?;
-            let sent_at = Instant::now();
-            let row: (bool, bool) = timed(
-                BACKEND,
-                self.timeout(),
-                self.db.sql().lease_read_extend.fetch_one(
-                    protocol,
-                    self.db.pool(),
-                    &[
-                        Arg::Text(lease.key.as_str()),
-                        Arg::Bytea(&owner_bytes(lease.owner)),
-                        Arg::Int8(token),
-                        Arg::Bytea(&owner_bytes(reader)),
-                        Arg::Float8(micros(ttl)),
-                    ],
-                ),
-            )
-            .await?;
-            renewed(lease, ttl, sent_at, row)
-        }
-        .instrument(span)
-        .await
+        self.extend_reader(lease, reader, ttl).await
     }
 
     async fn release_shared(&self, lease: &Lease, reader: OwnerId) -> Result<bool> {
-        let span = tracing::debug_span!(
-            "fencelock.pg.release_shared",
-            backend = BACKEND,
-            key = %lease.key,
-            token = lease.token.get()
-        );
-        async {
-            let protocol = self.db.protocol().await?;
-            let token = token_param(BACKEND, lease.token)?;
-            timed(
-                BACKEND,
-                self.timeout(),
-                self.db.sql().lease_read_release.scalar_one(
-                    protocol,
-                    self.db.pool(),
-                    &[
-                        Arg::Text(lease.key.as_str()),
-                        Arg::Bytea(&owner_bytes(lease.owner)),
-                        Arg::Int8(token),
-                        Arg::Bytea(&owner_bytes(reader)),
-                    ],
-                ),
-            )
-            .await
-        }
-        .instrument(span)
-        .await
+        self.release_reader(lease, reader).await
     }
 
     async fn inspect_shared(&self, key: &LockKey) -> Result<Option<ReadPhase>> {
-        let protocol = self.db.protocol().await?;
-        let row: Option<PhaseRow> = timed(
-            BACKEND,
-            self.timeout(),
-            self.db.sql().lease_read_inspect.fetch_optional(
-                protocol,
-                self.db.pool(),
-                &[Arg::Text(key.as_str())],
-            ),
-        )
-        .await?;
-        // A phase row without a live reader is a phase ending in this very microsecond.
-        let Some((owner, token, readers, remaining_us)) = row.filter(|row| row.2 > 0) else {
-            return Ok(None);
-        };
-        Ok(Some(ReadPhase {
-            fence: fence_from(BACKEND, token, &owner)?,
-            readers: usize::try_from(readers)
-                .map_err(|_| protocol_error(BACKEND, format!("{readers} readers")))?,
-            remaining: remaining(Some(remaining_us)).unwrap_or_default(),
-        }))
+        self.read_phase(key).await
     }
 
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
