@@ -4,8 +4,8 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
-use fencelock_core::LockKey;
-use fencelock_redis::RedisClusterConfig;
+use fencelock_core::{HostPort, LockKey};
+use fencelock_redis::{RedisClusterBackend, RedisClusterConfig};
 use redis::FromRedisValue;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
@@ -27,7 +27,7 @@ impl Suite {
         let storage = Arc::new(backend.storage());
         let baseline = RedisClusterBaseline::connect(config).await?;
         let cleanup = RedisClusterCleanup {
-            prefix: backend.prefix().to_owned(),
+            backend: backend.clone(),
             conn: baseline.conn.clone(),
         };
         Ok(Suite::new(
@@ -38,23 +38,6 @@ impl Suite {
         )
         .with_cleanup(Arc::new(cleanup)))
     }
-}
-
-/// The `redis://` (or `rediss://`) URL of every seed of `config`, with the config's
-/// credentials: what the redis crate's cluster client takes.
-fn seed_urls(config: &RedisClusterConfig) -> Vec<String> {
-    // `to_url` writes `<scheme>+cluster://[userinfo@]host:port,...[?query]`; the hosts come
-    // typed from `hosts`, only the scheme and the credentials are taken from the text.
-    let url = config.to_url();
-    let (scheme, rest) = url.split_once("://").unwrap_or(("redis+cluster", ""));
-    let scheme = scheme.strip_suffix("+cluster").unwrap_or("redis");
-    let authority = rest.split('?').next().unwrap_or_default();
-    let userinfo = authority.rfind('@').map_or("", |at| &authority[..=at]);
-    config
-        .hosts()
-        .iter()
-        .map(|host| format!("{scheme}://{userinfo}{host}"))
-        .collect()
 }
 
 /// Raw commands through the redis crate's async cluster connection: `SET key owner NX PX
@@ -79,7 +62,7 @@ impl RedisClusterBaseline {
     /// Connects to the cluster `config` names through its seeds, with a cluster connection of
     /// its own.
     pub async fn connect(config: &RedisClusterConfig) -> Result<Self> {
-        let client = ClusterClientBuilder::new(seed_urls(config))
+        let client = ClusterClientBuilder::new(config.seed_urls())
             .build()
             .map_err(|e| BenchError::raw(format!("redis cluster URL {config}"), e))?;
         let conn = client
@@ -155,44 +138,30 @@ impl Baseline for RedisClusterBaseline {
     }
 }
 
-/// Deletes fencelock's keys for a run's key prefix on every master of the cluster:
+/// Deletes fencelock's keys for a run's key prefix on every master of the cluster (as the
+/// backend's [`master_addresses`](RedisClusterBackend::master_addresses) lists them):
 /// `<prefix>:{<key>}:...` for every key under the run's prefix. Each key's hash tag puts its
 /// names in a slot of their own, so the run's keys are spread over the masters; each is
 /// scanned with `SCAN ... MATCH`, and what it finds is deleted one key at a time (the names
 /// lie in different slots).
 #[derive(Clone)]
 struct RedisClusterCleanup {
-    prefix: String,
+    /// For its key prefix and its reading of the cluster's masters.
+    backend: RedisClusterBackend,
     conn: ClusterConnection,
 }
 
 impl std::fmt::Debug for RedisClusterCleanup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisClusterCleanup")
-            .field("prefix", &self.prefix)
+            .field("prefix", &self.backend.prefix())
             .finish_non_exhaustive()
     }
 }
 
 impl RedisClusterCleanup {
-    /// The masters serving slots now, as `CLUSTER NODES` on one node lists them.
-    async fn masters(&self) -> Result<Vec<(String, u16)>> {
-        let reply = self
-            .conn
-            .clone()
-            .route_command(
-                redis::cmd("CLUSTER").arg("NODES").clone(),
-                RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
-            )
-            .await
-            .map_err(|e| BenchError::raw("CLUSTER NODES", e))?;
-        let nodes =
-            String::from_redis_value(reply).map_err(|e| BenchError::raw("CLUSTER NODES", e))?;
-        Ok(masters_serving_slots(&nodes))
-    }
-
-    async fn clean_master(&self, host: &str, port: u16, pattern: &str) -> Result<()> {
-        let what = |step: &str| format!("{step} on {host}:{port}");
+    async fn clean_master(&self, master: &HostPort, pattern: &str) -> Result<()> {
+        let what = |step: &str| format!("{step} on {master}");
         let mut conn = self.conn.clone();
         let mut cursor: u64 = 0;
         loop {
@@ -206,8 +175,8 @@ impl RedisClusterCleanup {
                         .arg(1000)
                         .clone(),
                     RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                        host: host.to_owned(),
-                        port,
+                        host: master.host.clone(),
+                        port: master.port,
                     }),
                 )
                 .await
@@ -232,85 +201,12 @@ impl RedisClusterCleanup {
 #[async_trait]
 impl Cleanup for RedisClusterCleanup {
     async fn clean(&self, key_prefix: &str) -> Result<()> {
-        let pattern = scan_pattern(&self.prefix, key_prefix)?;
+        let pattern = scan_pattern(self.backend.prefix(), key_prefix)?;
         let mut outcome = Ok(());
-        for (host, port) in self.masters().await? {
-            let cleaned = self.clean_master(&host, port, &pattern).await;
+        for master in &self.backend.master_addresses().await? {
+            let cleaned = self.clean_master(master, &pattern).await;
             outcome = outcome.and(cleaned);
         }
         outcome
-    }
-}
-
-/// `host` and `port` of every master in a `CLUSTER NODES` reply that serves slots and is not
-/// marked failed.
-fn masters_serving_slots(nodes: &str) -> Vec<(String, u16)> {
-    let mut masters = Vec::new();
-    for line in nodes.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        // id, address, flags, master, ping, pong, epoch, link state, then slot ranges.
-        if fields.len() < 9 {
-            continue;
-        }
-        let flags: Vec<&str> = fields[2].split(',').collect();
-        if !flags.contains(&"master")
-            || flags
-                .iter()
-                .any(|f| matches!(*f, "fail" | "fail?" | "noaddr" | "handshake"))
-        {
-            continue;
-        }
-        let address = fields[1].split(['@', ',']).next().unwrap_or_default();
-        let Some((host, port)) = address.rsplit_once(':') else {
-            continue;
-        };
-        let Ok(port) = port.parse::<u16>() else {
-            continue;
-        };
-        masters.push((host.trim_matches(['[', ']']).to_owned(), port));
-    }
-    masters
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    #[test]
-    fn seeds_keep_scheme_and_credentials() {
-        let config = RedisClusterConfig::from_url(
-            "redis+cluster://app:s%40cret@10.0.0.1:7000,[::1]:7001?allow_eviction=true",
-        )
-        .unwrap();
-        assert_eq!(
-            seed_urls(&config),
-            [
-                "redis://app:s%40cret@10.0.0.1:7000",
-                "redis://app:s%40cret@[::1]:7001"
-            ]
-        );
-        let bare = RedisClusterConfig::from_url("redis+cluster://127.0.0.1:7000").unwrap();
-        assert_eq!(seed_urls(&bare), ["redis://127.0.0.1:7000"]);
-    }
-
-    #[test]
-    fn only_live_masters_with_slots_are_scanned() {
-        let nodes = "\
-a1 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460
-a2 127.0.0.1:7001@17001,host.example master - 0 0 2 connected 5461-10922
-a3 127.0.0.1:7002@17002 master,fail - 0 0 3 disconnected 10923-16383
-r1 127.0.0.1:7003@17003 slave a1 0 0 1 connected
-a4 127.0.0.1:7004@17004 master - 0 0 4 connected
-a5 [::1]:7005@17005 master - 0 0 5 connected 10923-16383
-";
-        assert_eq!(
-            masters_serving_slots(nodes),
-            [
-                ("127.0.0.1".to_owned(), 7000),
-                ("127.0.0.1".to_owned(), 7001),
-                ("::1".to_owned(), 7005)
-            ]
-        );
     }
 }

@@ -235,6 +235,16 @@ impl RedisClusterConfig {
         self.seeds.iter().map(Endpoint::host_port).collect()
     }
 
+    /// The `redis://` URL (`rediss://` for TLS) of every seed node, in URL order, ports filled
+    /// in, each with this config's credentials: what the `redis` crate's
+    /// [`ClusterClientBuilder::new`](redis::cluster::ClusterClientBuilder::new) takes, and
+    /// what [`connect`](Self::connect) gives it, for a cluster connection of one's own to the
+    /// same cluster. Like [`to_url`](Self::to_url), they hold the password: to show a config,
+    /// show the config itself or [`hosts`](Self::hosts).
+    pub fn seed_urls(&self) -> Vec<String> {
+        self.seeds.iter().map(|seed| seed.render(false)).collect()
+    }
+
     /// The same config with its seed nodes at `hosts` (one address per seed, in order).
     /// Credentials and options stay. Note that a cluster's nodes announce their own
     /// addresses, which the client then uses: a proxy in front of a seed only carries the
@@ -307,10 +317,6 @@ impl RedisClusterConfig {
     pub fn allow_eviction(mut self, allow: bool) -> Self {
         self.allow_eviction = allow;
         self
-    }
-
-    pub(crate) fn seeds(&self) -> &[Endpoint] {
-        &self.seeds
     }
 
     pub(crate) fn evictions_allowed(&self) -> bool {
@@ -434,6 +440,51 @@ mod tests {
                 }
                 other => panic!("{bad:?}: expected InvalidConfig, got {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn seed_urls_carry_scheme_credentials_and_ports() {
+        let config = RedisClusterConfig::from_url(
+            "redis+cluster://app:s%40cret@10.0.0.1:7000,[::1]:7001,h?allow_eviction=true",
+        )
+        .unwrap();
+        assert_eq!(
+            config.seed_urls(),
+            [
+                "redis://app:s%40cret@10.0.0.1:7000",
+                "redis://app:s%40cret@[::1]:7001",
+                "redis://app:s%40cret@h:6379",
+            ]
+        );
+        for (input, urls) in [
+            (
+                "redis+cluster://127.0.0.1:7000",
+                vec!["redis://127.0.0.1:7000"],
+            ),
+            (
+                "redis+cluster://app@h1:1,h2:2",
+                vec!["redis://app@h1:1", "redis://app@h2:2"],
+            ),
+            ("redis+cluster://:s3cr3t@h1:1", vec!["redis://:s3cr3t@h1:1"]),
+        ] {
+            let config = RedisClusterConfig::from_url(input).unwrap();
+            assert_eq!(config.seed_urls(), urls, "{input}");
+        }
+        let moved = RedisClusterConfig::from_url("redis+cluster://u:s3cr3t@h1:1,h2:2")
+            .unwrap()
+            .with_hosts(&[HostPort::new("::1", 7000), HostPort::new("p", 7001)])
+            .unwrap();
+        assert_eq!(
+            moved.seed_urls(),
+            ["redis://u:s3cr3t@[::1]:7000", "redis://u:s3cr3t@p:7001"]
+        );
+        if cfg!(feature = "tls") {
+            let tls = RedisClusterConfig::from_url("rediss+cluster://:s3cr3t@h1:7000,h2").unwrap();
+            assert_eq!(
+                tls.seed_urls(),
+                ["rediss://:s3cr3t@h1:7000", "rediss://:s3cr3t@h2:6379"]
+            );
         }
     }
 

@@ -3,11 +3,11 @@
 
 use std::collections::HashMap;
 
-use fencelock_core::{Error, Result};
+use fencelock_core::{Error, HostPort, Result};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-use redis::{Client, FromRedisValue};
+use redis::{Client, FromRedisValue, RedisResult, Value};
 use tracing::Instrument;
 
 use super::config::RedisClusterConfig;
@@ -18,8 +18,8 @@ use crate::link::Link;
 /// What connecting learned about the cluster's shape.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Topology {
-    /// `host:port` of every master serving slots.
-    pub(crate) masters: Vec<(String, u16)>,
+    /// The address of every master serving slots.
+    pub(crate) masters: Vec<HostPort>,
     /// Whether any master has a replica, which a failover may promote.
     pub(crate) replicated: bool,
 }
@@ -32,15 +32,11 @@ pub(crate) async fn open(
     config: &RedisClusterConfig,
 ) -> Result<(Connection, ClusterConnection, Topology)> {
     let keys = config.validate()?;
-    let seeds: Vec<String> = config
-        .seeds()
-        .iter()
-        .map(|s| s.host_port().to_string())
-        .collect();
+    let seeds: Vec<String> = config.hosts().iter().map(HostPort::to_string).collect();
     let server = format!("redis cluster {}", seeds.join(","));
     let call_timeout = config.call_limit();
     let connect_timeout = config.connect_limit();
-    let urls: Vec<String> = config.seeds().iter().map(|s| s.render(false)).collect();
+    let urls = config.seed_urls();
     let client = ClusterClientBuilder::new(urls.clone())
         .connection_timeout(connect_timeout)
         .response_timeout(call_timeout)
@@ -65,36 +61,22 @@ pub(crate) async fn open(
         Ok(Err(e)) => return Err(failed(seed_error(&seed, limit).await.unwrap_or(e)).await),
         Err(_) => return Err(no_answer(BACKEND, &server, limit)),
     };
-    let mut probe = cluster.clone();
-    let nodes = match tokio::time::timeout(
-        call_timeout,
-        probe.route_command(
-            redis::cmd("CLUSTER").arg("NODES").clone(),
-            RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
-        ),
-    )
-    .await
-    {
-        Ok(Ok(reply)) => String::from_redis_value(reply).map_err(|e| Error::Backend {
-            backend: BACKEND,
-            message: format!("{server}: CLUSTER NODES answered something unexpected: {e}"),
-            source: None,
-        })?,
+    let topology = match tokio::time::timeout(call_timeout, cluster_nodes(&cluster)).await {
+        Ok(Ok(reply)) => topology_of(&server, reply)?,
         Ok(Err(e)) => return Err(failed(e).await),
         Err(_) => return Err(no_answer(BACKEND, &server, call_timeout)),
     };
-    let topology = parse_topology(&nodes);
     if topology.masters.is_empty() {
         return Err(Error::config(format!(
             "{server}: the cluster has no master serving slots (is it created?)"
         )));
     }
     let mut per_master = Vec::with_capacity(topology.masters.len());
-    for (host, port) in &topology.masters {
-        let settings = read_settings(&cluster, host, *port, call_timeout).await;
+    for master in &topology.masters {
+        let settings = read_settings(&cluster, master, call_timeout).await;
         refuse_eviction(
             &settings,
-            &format!("redis cluster master {host}:{port}"),
+            &format!("redis cluster master {master}"),
             config.evictions_allowed(),
         )?;
         per_master.push(settings);
@@ -112,6 +94,40 @@ pub(crate) async fn open(
     Ok((connection, cluster, topology))
 }
 
+/// The masters serving slots now, as one node's `CLUSTER NODES` lists them, read through
+/// `cluster` within `limit`; errors name `server`.
+pub(crate) async fn masters(
+    cluster: &ClusterConnection,
+    server: &str,
+    limit: std::time::Duration,
+) -> Result<Vec<HostPort>> {
+    let reply = bounded(BACKEND, limit, "CLUSTER NODES", cluster_nodes(cluster))
+        .await
+        .map_err(|e| e.in_context(server))?;
+    Ok(topology_of(server, reply)?.masters)
+}
+
+/// `CLUSTER NODES` on one node of the cluster (any one: each knows the whole topology).
+async fn cluster_nodes(cluster: &ClusterConnection) -> RedisResult<Value> {
+    cluster
+        .clone()
+        .route_command(
+            redis::cmd("CLUSTER").arg("NODES").clone(),
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+        )
+        .await
+}
+
+/// The topology in a `CLUSTER NODES` reply from `server`.
+fn topology_of(server: &str, reply: Value) -> Result<Topology> {
+    let nodes = String::from_redis_value(reply).map_err(|e| Error::Backend {
+        backend: BACKEND,
+        message: format!("{server}: CLUSTER NODES answered something unexpected: {e}"),
+        source: None,
+    })?;
+    Ok(parse_topology(&nodes))
+}
+
 /// What the first seed says to a plain connection and a PING, when the cluster client failed:
 /// the cluster client folds refused credentials and protocol errors into "failed to create
 /// initial connections", while one server's connection names them.
@@ -126,19 +142,18 @@ async fn seed_error(seed: &Client, limit: std::time::Duration) -> Option<redis::
     tokio::time::timeout(limit, ask).await.ok().flatten()
 }
 
-/// `CONFIG GET` of the settings that bear on fencing on the master at `host:port`; whatever
+/// `CONFIG GET` of the settings that bear on fencing on the master at `master`; whatever
 /// it refuses stays unknown.
 async fn read_settings(
     cluster: &ClusterConnection,
-    host: &str,
-    port: u16,
+    master: &HostPort,
     limit: std::time::Duration,
 ) -> ServerSettings {
     let read = |pattern: &'static str| {
         let mut conn = cluster.clone();
         let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-            host: host.to_owned(),
-            port,
+            host: master.host.clone(),
+            port: master.port,
         });
         async move {
             let reply = bounded(
@@ -151,7 +166,7 @@ async fn read_settings(
                 ),
             )
             .await
-            .map_err(|e| e.in_context(&format!("{host}:{port}")))?;
+            .map_err(|e| e.in_context(&master.to_string()))?;
             HashMap::<String, String>::from_redis_value(reply).map_err(|e| Error::Backend {
                 backend: BACKEND,
                 message: e.to_string(),
@@ -195,7 +210,7 @@ pub(crate) fn parse_topology(nodes: &str) -> Topology {
             continue;
         };
         if flags.contains(&"master") && fields.len() > 8 {
-            masters.push((host.trim_matches(['[', ']']).to_owned(), port));
+            masters.push(HostPort::new(host.trim_matches(['[', ']']), port));
             master_ids.push(fields[0]);
         } else if flags.contains(&"slave") || flags.contains(&"replica") {
             replicas_of.push(fields[3]);
@@ -220,13 +235,17 @@ b2 127.0.0.1:7001@17001,host-b master - 0 1 2 connected 5461-10922
 c3 127.0.0.1:7002@17002 master,fail - 0 1 3 disconnected 10923-16383
 d4 127.0.0.1:7003@17003 slave a1 0 1 1 connected
 e5 127.0.0.1:7004@17004 master - 0 1 0 connected
+f6 [::1]:7005@17005 master - 0 1 4 connected 10923-16383
+g7 :0@0 master,noaddr - 0 1 5 disconnected 0-1
+h8 127.0.0.1:7007@17007 master,handshake - 0 1 6 connected 2-3
 ";
         let topology = parse_topology(nodes);
         assert_eq!(
             topology.masters,
             vec![
-                ("127.0.0.1".to_owned(), 7000),
-                ("127.0.0.1".to_owned(), 7001)
+                HostPort::new("127.0.0.1", 7000),
+                HostPort::new("127.0.0.1", 7001),
+                HostPort::new("::1", 7005),
             ]
         );
         assert!(topology.replicated);

@@ -8,7 +8,7 @@ mod config;
 mod connect;
 
 use fencelock_core::{
-    Capabilities, FenceRule, LockKinds, Result, TimeAuthority, TokenGuarantee, WakeUp,
+    Capabilities, FenceRule, HostPort, LockKinds, Result, TimeAuthority, TokenGuarantee, WakeUp,
 };
 use redis::cluster_async::ClusterConnection;
 
@@ -157,9 +157,104 @@ impl RedisClusterBackend {
         self.masters
     }
 
+    /// The address of every master serving slots now, as one node's `CLUSTER NODES` lists
+    /// them (in its order, IPv6 hosts without brackets), leaving out nodes flagged `fail`,
+    /// `fail?`, `noaddr` or `handshake`: the same reading as at connect time, asked again, so
+    /// it sees failovers and slots moved since. For commands to each master, such as a `SCAN`
+    /// routed with `SingleNodeRoutingInfo::ByAddress`.
+    ///
+    /// One call on the backend's connection, bounded by the call timeout; errors are mapped
+    /// as for every call ([`Error::Unavailable`](fencelock_core::Error::Unavailable) when no
+    /// node answers in time) and name the seeds, never the password.
+    pub async fn master_addresses(&self) -> Result<Vec<HostPort>> {
+        let conn = &self.locks.conn;
+        connect::masters(&self.cluster, &conn.server, conn.call_timeout).await
+    }
+
     /// Whether any master had a replica at connect time (then a failover may lose grants and
     /// counter increments; see the type's docs).
     pub fn replicated(&self) -> bool {
         self.replicated
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use fencelock_testkit::redis_cluster::RedisCluster;
+
+    use super::*;
+
+    /// The ports of `addresses`, sorted; every one on 127.0.0.1, where the cluster runs.
+    fn ports(addresses: &[HostPort]) -> Vec<u16> {
+        assert!(
+            addresses.iter().all(|a| a.host == "127.0.0.1"),
+            "{addresses:?}"
+        );
+        let mut ports: Vec<u16> = addresses.iter().map(|a| a.port).collect();
+        ports.sort_unstable();
+        ports
+    }
+
+    /// The masters are read anew on every call: replicas are never listed, and after a
+    /// failover the promoted replica is and the failed master is not, while
+    /// [`masters`](RedisClusterBackend::masters) still counts those of connect time.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn master_addresses_follow_a_failover() {
+        let cluster = tokio::task::spawn_blocking(|| Arc::new(RedisCluster::spawn(3, 1)))
+            .await
+            .unwrap();
+        let backend = RedisClusterConfig::from_url(&cluster.url())
+            .unwrap()
+            .call_timeout(Duration::from_secs(2))
+            .connect()
+            .await
+            .unwrap();
+        let master_ports = |cluster: &RedisCluster, observer: usize| {
+            let mut ports: Vec<u16> = cluster
+                .nodes(observer)
+                .iter()
+                .filter(|n| n.master && !n.failed && !n.slots.is_empty())
+                .map(|n| n.port)
+                .collect();
+            ports.sort_unstable();
+            ports
+        };
+        let before = master_ports(&cluster, 0);
+        assert_eq!(before.len(), 3, "{before:?}");
+        assert_eq!(ports(&backend.master_addresses().await.unwrap()), before);
+
+        let killed = cluster.master_of_slot(0);
+        let c = Arc::clone(&cluster);
+        let promoted = tokio::task::spawn_blocking(move || {
+            c.kill(killed);
+            c.await_failover(killed, Duration::from_secs(60))
+        })
+        .await
+        .unwrap();
+        let after = master_ports(&cluster, promoted);
+        let killed_port = cluster.ports()[killed];
+        let promoted_port = cluster.ports()[promoted];
+        assert!(
+            after.contains(&promoted_port) && !after.contains(&killed_port),
+            "{after:?}"
+        );
+        // The driver may first send the call to the killed node, or learn the new slot map
+        // only from a redirection: ask until the answer comes, within a bound.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let seen = backend.master_addresses().await.map(|a| ports(&a));
+            if seen.as_ref().is_ok_and(|seen| *seen == after) {
+                break;
+            }
+            if Instant::now() >= deadline {
+                panic!("expected the masters {after:?} after the failover, got {seen:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert_eq!(backend.masters(), 3);
     }
 }
