@@ -12,7 +12,10 @@
 //! the election (watchdog on, as a leader holds it: a paused leader stops renewing and loses
 //! it), under which the leader increments the counter up to [`TERM_WRITES`] times while it
 //! still believes it leads; a writer's lock (watchdog off) or a reader's, under which the
-//! reader reads the counter twice with the shared read fence, the work between.
+//! reader reads the counter twice with the shared read fence, the work between, and rests
+//! as long again after its release (readers that came straight back would keep their read
+//! phase alive for good, and the writers out: readers have no writer preference, DESIGN.md
+//! section 4.1).
 //!
 //! A worker for an in-process backend runs as a thread of the coordinator
 //! ([`serve_in_process`]) and sends its events on a channel instead.
@@ -484,6 +487,9 @@ impl Worker {
             Ok(Err(_)) | Err(_) => false,
         };
         self.emit(Event::Released { fence, released });
+        if let Grant::Reader(_) = self.grant {
+            sleep(self.work).await;
+        }
     }
 
     /// Read, work, write of the value + 1: fenced with the grant's fence, or in the control

@@ -229,14 +229,16 @@ fn pg_spec(schema: &PgSchema, backend: &str) -> String {
     format!("{url}{sep}backend={backend}&schema={}", schema.name())
 }
 
-fn pg_run(backend: &str) {
+fn pg_run(backend: &str, workload: &str) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let schema = runtime.block_on(PgSchema::create());
     let spec = pg_spec(&schema, backend);
-    assert_passes(
+    let report = assert_passes(
         &[
             "--backend",
             &spec,
+            "--workload",
+            workload,
             "--faults",
             "pause,terminate,partition",
             "--workers",
@@ -248,17 +250,26 @@ fn pg_run(backend: &str) {
         ],
         &["pause", "terminate", "partition"],
     );
+    assert_eq!(report["workload"], workload, "{report:#}");
     runtime.block_on(schema.cleanup());
 }
 
 #[test]
 fn postgres_lease_table_survives_pauses_terminations_and_partitions() {
-    pg_run("lease");
+    pg_run("lease", "lock");
 }
 
 #[test]
 fn postgres_advisory_locks_survive_pauses_terminations_and_partitions() {
-    pg_run("advisory");
+    pg_run("advisory", "lock");
+}
+
+/// Readers and writers of one key as worker processes: paused readers come back to a
+/// writer's greater token, and their fenced reads are refused.
+#[test]
+fn postgres_readers_and_writers_survive_pauses_terminations_and_partitions() {
+    pg_run("lease", "rwlock");
+    pg_run("advisory", "rwlock");
 }
 
 /// The MySQL/MariaDB server at FENCELOCK_MYSQL_URL (default mysql://root@127.0.0.1:3306/test).
