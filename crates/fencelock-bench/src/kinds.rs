@@ -150,12 +150,25 @@ impl Failover {
 impl Op for Failover {
     async fn once(&self) -> Result<Option<Duration>> {
         let key = self.election.key();
-        let leader = self
-            .backend
-            .as_ref()
-            .try_acquire(key, self.ttl)
-            .await?
-            .ok_or_else(|| BenchError::Run(format!("the election {key} has a leader already")))?;
+        // The previous step's standby resigned; on a backend whose waiters hold a session in
+        // the server's own wait (MySQL's `GET_LOCK`), that session may take the lock and let
+        // go again a moment later, so a refused try is tried again until the release.
+        let free_by = Instant::now() + FAILOVER_WAIT;
+        let leader = loop {
+            if let Some(lease) = self.backend.as_ref().try_acquire(key, self.ttl).await? {
+                break lease;
+            }
+            let left = free_by.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(BenchError::Run(format!(
+                    "the election {key} still had a leader {FAILOVER_WAIT:?} after the last \
+                     one resigned"
+                )));
+            }
+            self.backend
+                .wait_for_release(key, left.min(self.ttl))
+                .await?;
+        };
         self.storage
             .write(&self.resource, leader.fence(), b"leader")
             .await?;
