@@ -12,8 +12,8 @@ use tokio::time::timeout;
 
 use crate::args::{SharedBackendArg, parse_duration, parse_ttl, parse_wait};
 use crate::error::CliError;
-use crate::exit::{self, Exit};
-use crate::run::{CommandArgs, Verbosity, hold_while_running, record_holder};
+use crate::exit::Exit;
+use crate::run::{CommandArgs, TryOnce, Verbosity, hold_while_running, record_holder};
 use crate::signals::Signals;
 
 pub(crate) const EXAMPLES: &str =
@@ -43,17 +43,8 @@ pub(crate) struct Args {
     /// seconds, as for flock -w); by default without a bound.
     #[arg(short, long, value_parser = parse_wait)]
     wait: Option<Duration>,
-    /// Do not campaign: try once to become leader, the same as --wait 0.
-    #[arg(short, long, conflicts_with = "wait")]
-    nonblock: bool,
-    /// The exit code when leadership is not obtained (default 75, EX_TEMPFAIL), as flock -E.
-    #[arg(
-        short = 'E',
-        long,
-        value_name = "CODE",
-        default_value_t = exit::NOT_OBTAINED
-    )]
-    conflict_exit_code: u8,
+    #[command(flatten)]
+    once: TryOnce,
     /// How long the command has between SIGTERM and SIGKILL when leadership is lost or
     /// fencelock is asked to stop.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
@@ -68,7 +59,7 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     let spec = args.backend.shared("fencelock elect")?;
     let key = LockKey::new(&args.key)?;
     let holder = args.command.holder()?;
-    let wait = if args.nonblock {
+    let wait = if args.once.nonblock {
         Some(Duration::ZERO)
     } else {
         args.wait
@@ -104,7 +95,7 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     let (leadership, storage) = tokio::select! {
         elected = campaign => match elected? {
             Some(elected) => elected,
-            None => return Ok(Exit::NotObtained(args.conflict_exit_code)),
+            None => return Ok(Exit::NotObtained(args.once.conflict_exit_code)),
         },
         signal = signals.recv() => {
             eprintln!("fencelock: {signal} while campaigning; the command was not started");

@@ -73,18 +73,8 @@ pub(crate) struct Args {
     /// flock -w); 0 connects (within 5s) and tries once.
     #[arg(short, long, default_value = "0s", value_parser = parse_wait)]
     wait: Duration,
-    /// Do not wait: connect (within 5s) and try once, the same as --wait 0.
-    #[arg(short, long, conflicts_with = "wait")]
-    nonblock: bool,
-    /// The exit code when the lock is not obtained (default 75, EX_TEMPFAIL), as flock -E:
-    /// a script can then tell "held by someone else" from the command's own codes.
-    #[arg(
-        short = 'E',
-        long,
-        value_name = "CODE",
-        default_value_t = exit::NOT_OBTAINED
-    )]
-    conflict_exit_code: u8,
+    #[command(flatten)]
+    pub(crate) once: TryOnce,
     /// How long the command has between SIGTERM (or the signal fencelock received) and SIGKILL,
     /// when its lease is lost or fencelock is asked to stop.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
@@ -113,6 +103,24 @@ pub(crate) struct Args {
     pub(crate) verbosity: Verbosity,
     #[command(flatten)]
     pub(crate) command: CommandArgs,
+}
+
+/// flock's `-n` and `-E`, for `run` and `elect`.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub(crate) struct TryOnce {
+    /// Do not wait: connect (within 5s) and try once, the same as --wait 0.
+    #[arg(short, long, conflicts_with = "wait")]
+    pub(crate) nonblock: bool,
+    /// The exit code when the lock (or leadership) is not obtained (default 75, EX_TEMPFAIL),
+    /// as flock -E: a script can then tell "held by someone else" from the command's own
+    /// codes.
+    #[arg(
+        short = 'E',
+        long,
+        value_name = "CODE",
+        default_value_t = exit::NOT_OBTAINED
+    )]
+    pub(crate) conflict_exit_code: u8,
 }
 
 /// How much fencelock itself says on stderr (errors are always said).
@@ -215,7 +223,7 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
         (false, Some(n)) => Kind::Permits(n as usize),
         (false, None) => Kind::Exclusive,
     };
-    let wait = if args.nonblock {
+    let wait = if args.once.nonblock {
         Duration::ZERO
     } else {
         args.wait
@@ -228,7 +236,7 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     let (guard, extra_env, storage) = tokio::select! {
         obtained = obtain(spec, &key, kind, args.ttl, wait, talk) => match obtained? {
             Some(held) => held,
-            None => return Ok(Exit::NotObtained(args.conflict_exit_code)),
+            None => return Ok(Exit::NotObtained(args.once.conflict_exit_code)),
         },
         signal = signals.recv() => {
             eprintln!("fencelock: {signal} while waiting for the lock; the command was not started");
