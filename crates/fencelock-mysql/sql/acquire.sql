@@ -1,10 +1,9 @@
 -- CALL {prefix}acquire_v3(key, name, owner, ttl_us, idle_s, kill_wait_s)
 --
 -- Takes GET_LOCK(name) for this session if it is free, or if it is held by a fencelock session
--- whose lease ran out on the server's clock. Such a session is first *claimed*, by one
--- conditional UPDATE that succeeds only while the lease is still that session's, still holds
--- the lock and has run out (so its own extend or release cannot also succeed), then ended with
--- KILL; this session waits up to kill_wait_s seconds for the lock to be let go.
+-- whose lease ran out on the server's clock, which it claims and ends with KILL first
+-- (take_lock_v1, the same step as a reader's grant; a holder without a lease is not waited
+-- for).
 -- Holding the lock, it is still refused (and let go at once) while a reader of the key's read
 -- phase is live on the server's clock: readers take GET_LOCK only for their grant, so no
 -- reader can join or start a phase between this check and the end of this lease.
@@ -23,35 +22,14 @@ CREATE PROCEDURE {prefix}acquire_v3(
     SQL SECURITY INVOKER
 BEGIN
     DECLARE v_got INT DEFAULT 0;
-    DECLARE v_victim BIGINT UNSIGNED DEFAULT NULL;
     DECLARE v_token BIGINT;
     DECLARE v_full INT DEFAULT 0;
-    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_victim = NULL;
-    -- KILL of a session that ended in the meantime: there is nothing left to end.
-    DECLARE CONTINUE HANDLER FOR 1094 BEGIN END;
 
     IF IS_USED_LOCK(p_name) <=> CONNECTION_ID() THEN
         SIGNAL SQLSTATE 'FL002'
             SET MESSAGE_TEXT = 'fencelock: this session already holds the lock it asks for';
     END IF;
-    SET v_got = GET_LOCK(p_name, 0);
-    IF v_got = 0 THEN
-        SELECT holder_conn INTO v_victim FROM {prefix}leases
-        WHERE lock_key = p_key
-          AND holder_conn = IS_USED_LOCK(p_name)
-          AND expires_at <= UTC_TIMESTAMP(6);
-        IF v_victim IS NOT NULL THEN
-            UPDATE {prefix}leases SET holder_conn = 0
-            WHERE lock_key = p_key
-              AND holder_conn = v_victim
-              AND holder_conn = IS_USED_LOCK(p_name)
-              AND expires_at <= UTC_TIMESTAMP(6);
-            IF ROW_COUNT() = 1 THEN
-                KILL CONNECTION v_victim;
-                SET v_got = GET_LOCK(p_name, p_kill_wait_s);
-            END IF;
-        END IF;
-    END IF;
+    CALL {prefix}take_lock_v1(p_key, p_name, p_kill_wait_s, NULL, v_got);
 
     IF v_got = 1 AND EXISTS (
         SELECT 1 FROM {prefix}readers

@@ -5,7 +5,8 @@
 -- a writer holds GET_LOCK for the whole life of its lease, and checks the readers table
 -- while holding it, so a writer's grant and a reader's grant never interleave.
 --
--- GET_LOCK(name, 0) is refused when:
+-- The lock is taken by take_lock_v1, the same step as a writer's acquire. GET_LOCK(name, 0)
+-- is refused when:
 -- - a fencelock writer holds the lock with a valid lease: not granted;
 -- - its lease ran out on the server's clock: claimed and ended with KILL, exactly as
 --   acquire does, and this session waits up to kill_wait_s seconds for the lock to be let go;
@@ -31,16 +32,11 @@ CREATE PROCEDURE {prefix}acquire_shared_v1(
     SQL SECURITY INVOKER
 BEGIN
     DECLARE v_got INT DEFAULT 0;
-    DECLARE v_leased INT DEFAULT 0;
-    DECLARE v_victim BIGINT UNSIGNED DEFAULT NULL;
     DECLARE v_token BIGINT DEFAULT NULL;
     DECLARE v_owner BINARY(16) DEFAULT NULL;
     DECLARE v_joined INT DEFAULT 0;
     DECLARE v_full INT DEFAULT 0;
     DECLARE v_purged INT DEFAULT 0;
-    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_victim = NULL;
-    -- KILL of a session that ended in the meantime: there is nothing left to end.
-    DECLARE CONTINUE HANDLER FOR 1094 BEGIN END;
 
     IF IS_USED_LOCK(p_name) <=> CONNECTION_ID() THEN
         SIGNAL SQLSTATE 'FL002'
@@ -54,28 +50,7 @@ BEGIN
             RESIGNAL;
         END;
 
-        SET v_got = GET_LOCK(p_name, 0);
-        IF v_got = 0 THEN
-            SELECT COUNT(*) INTO v_leased FROM {prefix}leases
-            WHERE lock_key = p_key AND holder_conn = IS_USED_LOCK(p_name);
-            SELECT holder_conn INTO v_victim FROM {prefix}leases
-            WHERE lock_key = p_key
-              AND holder_conn = IS_USED_LOCK(p_name)
-              AND expires_at <= UTC_TIMESTAMP(6);
-            IF v_victim IS NOT NULL THEN
-                UPDATE {prefix}leases SET holder_conn = 0
-                WHERE lock_key = p_key
-                  AND holder_conn = v_victim
-                  AND holder_conn = IS_USED_LOCK(p_name)
-                  AND expires_at <= UTC_TIMESTAMP(6);
-                IF ROW_COUNT() = 1 THEN
-                    KILL CONNECTION v_victim;
-                    SET v_got = GET_LOCK(p_name, p_kill_wait_s);
-                END IF;
-            ELSEIF v_leased = 0 THEN
-                SET v_got = GET_LOCK(p_name, p_busy_wait_s);
-            END IF;
-        END IF;
+        CALL {prefix}take_lock_v1(p_key, p_name, p_kill_wait_s, p_busy_wait_s, v_got);
         IF NOT (v_got <=> 1) THEN
             LEAVE grant_reader;
         END IF;

@@ -21,6 +21,7 @@ const TABLES: &[(&str, &str)] = &[
 
 /// The procedures, by name without prefix, in creation order.
 const PROCEDURES: &[(&str, &str)] = &[
+    ("take_lock_v1", include_str!("../sql/take_lock.sql")),
     ("acquire_v3", include_str!("../sql/acquire.sql")),
     ("extend_v2", include_str!("../sql/extend.sql")),
     ("release_v2", include_str!("../sql/release.sql")),
