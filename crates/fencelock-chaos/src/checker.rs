@@ -125,6 +125,12 @@ impl History {
         }
     }
 
+    /// Whether two admitted writes wrote one value: a lost update, known before the final
+    /// value is read.
+    pub(crate) fn shown_lost_update(&self) -> bool {
+        self.writes.values().any(|fences| fences.len() > 1)
+    }
+
     /// The counts so far (for progress lines).
     pub(crate) fn verdict(&self) -> &Verdict {
         &self.verdict

@@ -186,7 +186,8 @@ pub struct ChaosConfig {
     pub workers: u16,
     /// Length of the fenced run (default 30 s).
     pub duration: Duration,
-    /// Length of the control run; `None`: a third of `duration`, at least 5 s, at most
+    /// Length of the control run (it may go on to [`control_limit`](Self::control_limit));
+    /// `None`: a third of `duration`, at least 5 s, at most
     /// `duration`.
     pub control_duration: Option<Duration>,
     /// Faults to inject (default: pause).
@@ -299,6 +300,16 @@ impl ChaosConfig {
                 .min(self.duration)
         })
     }
+
+    /// How long the control may run in all: a control that has shown no lost update after
+    /// [`control_duration`](Self::control_duration) goes on until its first one, up to the
+    /// longer of that and the fenced run's length. Lost updates come from rare coincidences
+    /// (a pause long enough for another holder to write in it), so a short control on a slow
+    /// server can miss them by chance; waiting for one, within a bound, keeps such a run from
+    /// being reported as proving nothing.
+    pub fn control_limit(&self) -> Duration {
+        self.control_duration().max(self.duration)
+    }
 }
 
 #[cfg(test)]
@@ -358,8 +369,12 @@ mod tests {
         assert_eq!(config.control_duration(), Duration::from_secs(3));
         config.duration = Duration::from_secs(9);
         assert_eq!(config.control_duration(), Duration::from_secs(5));
+        assert_eq!(config.control_limit(), Duration::from_secs(9));
         config.control_duration = Some(Duration::from_secs(1));
         assert_eq!(config.control_duration(), Duration::from_secs(1));
+        assert_eq!(config.control_limit(), Duration::from_secs(9));
+        config.control_duration = Some(Duration::from_secs(20));
+        assert_eq!(config.control_limit(), Duration::from_secs(20));
         assert_eq!(config.work(), config.ttl / 10);
     }
 }

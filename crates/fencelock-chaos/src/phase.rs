@@ -72,6 +72,14 @@ struct Phase<'a> {
     pauser: Arc<Pauser>,
 }
 
+/// Why a phase stopped taking events.
+enum Ended {
+    /// It ran its length, this long.
+    Elapsed(Duration),
+    /// A worker exited during the run: the run is invalid.
+    WorkerExited(String),
+}
+
 /// The nemesis's two schedules, running.
 struct Nemesis {
     stop: watch::Sender<bool>,
@@ -79,28 +87,37 @@ struct Nemesis {
     infrastructure: JoinHandle<Result<()>>,
 }
 
-/// Runs one phase for `duration` and checks it.
+/// How long one phase runs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Length {
+    /// The phase runs at least this long.
+    pub(crate) duration: Duration,
+    /// A phase that has shown no lost update after `duration` goes on until its first one,
+    /// up to this long in all (the control); `None`: it ends at `duration` (the fenced run).
+    pub(crate) until_lost_within: Option<Duration>,
+}
+
+/// Runs one phase for `length` and checks it.
 pub(crate) async fn run_phase(
     cluster: &Arc<Cluster>,
     settings: &Settings,
     launcher: &WorkerLauncher,
     mode: Mode,
-    duration: Duration,
+    length: Length,
     progress: &mut (dyn FnMut(&Progress) + Send),
 ) -> Result<RunReport> {
     let mut phase = Phase::start(cluster, settings, launcher, mode).await?;
     phase.wait_until_ready().await?;
     phase.faults_from = clock::now_ns();
     let nemesis = phase.unleash_nemesis();
-    let started = Instant::now();
-    let early_exit = phase.observe(started + duration, duration, progress).await;
-    let elapsed = started.elapsed();
+    let early_exit = phase.observe(length, progress).await;
     let healed = nemesis.stop().await;
     phase.drain().await;
     healed?;
-    if let Some(message) = early_exit {
-        return Err(ChaosError::Worker { message });
-    }
+    let elapsed = match early_exit {
+        Ended::Elapsed(elapsed) => elapsed,
+        Ended::WorkerExited(message) => return Err(ChaosError::Worker { message }),
+    };
     phase.check(elapsed).await
 }
 
@@ -230,32 +247,54 @@ impl<'a> Phase<'a> {
         }
     }
 
-    /// Records events until `deadline`, reporting progress about once a second. Returns why
-    /// the phase ended early: a worker that exited.
+    /// Records events for `length`, reporting progress about once a second. Returns how long
+    /// the phase ran, or why it ended early: a worker that exited.
     async fn observe(
         &mut self,
-        deadline: Instant,
-        duration: Duration,
+        length: Length,
         progress: &mut (dyn FnMut(&Progress) + Send),
-    ) -> Option<String> {
+    ) -> Ended {
         let started = Instant::now();
+        let mut duration = length.duration;
+        // Past `duration`, the phase only waits for its first lost update.
+        let mut extended = false;
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.tick().await;
         loop {
             tokio::select! {
                 received = self.events.recv() => match received {
-                    Some((worker, stamped)) => self.observe_one(worker, &stamped),
-                    None => return None,
+                    Some((worker, stamped)) => {
+                        self.observe_one(worker, &stamped);
+                        if extended && self.shown_lost_update() {
+                            return Ended::Elapsed(started.elapsed());
+                        }
+                    }
+                    None => return Ended::Elapsed(started.elapsed()),
                 },
                 _ = tick.tick() => {
-                    progress(&self.progress(started.elapsed(), duration));
+                    progress(&self.progress(started.elapsed(), duration, extended));
                     if let Some(exited) = self.exited_early() {
-                        return Some(exited);
+                        return Ended::WorkerExited(exited);
                     }
                 }
-                () = tokio::time::sleep_until(deadline) => return None,
+                () = tokio::time::sleep_until(started + duration) => {
+                    match length.until_lost_within {
+                        Some(within)
+                            if !extended && within > duration && !self.shown_lost_update() =>
+                        {
+                            extended = true;
+                            duration = within;
+                        }
+                        _ => return Ended::Elapsed(started.elapsed()),
+                    }
+                }
             }
         }
+    }
+
+    /// Whether some counter's history already has two admitted writes of one value.
+    fn shown_lost_update(&self) -> bool {
+        self.histories.iter().any(History::shown_lost_update)
     }
 
     /// The counts so far, over every counter.
@@ -267,12 +306,13 @@ impl<'a> Phase<'a> {
         v
     }
 
-    fn progress(&self, elapsed: Duration, duration: Duration) -> Progress {
+    fn progress(&self, elapsed: Duration, duration: Duration, extended: bool) -> Progress {
         let v = self.verdict();
         Progress {
             mode: self.mode,
             elapsed,
             duration,
+            extended,
             cycles: v.cycles,
             writes_admitted: v.writes_admitted,
             writes_stale: v.writes_stale,

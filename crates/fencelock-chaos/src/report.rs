@@ -340,8 +340,10 @@ pub struct Progress {
     pub mode: Mode,
     /// Time since the faults started.
     pub elapsed: Duration,
-    /// The run's length.
+    /// The run's length: at most this long once `extended`.
     pub duration: Duration,
+    /// The run is past its length, waiting for its first lost update (the control only).
+    pub extended: bool,
     /// Lock cycles so far.
     pub cycles: u64,
     /// Writes admitted so far.
@@ -360,11 +362,16 @@ impl fmt::Display for Progress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "chaos {} {:>4}s/{}s: {} cycles, writes {} admitted / {} stale / {} unknown; \
+            "chaos {} {:>4}s/{}s{}: {} cycles, writes {} admitted / {} stale / {} unknown; \
              pauses {} (now {}), kills {}, partitions {}, terminates {}",
             self.mode.name(),
             self.elapsed.as_secs(),
             self.duration.as_secs(),
+            if self.extended {
+                " (no lost update yet, going on until one)"
+            } else {
+                ""
+            },
             self.cycles,
             self.writes_admitted,
             self.writes_stale,

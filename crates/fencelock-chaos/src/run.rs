@@ -7,7 +7,7 @@ use crate::cluster::Cluster;
 use crate::config::{ChaosConfig, FaultKind, Mode, Target, Workload};
 use crate::error::{ChaosError, Result};
 use crate::nemesis;
-use crate::phase::{Settings, run_phase};
+use crate::phase::{Length, Settings, run_phase};
 use crate::process::WorkerLauncher;
 use crate::report::{ChaosReport, Outcome, Progress};
 
@@ -66,7 +66,10 @@ pub async fn run(
         &settings,
         launcher,
         Mode::Fenced,
-        config.duration,
+        Length {
+            duration: config.duration,
+            until_lost_within: None,
+        },
         progress,
     )
     .await?;
@@ -75,7 +78,10 @@ pub async fn run(
         &settings,
         launcher,
         Mode::Control,
-        config.control_duration(),
+        Length {
+            duration: config.control_duration(),
+            until_lost_within: Some(config.control_limit()),
+        },
         progress,
     )
     .await?;

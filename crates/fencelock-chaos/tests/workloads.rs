@@ -122,3 +122,27 @@ async fn readers_share_a_fence_and_never_read_past_a_later_writer() {
         report.text()
     );
 }
+
+/// A control too short to see a fault bite goes on until its first lost update, within the
+/// fenced run's length, instead of reporting that the run proves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_that_lost_nothing_yet_goes_on_until_it_does() {
+    let spec = BackendSpec::parse("memory://").unwrap();
+    let mut config = ChaosConfig::new(Target::Backend(Box::new(spec)));
+    config.workers = 4;
+    config.ttl = Duration::from_millis(100);
+    config.duration = Duration::from_secs(8);
+    // Shorter than the pause schedule's first gap: nothing can have been lost by then.
+    config.control_duration = Some(Duration::from_millis(10));
+    let launcher = WorkerLauncher {
+        program: "/nonexistent/fencelock".into(),
+        args: Vec::new(),
+    };
+    let report = fencelock_chaos::run(&config, &launcher, &mut |_| {})
+        .await
+        .unwrap_or_else(|e| panic!("run failed: {e}"));
+    assert_passes(&report);
+    // It stopped at its first lost update, not at the limit.
+    let text = report.text();
+    assert!(report.control.elapsed < Duration::from_secs(8), "{text}");
+}

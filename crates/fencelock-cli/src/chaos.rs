@@ -93,7 +93,8 @@ pub(crate) struct Args {
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     duration: Duration,
     /// Length of the negative control run [default: a third of --duration, at least 5s, at
-    /// most --duration].
+    /// most --duration]. A control that has lost no update by then goes on until its first
+    /// lost update, up to the longer of this and --duration.
     #[arg(long, value_parser = parse_duration)]
     control_duration: Option<Duration>,
     /// What the workers do: which lock kind they take and the counters they keep under it.
