@@ -56,9 +56,27 @@ impl SharedBackendArg {
     }
 }
 
-/// Parses a duration such as `500ms`, `2s` or `1m`.
+/// The longest duration the command takes, 100 years (of 365.25 days, as humantime counts
+/// them): a deadline this far ahead still fits the clock, where one of `u64::MAX` seconds
+/// would overflow it.
+const LONGEST: Duration = Duration::from_secs(100 * 31_557_600);
+
+/// Parses a duration such as `500ms`, `2s` or `1m`, of at most [`LONGEST`].
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text).map_err(|e| format!("{e} (examples: 500ms, 2s, 1m)"))
+    let duration =
+        humantime::parse_duration(text).map_err(|e| format!("{e} (examples: 500ms, 2s, 1m)"))?;
+    at_most_longest(text, duration)
+}
+
+/// `duration`, unless it is longer than [`LONGEST`].
+fn at_most_longest(text: &str, duration: Duration) -> Result<Duration, String> {
+    if duration > LONGEST {
+        return Err(format!(
+            "{text} is longer than {}, the longest duration taken",
+            humantime::format_duration(LONGEST)
+        ));
+    }
+    Ok(duration)
 }
 
 /// Parses a wait: a duration, or a bare number of seconds as flock's `-w` takes it (`10`,
@@ -66,7 +84,8 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
 pub(crate) fn parse_wait(text: &str) -> Result<Duration, String> {
     match text.parse::<f64>() {
         Ok(seconds) => Duration::try_from_secs_f64(seconds)
-            .map_err(|e| format!("invalid wait {text}: {e} (examples: 10, 0.5, 500ms, 1m)")),
+            .map_err(|e| format!("invalid wait {text}: {e} (examples: 10, 0.5, 500ms, 1m)"))
+            .and_then(|wait| at_most_longest(text, wait)),
         Err(_) => parse_duration(text),
     }
 }

@@ -214,3 +214,73 @@ fn the_backend_comes_from_the_environment() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("demo on memory://"), "{out}");
 }
+
+/// A duration longer than the clock can count ahead (`500000000000y`, about 1.6e19 seconds) is
+/// bad input, refused before anything is touched, never a panic on an overflowing deadline.
+#[test]
+fn durations_past_the_clock_are_input_errors() {
+    let dead = format!("redis://127.0.0.1:{}", free_port().unwrap());
+    let huge = "500000000000y";
+    let cases: &[&[&str]] = &[
+        &[
+            "run",
+            "--backend",
+            &dead,
+            "--key",
+            "k",
+            "-w",
+            huge,
+            "--",
+            "true",
+        ],
+        &[
+            "run",
+            "--backend",
+            &dead,
+            "--key",
+            "k",
+            "-w",
+            "1e19",
+            "--",
+            "true",
+        ],
+        &[
+            "run",
+            "--backend",
+            &dead,
+            "--key",
+            "k",
+            "--grace",
+            huge,
+            "--",
+            "true",
+        ],
+        &[
+            "elect",
+            "--backend",
+            &dead,
+            "--key",
+            "k",
+            "-w",
+            huge,
+            "--",
+            "true",
+        ],
+        &["chaos", "--backend", "memory://", "--duration", huge],
+        &[
+            "chaos",
+            "--backend",
+            "memory://",
+            "--ttl",
+            huge,
+            "--duration",
+            "1s",
+        ],
+    ];
+    for args in cases {
+        let (code, out, err) = fencelock(args);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(code, 2, "{args:?}: stdout {out}\nstderr {err}");
+        assert!(err.contains("longer than"), "{args:?}: {err}");
+    }
+}
