@@ -91,7 +91,7 @@ impl PgConfig {
         }
         .instrument(span)
         .await
-        .map_err(|e| crate::config::tls_failure(&self.hosts(), e))?;
+        .map_err(|e| crate::config::connect_failure(&self.hosts(), e))?;
         if db.inner.backend == PgBackendKind::Advisory {
             db.advisory_allowed().await?;
         }

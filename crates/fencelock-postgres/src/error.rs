@@ -16,7 +16,9 @@ use crate::fence::{STALE_SQLSTATE, stale_from_detail};
 /// - A serialization failure or a deadlock (SQLSTATE `40001`, `40P01`) is
 ///   [`Error::Conflict`] (retryable): the server rolled the transaction back and nothing of it
 ///   was applied.
-/// - A malformed URL or option is [`Error::InvalidConfig`].
+/// - A malformed URL or option, refused credentials and a missing database (SQLSTATE class
+///   `28`, `3D000`) are [`Error::InvalidConfig`]: retrying cannot help. The server's message
+///   names the role and the database, never the password.
 /// - A fence refused by `fencelock_admit` or a row guard (SQLSTATE
 ///   [`STALE_SQLSTATE`](crate::STALE_SQLSTATE)) is [`Error::Stale`] with the presented and the
 ///   current fence, and the resource (`account/10`, or a guarded row such as
@@ -54,7 +56,12 @@ pub fn map_sqlx_error(backend: &'static str, error: sqlx::Error) -> Error {
             if prepared_statement_lost(&code, db.message()) {
                 message.push_str(POOLER_HINT);
             }
-            if conflict(&code) {
+            if misconfigured(&code) {
+                Error::InvalidConfig {
+                    message: format!("{backend}: {message}"),
+                    source: Some(Box::new(error)),
+                }
+            } else if conflict(&code) {
                 Error::Conflict {
                     backend,
                     message,
@@ -99,6 +106,12 @@ const POOLER_HINT: &str = " (prepared statements do not survive between transact
 /// sqlx's naming: what sqlx's statement cache meets when its server session changes under it.
 fn prepared_statement_lost(code: &str, message: &str) -> bool {
     matches!(code, "42P05" | "26000" | "08P01") && message.contains("prepared statement \"sqlx_s_")
+}
+
+/// Refused credentials or role (`28000`, `28P01`) or a database that does not exist
+/// (`3D000`): the URL is wrong, and trying again cannot succeed.
+fn misconfigured(code: &str) -> bool {
+    code.starts_with("28") || code == "3D000"
 }
 
 /// A serialization failure (`40001`) or a deadlock (`40P01`): the server rolled the

@@ -66,6 +66,67 @@ async fn unreachable_server_is_unavailable_quickly() {
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 
+/// Connecting names the server in every error, says "not a PostgreSQL server" when another
+/// kind of server answers, and refuses a role or a database that does not exist as
+/// configuration, never retryable.
+#[tokio::test]
+async fn connect_errors_name_the_server() {
+    let dead = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let refused = PgConfig::from_options(pg_options().host("127.0.0.1").port(dead))
+        .operation_timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, Error::Unavailable { .. }), "{refused:?}");
+    assert!(
+        refused.to_string().contains(&format!("127.0.0.1:{dead}")),
+        "{refused}"
+    );
+
+    // Another kind of server: it greets first, in a protocol of its own.
+    let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = other.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in other.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let _ = std::io::Write::write_all(&mut stream, b"HTTP/1.0 400 Bad Request\r\n\r\n");
+            std::thread::sleep(Duration::from_secs(2));
+        }
+    });
+    let started = std::time::Instant::now();
+    let wrong = PgConfig::from_options(pg_options().host("127.0.0.1").port(port))
+        .operation_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(4), "{wrong}");
+    match &wrong {
+        Error::InvalidConfig { message, .. } => assert!(
+            message.contains(&format!("127.0.0.1:{port}"))
+                && message.contains("not a PostgreSQL server"),
+            "{message}"
+        ),
+        other => panic!("{other:?}"),
+    }
+
+    for options in [
+        pg_options().username("fencelock_no_such_role"),
+        pg_options().database("fencelock_no_such_database"),
+    ] {
+        let addr = format!("{}:{}", options.get_host(), options.get_port());
+        match PgConfig::from_options(options).connect().await {
+            Err(e @ Error::InvalidConfig { .. }) => {
+                assert!(!e.is_retryable());
+                assert!(e.to_string().contains(&addr), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
 #[tokio::test]
 async fn blackholed_server_does_not_hang_calls() {
     let (schema, proxy, db) = common::proxied_database().await;
