@@ -10,7 +10,7 @@ use sqlx::ConnectOptions;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 
 use crate::config::{DEFAULT_MAX_VALUE_LEN, MySqlBackendKind, MySqlConfig};
-use crate::error::{BACKEND, map_sqlx_error, timed};
+use crate::error::timed;
 use crate::schema::Statements;
 use crate::{MySqlFence, MySqlLockBackend, MySqlStorage};
 
@@ -61,6 +61,28 @@ impl MySqlDatabase {
         let sql = Statements::new(&config.prefix)?;
         let options = config.connect_options()?.disable_statement_logging();
         let timeout = config.operation_timeout;
+        let server = config.hosts().first().map_or_else(
+            || "MySQL server".to_owned(),
+            |s| format!("MySQL server {s}"),
+        );
+        // The first connection is opened outside the pools: a pool tries a refused connect
+        // again until its time-out and then says only that it timed out, not why.
+        let mut first = timed(timeout, options.connect())
+            .await
+            .map_err(|e| e.in_context(&server))?;
+        let settings = timed(
+            timeout,
+            sqlx::query_as(
+                "SELECT VERSION(), CAST(@@max_allowed_packet AS SIGNED), \
+                 CAST(@@innodb_flush_log_at_trx_commit AS SIGNED)",
+            )
+            .fetch_one(&mut first),
+        )
+        .await
+        .map_err(|e| e.in_context(&server));
+        // Closing is a courtesy to the server (no aborted connection in its counters).
+        let _ = tokio::time::timeout(timeout, sqlx::Connection::close(first)).await;
+        let (version, packet, flush): (String, i64, i64) = settings?;
         let pool = MySqlPoolOptions::new()
             .max_connections(config.pool_size)
             .acquire_timeout(timeout)
@@ -68,24 +90,13 @@ impl MySqlDatabase {
             // Connections are tested when they come back (sqlx pings on release), so a
             // second test on the way out would only add a round trip to every operation.
             .test_before_acquire(false)
-            .connect_with(options.clone())
-            .await
-            .map_err(|e| map_sqlx_error(BACKEND, e))?;
+            .connect_lazy_with(options.clone());
         let sessions = MySqlPoolOptions::new()
             .max_connections(config.session_pool_size)
             .acquire_timeout(timeout)
             .idle_timeout(IDLE_TIMEOUT)
             .test_before_acquire(false)
             .connect_lazy_with(options);
-        let (version, packet, flush): (String, i64, i64) = timed(
-            timeout,
-            sqlx::query_as(
-                "SELECT VERSION(), CAST(@@max_allowed_packet AS SIGNED), \
-                 CAST(@@innodb_flush_log_at_trx_commit AS SIGNED)",
-            )
-            .fetch_one(&pool),
-        )
-        .await?;
         let max_value_len = value_limit(config.max_value_len, packet)?;
         // 1 flushes the redo log at every commit; MariaDB's 3 does too, with group commit.
         // 0 and 2 can lose the last second of commits in a crash, counters included.

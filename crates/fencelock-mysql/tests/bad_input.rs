@@ -49,17 +49,28 @@ async fn a_missing_database_is_invalid_config_naming_it() {
     }
 }
 
+/// A refused connection fails at once, naming the server and the cause (not only that a pool
+/// timed out after trying again for the whole operation time-out).
 #[tokio::test]
 async fn an_unreachable_server_is_unavailable_and_retryable() {
     let config = MySqlConfig::from_url(&common::url())
         .unwrap()
         .with_hosts(&[fencelock_core::HostPort::new("127.0.0.1", 1)])
         .unwrap()
-        .operation_timeout(Duration::from_secs(2));
+        .operation_timeout(Duration::from_secs(5));
+    let started = std::time::Instant::now();
     match config.connect().await {
-        Err(error @ Error::Unavailable { .. }) => assert!(error.is_retryable()),
+        Err(error @ Error::Unavailable { .. }) => {
+            assert!(error.is_retryable());
+            let said = error.to_string();
+            assert!(
+                said.contains("127.0.0.1:1") && said.contains("refused"),
+                "{said}"
+            );
+        }
         other => panic!("expected Unavailable, got {other:?}"),
     }
+    assert!(started.elapsed() < Duration::from_secs(4));
 }
 
 #[tokio::test]
