@@ -253,6 +253,16 @@ pub(crate) async fn connect_failure(
                 source: Some(Box::new(e)),
             }
         }
+        // The driver's own words for a refused SELECT of the URL's database (the only detail
+        // it keeps is the server's): a database number the server does not have.
+        _ if e.to_string().contains("refused to switch database") => Error::InvalidConfig {
+            message: format!(
+                "{server} refused to switch to the URL's database: {} (a server has databases \
+                 0 to its `databases` setting less one, 0 to 15 by default)",
+                e.detail().unwrap_or("no reason given")
+            ),
+            source: Some(Box::new(e)),
+        },
         _ => match untrusted_certificate(&e) {
             Some(why) => Error::InvalidConfig {
                 message: format!(

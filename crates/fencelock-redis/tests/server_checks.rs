@@ -315,3 +315,24 @@ async fn refused_credentials_report_what_the_server_said() {
         other => panic!("expected InvalidConfig, got {other:?}"),
     }
 }
+
+/// A database number the server does not have (it has 16 by default) is a configuration
+/// error naming the server, not a retryable failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_the_server_lacks_is_invalid_config() {
+    let server = RedisServer::spawn();
+    let config = RedisConfig::from_url(&format!("redis://127.0.0.1:{}/16", server.port())).unwrap();
+    match config.connect().await {
+        Err(error @ Error::InvalidConfig { .. }) => {
+            assert!(!error.is_retryable());
+            let said = error.to_string();
+            assert!(
+                said.contains(&format!("127.0.0.1:{}", server.port()))
+                    && said.contains("database")
+                    && said.contains("out of range"),
+                "{said}"
+            );
+        }
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+}
