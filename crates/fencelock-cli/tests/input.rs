@@ -284,3 +284,56 @@ fn durations_past_the_clock_are_input_errors() {
         assert!(err.contains("longer than"), "{args:?}: {err}");
     }
 }
+
+/// `advance-token --to N` promises a next grant above N: a floor with no token above it
+/// (`i64::MAX` for a Redis or Postgres counter) is bad input and changes nothing, not a key
+/// (or, on Postgres, the schema's epoch, which every key's tokens count from) that can never
+/// grant again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_floor_with_no_token_above_it_is_refused_and_changes_nothing() {
+    let redis = RedisServer::spawn();
+    let schema = fencelock_testkit::postgres::PgSchema::create().await;
+    let specs = [
+        redis.url(),
+        format!("{}?schema={}", schema.url(), schema.name()),
+    ];
+    for spec in specs {
+        let max = i64::MAX.to_string();
+        for floor in [max.as_str(), "18446744073709551615"] {
+            let args = [
+                "advance-token",
+                "--backend",
+                &spec,
+                "--key",
+                "floored",
+                "--to",
+                floor,
+            ];
+            let (code, out, err) = fencelock(&args);
+            assert_eq!(code, 2, "{args:?}: {out}\n{err}");
+            assert!(err.contains("no token above it"), "{args:?}: {err}");
+        }
+        let (code, out, err) = fencelock(&["inspect", "--backend", &spec, "floored"]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(
+            common::inspect_row(&out, "last token"),
+            Some("none (never granted)"),
+            "{spec}: {out}"
+        );
+        // Another key still counts from 1.
+        let (code, out, err) = fencelock(&[
+            "run",
+            "--backend",
+            &spec,
+            "--key",
+            "other",
+            "--",
+            "sh",
+            "-c",
+            "echo $FENCELOCK_TOKEN",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(out.trim(), "1", "{spec}");
+    }
+    schema.cleanup().await;
+}

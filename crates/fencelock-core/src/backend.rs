@@ -144,7 +144,9 @@ pub trait LockBackend: Send + Sync + Debug + 'static {
 
     /// Raises the key's token counter to at least `floor`, so the next grant carries a token
     /// greater than `floor`. Returns the counter's value afterwards. Used to recover after a
-    /// counter was lost (for example a Redis restart without persistence).
+    /// counter was lost (for example a Redis restart without persistence). A floor with no
+    /// token above it (at or past the largest token the backend hands out) is
+    /// [`Error::InvalidConfig`] and changes nothing ([`validate_floor`]).
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken>;
 }
 
@@ -169,6 +171,19 @@ pub fn validate_ttl(ttl: Duration, capabilities: &Capabilities) -> Result<()> {
                 capabilities.max_ttl
             ),
         });
+    }
+    Ok(())
+}
+
+/// Checks a floor for [`LockBackend::advance_token`] against `largest`, the greatest token the
+/// backend can hand out (`counter` says whose: "a Redis counter"). The next grant must carry a
+/// token above the floor, so a floor of `largest` or more is [`Error::InvalidConfig`] and
+/// touches nothing: raised that far, the counter could never grant again.
+pub fn validate_floor(floor: FencingToken, largest: u64, counter: &str) -> Result<()> {
+    if floor.get() >= largest {
+        return Err(Error::config(format!(
+            "token floor {floor} leaves no token above it: {counter} goes up to {largest}"
+        )));
     }
     Ok(())
 }
@@ -268,6 +283,26 @@ mod tests {
             refusal(Duration::from_secs(61), &caps),
             "ttl must be at most 60s on this backend"
         );
+    }
+
+    #[test]
+    fn a_floor_without_a_token_above_it_is_refused() {
+        let largest = i64::MAX.unsigned_abs();
+        validate_floor(
+            FencingToken::new(largest - 1).unwrap(),
+            largest,
+            "a counter",
+        )
+        .unwrap();
+        for floor in [largest, largest + 1, u64::MAX] {
+            match validate_floor(FencingToken::new(floor).unwrap(), largest, "a counter") {
+                Err(Error::InvalidConfig { message, .. }) => assert!(
+                    message.contains("no token above it") && message.contains("a counter"),
+                    "{message}"
+                ),
+                other => panic!("floor {floor}: {other:?}"),
+            }
+        }
     }
 
     #[test]

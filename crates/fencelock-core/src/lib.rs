@@ -21,7 +21,7 @@ mod storage;
 mod storage_ext;
 mod watchdog;
 
-pub use backend::{LockBackend, MIN_TTL, validate_ttl};
+pub use backend::{LockBackend, MIN_TTL, validate_floor, validate_ttl};
 pub use backoff::Backoff;
 pub use capabilities::{Capabilities, LockKinds, TimeAuthority, TokenGuarantee, WakeUp};
 pub use error::{BoxError, Error, LostReason, NodeReport, Result};

@@ -8,7 +8,7 @@ use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpRes
 use fencelock_core::{
     Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LockKinds,
     LostReason, OwnerId, ReadPhase, Result, TimeAuthority, TokenGuarantee, WakeUp, async_trait,
-    valid_until, validate_ttl,
+    valid_until, validate_floor, validate_ttl,
 };
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -396,6 +396,7 @@ impl LockBackend for EtcdLockBackend {
     }
 
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
+        validate_floor(floor, u64::MAX, "an etcd counter")?;
         let counter_key = self.shared.keys.counter(key);
         let mut response = self.shared.get("advancing the token", &counter_key).await?;
         let mut current = counter_seen(response.take_kvs().first())?;

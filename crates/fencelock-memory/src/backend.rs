@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use fencelock_core::{
     Capabilities, Error, Fence, FencingToken, Lease, LockBackend, LockInfo, LockKey, LockKinds,
     LostReason, OwnerId, ReadPhase, Result, TimeAuthority, TokenGuarantee, WakeUp, valid_until,
-    validate_ttl,
+    validate_floor, validate_ttl,
 };
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -394,6 +394,7 @@ impl LockBackend for MemoryLockBackend {
     }
 
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
+        validate_floor(floor, u64::MAX, "a memory counter")?;
         self.open()?;
         let mut shard = self.entries.lock(key);
         let entry = shard.entry(key.clone()).or_default();

@@ -7,7 +7,7 @@ use std::time::Duration;
 use fencelock_core::{
     Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LockKinds,
     LostReason, OwnerId, ReadPhase, Result, TimeAuthority, WakeUp, async_trait, valid_until,
-    validate_ttl,
+    validate_floor, validate_ttl,
 };
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -345,6 +345,7 @@ impl LockBackend for MySqlLockBackend {
     }
 
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
+        validate_floor(floor, i64::MAX.unsigned_abs(), "a MySQL bigint counter")?;
         let floor = token_param(floor)?;
         let rows: Vec<(i64,)> = timed(
             self.timeout(),

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use fencelock_core::{
     Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LockKinds,
     LostReason, OwnerId, ReadPhase, Result, TimeAuthority, TokenGuarantee, WakeUp, valid_until,
-    validate_ttl,
+    validate_floor, validate_ttl,
 };
 use sqlx::FromRow;
 use sqlx::postgres::PgRow;
@@ -383,6 +383,11 @@ pub(crate) async fn advance_token(
     key: &LockKey,
     floor: FencingToken,
 ) -> Result<FencingToken> {
+    validate_floor(
+        floor,
+        i64::MAX.unsigned_abs(),
+        "a Postgres token (a bigint)",
+    )?;
     let floor = token_param(backend, floor)?;
     let protocol = db.protocol().await?;
     let value: i64 = timed(

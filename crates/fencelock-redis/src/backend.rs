@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_core::{
-    Capabilities, Error, FencingToken, Lease, LockInfo, LockKey, LockKinds, OwnerId, Result,
-    TimeAuthority, TokenGuarantee, WakeUp, valid_until, validate_ttl,
+    Capabilities, FencingToken, Lease, LockInfo, LockKey, LockKinds, OwnerId, Result,
+    TimeAuthority, TokenGuarantee, WakeUp, valid_until, validate_floor, validate_ttl,
 };
 use redis::aio::ConnectionManager;
 use tokio::time::Instant;
@@ -373,12 +373,7 @@ impl Locks {
         key: &LockKey,
         floor: FencingToken,
     ) -> Result<FencingToken> {
-        if i64::try_from(floor.get()).is_err() {
-            return Err(Error::config(format!(
-                "token floor {floor} is above the range of a Redis counter ({})",
-                i64::MAX
-            )));
-        }
+        validate_floor(floor, i64::MAX.unsigned_abs(), "a Redis counter")?;
         let span = tracing::debug_span!("advance_token", backend = self.conn.backend, key = %key, floor = floor.get(), outcome = Empty);
         let result = async {
             let mut invocation = SCRIPTS.advance_token.prepare_invoke();

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use fencelock_core::{Error, LockKey, Locker, OwnerId};
+use fencelock_core::{Error, FencingToken, LockKey, Locker, OwnerId};
 
 use super::support::{LONG_TTL, PATIENCE, grant, key, peek};
 use crate::Setup;
@@ -122,6 +122,25 @@ declare_properties!(__fencelock_conformance_input, {
             "a refused extend changed the lease"
         );
         assert_eq!(info.last_token, Some(lease.token));
+        assert!(b.release(&lease).await.unwrap());
+    }
+
+    /// `advance_token` to `u64::MAX`, a floor no counter has a token above, is `InvalidConfig`
+    /// and changes nothing: the key still grants.
+    pub async fn advance_token_past_every_token_is_refused(s: &Setup) {
+        let b = &*s.backend;
+        let key = key("floor-max");
+        let floor = FencingToken::new(u64::MAX).unwrap();
+        match b.advance_token(&key, floor).await {
+            Err(Error::InvalidConfig { .. }) => {}
+            other => panic!("advance_token to {floor}: expected InvalidConfig, got {other:?}"),
+        }
+        assert_eq!(
+            b.inspect(&key).await.unwrap().last_token,
+            None,
+            "a refused floor touched the key"
+        );
+        let lease = grant(b, &key, LONG_TTL).await;
         assert!(b.release(&lease).await.unwrap());
     }
 

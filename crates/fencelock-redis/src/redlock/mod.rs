@@ -23,7 +23,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fencelock_core::{
     Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, Result,
-    TimeAuthority, TokenGuarantee, WakeUp, drift_margin, validate_ttl,
+    TimeAuthority, TokenGuarantee, WakeUp, drift_margin, validate_floor, validate_ttl,
 };
 use tracing::Instrument;
 use tracing::field::Empty;
@@ -226,12 +226,7 @@ impl LockBackend for Redlock {
     }
 
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
-        if i64::try_from(floor.get()).is_err() {
-            return Err(Error::config(format!(
-                "token floor {floor} is above the range of a Redis counter ({})",
-                i64::MAX
-            )));
-        }
+        validate_floor(floor, i64::MAX.unsigned_abs(), "a Redis counter")?;
         let span = tracing::debug_span!("advance_token", backend = BACKEND, key = %key, floor = floor.get(), outcome = Empty);
         let result = settle::advance_token(&self.cluster, key, floor)
             .instrument(span.clone())
