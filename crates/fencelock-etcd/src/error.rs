@@ -10,6 +10,9 @@ use tonic::Code;
 /// The backend's name in errors and logs.
 pub(crate) const BACKEND: &str = "etcd";
 
+/// What etcd says to credentials when the cluster has authentication turned off.
+const AUTH_NOT_ENABLED: &str = "authentication is not enabled";
+
 /// What etcd says when a request names a lease that does not exist (any more).
 const LEASE_NOT_FOUND: &str = "requested lease not found";
 
@@ -19,9 +22,10 @@ const LEASE_NOT_FOUND: &str = "requested lease not found";
 ///   (`Unavailable`: no leader, a member going away, a request the leader gave up on;
 ///   `DeadlineExceeded`, `Cancelled`, `Aborted`, `ResourceExhausted`) are
 ///   [`Error::Unavailable`] (retryable).
-/// - Refused credentials (`authentication failed`, `Unauthenticated`, `PermissionDenied`)
-///   are [`Error::InvalidConfig`]: retrying cannot help. etcd's message names the user at
-///   most, never the password.
+/// - Refused credentials (`authentication failed`, `Unauthenticated`, `PermissionDenied`),
+///   and credentials sent to a cluster without authentication (`authentication is not
+///   enabled`), are [`Error::InvalidConfig`]: retrying cannot help. etcd's message names the
+///   user at most, never the password.
 /// - Everything else is [`Error::Backend`] with the gRPC code and etcd's message.
 pub fn map_etcd_error(backend: &'static str, error: etcd_client::Error) -> Error {
     match &error {
@@ -50,6 +54,13 @@ pub fn map_etcd_error(backend: &'static str, error: etcd_client::Error) -> Error
                 },
                 _ if status.message().contains("authentication failed") => Error::InvalidConfig {
                     message: format!("{backend} refused the credentials: {message}"),
+                    source: Some(Box::new(error)),
+                },
+                _ if status.message().contains(AUTH_NOT_ENABLED) => Error::InvalidConfig {
+                    message: format!(
+                        "{backend} refused the credentials: {message} (the cluster has no \
+                         users: leave user:password out of the URL)"
+                    ),
                     source: Some(Box::new(error)),
                 },
                 // tonic reports a connection it could not make as `Unknown` with the

@@ -31,6 +31,24 @@ async fn an_unreachable_cluster_is_unavailable_naming_it() {
     assert!(started.elapsed() < Duration::from_secs(30));
 }
 
+/// Credentials sent to a cluster without authentication: a configuration error (exit 2 in the
+/// command), not a backend failure, and never the password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_for_a_cluster_without_users_are_invalid_config() {
+    let server = common::spawn(1).await;
+    let url = format!("etcd://app:app-secret@127.0.0.1:{}", server.client_port(0));
+    match EtcdConfig::from_url(&url).unwrap().connect().await {
+        Err(Error::InvalidConfig { message, .. }) => {
+            assert!(
+                message.contains("authentication is not enabled"),
+                "{message}"
+            );
+            assert!(!message.contains("app-secret"), "{message}");
+        }
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_credentials_are_invalid_config_without_the_password() {
     let server = common::spawn(1).await;
