@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use fencelock::{Election, Error, LockKey, Locker};
-use tokio::time::timeout;
+use tokio::time::{Instant, timeout};
 
 use crate::args::{SharedBackendArg, parse_duration, parse_ttl, parse_wait};
 use crate::error::CliError;
@@ -25,7 +25,7 @@ pub(crate) const EXAMPLES: &str =
   fencelock elect -n -q -E 0 --key nightly -c 'backup --all'
 ";
 
-/// How long connecting may take.
+/// How long connecting may take when `--wait` is zero or not given.
 const CONNECT_WITHIN: Duration = Duration::from_secs(5);
 
 #[derive(Debug, clap::Args)]
@@ -66,19 +66,25 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     };
     let talk = args.verbosity;
     let mut signals = Signals::install()?;
+    let started = Instant::now();
+    // A bounded wait bounds connecting too, as the help says.
+    let connect_within = match wait {
+        Some(wait) if !wait.is_zero() => wait,
+        _ => CONNECT_WITHIN,
+    };
     let campaign = async {
-        let connected = timeout(CONNECT_WITHIN, spec.spec().connect())
+        let connected = timeout(connect_within, spec.spec().connect())
             .await
             .map_err(|_| CliError::NoAnswer {
                 server: spec.to_string(),
-                within: CONNECT_WITHIN,
+                within: connect_within,
             })??;
         let storage = connected.storage;
         let locker = Locker::new(connected.backend);
         let election = Election::new(&locker, key.as_str())?;
         let request = election.campaign().ttl(args.ttl);
         let request = match wait {
-            Some(wait) => request.wait(wait),
+            Some(wait) => request.wait(wait.saturating_sub(started.elapsed())),
             None => request.wait_forever(),
         };
         match request.await {

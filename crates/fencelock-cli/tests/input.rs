@@ -337,3 +337,38 @@ async fn a_floor_with_no_token_above_it_is_refused_and_changes_nothing() {
     }
     schema.cleanup().await;
 }
+
+/// `--wait` bounds connecting as well, for `elect` as for `run`: against a server that never
+/// answers, `-w 1s` gives up after about a second, not after the 5 s connecting has when
+/// there is no wait.
+#[test]
+fn a_wait_bounds_connecting_to_a_silent_server() {
+    // Connections complete in the listen backlog, and nothing ever answers them.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let spec = format!(
+        "postgres://postgres@127.0.0.1:{}/test",
+        silent.local_addr().unwrap().port()
+    );
+    for sub in ["run", "elect"] {
+        let started = std::time::Instant::now();
+        let (code, out, err) = fencelock(&[
+            sub,
+            "--backend",
+            &spec,
+            "--key",
+            "k",
+            "-w",
+            "1s",
+            "--",
+            "true",
+        ]);
+        let took = started.elapsed();
+        assert_eq!(code, 1, "{sub}: {out}\n{err}");
+        assert!(err.contains("no answer"), "{sub}: {err}");
+        assert!(
+            took < std::time::Duration::from_secs(4),
+            "{sub} took {took:?}: {err}"
+        );
+    }
+    drop(silent);
+}
