@@ -114,6 +114,7 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     let exit = hold_while_running(
         guard,
         &args.key,
+        spec,
         &args.command,
         &[("FENCELOCK_TERM", term)],
         args.grace,

@@ -42,7 +42,8 @@ pub enum Exit {
     /// `run`, `elect`: the lock was not obtained within `--wait`; [`NOT_OBTAINED`] (75,
     /// `EX_TEMPFAIL`) unless `run -E CODE` chose another code.
     NotObtained(u8),
-    /// 76, `run`: the lease was lost while the command ran.
+    /// 76, `run`, `elect`: the lease was lost while the command ran (or the release after it
+    /// found it gone).
     LeaseLost,
     /// 126, `run`: the command exists but could not be executed.
     CannotExecute,
@@ -153,12 +154,14 @@ pub const DOCUMENTED: &[(Exit, &[Sub], &str)] = &[
     (
         Exit::LeaseLost,
         &[Elect],
-        "leadership was lost while the command ran; it was sent SIGTERM (SIGKILL after --grace)",
+        "leadership was lost while the command ran; it was sent SIGTERM (SIGKILL after --grace), \
+         or it had exited by itself (with any code) and the release found the lease gone",
     ),
     (
         Exit::LeaseLost,
         &[Run],
-        "the lease was lost while the command ran; it was sent SIGTERM (SIGKILL after --grace)",
+        "the lease was lost while the command ran; it was sent SIGTERM (SIGKILL after --grace), \
+         or it had exited by itself (with any code) and the release found the lease gone",
     ),
     (
         Exit::CannotExecute,

@@ -270,6 +270,7 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     let exit = hold_while_running(
         guard,
         &args.key,
+        spec,
         &args.command,
         &extra_env,
         args.grace,
@@ -309,10 +310,12 @@ fn grant_json(guard: &LockGuard, spec: &Spec, extra_env: &[(&str, String)]) -> s
 
 /// Runs the command while `guard` is held (with FENCELOCK_KEY, FENCELOCK_TOKEN,
 /// FENCELOCK_OWNER and `extra_env` in its environment), stops it when the lease is lost or a
-/// signal comes, and releases the lock when it is over.
+/// signal comes, and releases the lock when it is over. A lease the release finds lost is
+/// [`Exit::LeaseLost`] whatever the command's own code: the command may have run without it.
 pub(crate) async fn hold_while_running(
     guard: LockGuard,
     key_name: &str,
+    server: &Spec,
     command: &CommandArgs,
     extra_env: &[(&str, String)],
     grace: Duration,
@@ -352,12 +355,17 @@ pub(crate) async fn hold_while_running(
     tokio::select! {
         status = child.wait() => {
             let status = status.map_err(|e| CliError::io("waiting for the command", e))?;
-            release(guard, key_name).await?;
-            Ok(status_exit(status))
+            let exit = status_exit(status);
+            if release(guard, key_name, exit).await? {
+                Ok(exit)
+            } else {
+                Ok(Exit::LeaseLost)
+            }
         }
         reason = lost => {
             eprintln!(
-                "fencelock: lease on {key_name:?} lost ({reason}); sending SIGTERM to the command"
+                "fencelock: lease on {key_name:?} at {server} lost ({reason}); sending SIGTERM \
+                 to the command"
             );
             stop(&mut child, group, Signal::SIGTERM, grace, signals).await?;
             Ok(Exit::LeaseLost)
@@ -367,7 +375,7 @@ pub(crate) async fn hold_while_running(
                 "fencelock: {signal}: passing it to the command, then releasing the lock"
             );
             stop(&mut child, group, signal, grace, signals).await?;
-            release(guard, key_name).await?;
+            release(guard, key_name, Exit::Signal(signal as i32)).await?;
             Ok(Exit::Signal(signal as i32))
         }
     }
@@ -467,11 +475,20 @@ pub(crate) async fn record_holder(
     }
 }
 
-async fn release(guard: LockGuard, key: &str) -> Result<(), CliError> {
-    if !guard.release().await? {
+/// Releases the lock once the command, which ended with `ended`, is over: whether the lease
+/// was still held (when not, it says so). An error names what was being done, so that a
+/// server gone at the end does not read as the command's failure.
+async fn release(guard: LockGuard, key: &str, ended: Exit) -> Result<bool, CliError> {
+    let held = guard.release().await.map_err(|e| {
+        e.in_context(&format!(
+            "releasing {key:?} after the command ended with {}",
+            ended.code()
+        ))
+    })?;
+    if !held {
         eprintln!("fencelock: the lease on {key:?} was lost before the command exited");
     }
-    Ok(())
+    Ok(held)
 }
 
 /// Sends `signal` to the command's process group, passes on any signal fencelock receives

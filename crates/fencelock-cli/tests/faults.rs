@@ -1,0 +1,198 @@
+//! `fencelock run` and `elect` while the lock server fails under them (frozen, emptied), as a
+//! shell user sees it: the exit code, the message, the time it takes, and the token of the
+//! next run. Against spawned servers only.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use fencelock_testkit::redis::RedisServer;
+
+/// The subcommands that hold a lock while a command runs.
+const HOLDING: [&str; 2] = ["run", "elect"];
+
+/// Starts `fencelock SUB --backend URL --key KEY --ttl TTL -- sh -c SCRIPT`.
+fn hold(sub: &str, url: &str, key: &str, ttl: &str, script: &str) -> Child {
+    common::command()
+        .args([
+            sub,
+            "--backend",
+            url,
+            "--key",
+            key,
+            "--ttl",
+            ttl,
+            "--grace",
+            "2s",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the fencelock binary runs")
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().unwrap_or(-1)
+}
+
+fn explain(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Waits until `path` exists and holds a line; returns its first line.
+fn wait_for_line(path: &Path) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if let Some(line) = text.lines().next().filter(|_| text.ends_with('\n')) {
+            return line.to_owned();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nothing appeared in {}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A script that writes its FENCELOCK_TOKEN to `started`, then runs until `done` exists (at
+/// most a minute).
+fn until_done(started: &Path, done: &Path) -> String {
+    format!(
+        "echo $FENCELOCK_TOKEN > {}; i=0; while [ ! -e {} ] && [ $i -lt 1200 ]; do sleep 0.05; \
+         i=$((i+1)); done",
+        started.display(),
+        done.display()
+    )
+}
+
+/// The token the next `run` of `key` gets, waiting up to 10 s for the lock.
+fn next_token(url: &str, key: &str) -> u64 {
+    let out = common::command()
+        .args([
+            "run",
+            "--backend",
+            url,
+            "--key",
+            key,
+            "--wait",
+            "10s",
+            "--",
+            "sh",
+            "-c",
+            "echo $FENCELOCK_TOKEN",
+        ])
+        .output()
+        .expect("the fencelock binary runs");
+    assert_eq!(code(&out), 0, "the next run: {}", explain(&out));
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+fn redis_cli(server: &RedisServer, args: &[&str]) {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &server.port().to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli runs (apt-get install redis-tools)");
+    assert!(out.status.success(), "redis-cli {args:?}: {out:?}");
+}
+
+/// The server loses the lock while the command runs (emptied, as by a restart without
+/// persistence) and the command exits 0 before the watchdog's next renewal notices: the
+/// release finds the lease gone, and the run is 76, not the command's 0, since another
+/// holder could have run beside it.
+#[test]
+fn a_lease_the_release_finds_gone_is_76_whatever_the_command_exits_with() {
+    let server = RedisServer::spawn();
+    let dir = tempfile::tempdir().unwrap();
+    for sub in HOLDING {
+        let started = dir.path().join(format!("{sub}-started"));
+        let done = dir.path().join(format!("{sub}-done"));
+        let child = hold(sub, &server.url(), sub, "60s", &until_done(&started, &done));
+        wait_for_line(&started);
+        redis_cli(&server, &["FLUSHALL"]);
+        std::fs::write(&done, "").unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(code(&out), 76, "{sub}: {}", explain(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("lost before the command exited"),
+            "{sub}: {stderr}"
+        );
+    }
+}
+
+/// The server is frozen (SIGSTOP) past the ttl while the command runs: the command is
+/// stopped and fencelock exits 76 within a bound, saying which key on which server it lost;
+/// once the server is back, the next run gets a greater token.
+#[test]
+fn a_frozen_server_ends_the_run_with_76_naming_the_server() {
+    let server = RedisServer::spawn();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    for sub in HOLDING {
+        let started = dir.path().join(format!("{sub}-started"));
+        let done = dir.path().join(format!("{sub}-done"));
+        let child = hold(sub, &url, sub, "1s", &until_done(&started, &done));
+        let token: u64 = wait_for_line(&started).parse().unwrap();
+        server.stop();
+        let frozen = Instant::now();
+        let out = child.wait_with_output().unwrap();
+        let took = frozen.elapsed();
+        server.cont();
+        assert_eq!(code(&out), 76, "{sub}: {}", explain(&out));
+        // The ttl, a renewal's time-out and the grace, with a wide margin.
+        assert!(took < Duration::from_secs(20), "{sub}: took {took:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("lost") && stderr.contains(&url),
+            "{sub}: the message names neither the loss nor the server {url}: {stderr}"
+        );
+        let next = next_token(&url, sub);
+        assert!(next > token, "{sub}: token {next} after {token}");
+    }
+}
+
+/// The server is frozen when the command exits: the release cannot be confirmed, so fencelock
+/// exits 1 within a bound, saying it was releasing after the command ended (with its code), so
+/// the error does not read as the command's own failure.
+#[test]
+fn a_release_the_server_does_not_answer_says_the_command_had_ended() {
+    let server = RedisServer::spawn();
+    let dir = tempfile::tempdir().unwrap();
+    for sub in HOLDING {
+        let started = dir.path().join(format!("{sub}-started"));
+        let done = dir.path().join(format!("{sub}-done"));
+        let child = hold(sub, &server.url(), sub, "60s", &until_done(&started, &done));
+        wait_for_line(&started);
+        server.stop();
+        std::fs::write(&done, "").unwrap();
+        let ended = Instant::now();
+        let out = child.wait_with_output().unwrap();
+        let took = ended.elapsed();
+        server.cont();
+        assert_eq!(code(&out), 1, "{sub}: {}", explain(&out));
+        assert!(took < Duration::from_secs(30), "{sub}: took {took:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!(
+                "releasing \"{sub}\" after the command ended with 0"
+            )),
+            "{sub}: {stderr}"
+        );
+    }
+}
