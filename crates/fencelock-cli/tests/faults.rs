@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -195,4 +196,85 @@ fn a_release_the_server_does_not_answer_says_the_command_had_ended() {
             "{sub}: {stderr}"
         );
     }
+}
+
+/// A server that accepts connections and never answers.
+fn silent_server() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    port
+}
+
+/// `elect --wait` bounds connecting, and a server that stops answering in the middle of the
+/// campaign, as `run --wait` does: exit 1 shortly after the wait, not after the drivers' own
+/// time-outs (5 s and more).
+#[test]
+fn elect_wait_bounds_a_server_that_does_not_answer() {
+    let silent = format!("redis://127.0.0.1:{}", silent_server());
+    let started = Instant::now();
+    let out = common::command()
+        .args([
+            "elect",
+            "--backend",
+            &silent,
+            "--key",
+            "k",
+            "--wait",
+            "500ms",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(code(&out), 1, "{}", explain(&out));
+    assert!(
+        took < Duration::from_secs(4),
+        "took {took:?} with --wait 500ms: {}",
+        explain(&out)
+    );
+
+    let server = RedisServer::spawn();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let started_file = dir.path().join("holder-started");
+    let done = dir.path().join("holder-done");
+    let holder = hold("run", &url, "k", "60s", &until_done(&started_file, &done));
+    wait_for_line(&started_file);
+    let campaign = common::command()
+        .args([
+            "elect",
+            "--backend",
+            &url,
+            "--key",
+            "k",
+            "--wait",
+            "2s",
+            "--",
+            "true",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let campaigning = Instant::now();
+    std::thread::sleep(Duration::from_millis(800));
+    server.stop();
+    let out = campaign.wait_with_output().unwrap();
+    let took = campaigning.elapsed();
+    server.cont();
+    std::fs::write(&done, "").unwrap();
+    let _ = holder.wait_with_output();
+    assert_eq!(code(&out), 1, "{}", explain(&out));
+    assert!(
+        took < Duration::from_millis(4500),
+        "took {took:?} with --wait 2s: {}",
+        explain(&out)
+    );
 }
