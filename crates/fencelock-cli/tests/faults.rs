@@ -11,6 +11,7 @@ use std::path::Path;
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use fencelock_testkit::pg_cluster::PgCluster;
 use fencelock_testkit::redis::RedisServer;
 
 /// The subcommands that hold a lock while a command runs.
@@ -277,4 +278,90 @@ fn elect_wait_bounds_a_server_that_does_not_answer() {
         "took {took:?} with --wait 2s: {}",
         explain(&out)
     );
+}
+
+/// Runs `sql` on the throwaway `cluster` with psql.
+fn psql(cluster: &PgCluster, sql: &str) {
+    let out = std::process::Command::new("psql")
+        .args(["-h", "127.0.0.1", "-p", &cluster.port().to_string()])
+        .args(["-U", "postgres", "-d", "postgres", "-Atc", sql])
+        .output()
+        .expect("psql runs (apt-get install postgresql-client)");
+    assert!(out.status.success(), "psql {sql:?}: {out:?}");
+}
+
+/// On PostgreSQL, as a shell user sees it: the advisory lock's session terminated
+/// (`pg_terminate_backend`) under a 60 s ttl, and a crash (UNLOGGED leases emptied) under the
+/// lease backend. Each run and elect ends with 76 within a bound, well before its ttl for the
+/// terminated session, and the next run gets a greater token.
+#[test]
+fn a_postgres_session_ended_or_crashed_ends_the_run_with_76() {
+    let cluster = PgCluster::spawn(&[]);
+    let advisory = format!("{}?backend=advisory&schema=fl_advisory", cluster.url());
+    let lease = cluster.url();
+    let dir = tempfile::tempdir().unwrap();
+    for sub in HOLDING {
+        let key = format!("terminated-{sub}");
+        let started = dir.path().join(format!("{key}-started"));
+        let done = dir.path().join(format!("{key}-done"));
+        let child = hold(sub, &advisory, &key, "60s", &until_done(&started, &done));
+        let token: u64 = wait_for_line(&started).parse().unwrap();
+        let terminated = Instant::now();
+        psql(
+            &cluster,
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'",
+        );
+        let out = child.wait_with_output().unwrap();
+        let took = terminated.elapsed();
+        assert_eq!(code(&out), 76, "{sub}: {}", explain(&out));
+        assert!(took < Duration::from_secs(30), "{sub}: took {took:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("session"), "{sub}: {stderr}");
+        let next = next_token(&advisory, &key);
+        assert!(next > token, "{sub}: token {next} after {token}");
+    }
+    for sub in HOLDING {
+        let key = format!("crashed-{sub}");
+        let started = dir.path().join(format!("{key}-started"));
+        let done = dir.path().join(format!("{key}-done"));
+        let child = hold(sub, &lease, &key, "2s", &until_done(&started, &done));
+        let token: u64 = wait_for_line(&started).parse().unwrap();
+        cluster.crash();
+        let crashed = Instant::now();
+        let out = child.wait_with_output().unwrap();
+        let took = crashed.elapsed();
+        cluster.start();
+        assert_eq!(code(&out), 76, "{sub}: {}", explain(&out));
+        assert!(took < Duration::from_secs(20), "{sub}: took {took:?}");
+        let next = next_token(&lease, &key);
+        assert!(next > token, "{sub}: token {next} after {token}");
+    }
+}
+
+/// On etcd: the member frozen (SIGSTOP) past the ttl ends each run and elect with 76 within a
+/// bound, naming the server, and after it is resumed the next run gets a greater token.
+#[cfg(feature = "etcd")]
+#[test]
+fn a_frozen_etcd_ends_the_run_with_76_naming_the_server() {
+    let etcd = fencelock_testkit::etcd::EtcdServer::spawn();
+    let url = etcd.url();
+    let dir = tempfile::tempdir().unwrap();
+    for sub in HOLDING {
+        let started = dir.path().join(format!("{sub}-started"));
+        let done = dir.path().join(format!("{sub}-done"));
+        let child = hold(sub, &url, sub, "2s", &until_done(&started, &done));
+        let token: u64 = wait_for_line(&started).parse().unwrap();
+        etcd.pause(0);
+        let frozen = Instant::now();
+        let out = child.wait_with_output().unwrap();
+        let took = frozen.elapsed();
+        etcd.resume(0);
+        assert_eq!(code(&out), 76, "{sub}: {}", explain(&out));
+        assert!(took < Duration::from_secs(20), "{sub}: took {took:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(&url), "{sub}: {stderr}");
+        let next = next_token(&url, sub);
+        assert!(next > token, "{sub}: token {next} after {token}");
+    }
 }
