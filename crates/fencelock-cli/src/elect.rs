@@ -5,15 +5,18 @@
 //! command runs, and is stopped, exactly as under `fencelock run`: when leadership is lost it
 //! gets SIGTERM, then SIGKILL after `--grace`.
 
+use std::future::IntoFuture;
 use std::time::Duration;
 
 use fencelock::{Election, Error, LockKey, Locker};
-use tokio::time::{Instant, timeout};
+use tokio::time::{Instant, timeout_at};
 
 use crate::args::{SharedBackendArg, parse_duration, parse_ttl, parse_wait};
 use crate::error::CliError;
 use crate::exit::Exit;
-use crate::run::{CommandArgs, TryOnce, Verbosity, hold_while_running, record_holder};
+use crate::run::{
+    ANSWER_SLACK, CommandArgs, TryOnce, Verbosity, hold_while_running, record_holder,
+};
 use crate::signals::Signals;
 
 pub(crate) const EXAMPLES: &str =
@@ -25,7 +28,7 @@ pub(crate) const EXAMPLES: &str =
   fencelock elect -n -q -E 0 --key nightly -c 'backup --all'
 ";
 
-/// How long connecting may take when `--wait` is zero or not given.
+/// How long connecting may take without `--wait`, or with `--wait 0`.
 const CONNECT_WITHIN: Duration = Duration::from_secs(5);
 
 #[derive(Debug, clap::Args)]
@@ -66,28 +69,38 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     };
     let talk = args.verbosity;
     let mut signals = Signals::install()?;
-    let started = Instant::now();
-    // A bounded wait bounds connecting too, as the help says.
-    let connect_within = match wait {
+    // `--wait` bounds connecting and a server that stops answering too, as under `run`.
+    let budget = match wait {
         Some(wait) if !wait.is_zero() => wait,
         _ => CONNECT_WITHIN,
     };
+    let deadline = Instant::now() + budget;
+    let no_answer = || CliError::NoAnswer {
+        server: spec.to_string(),
+        within: budget,
+    };
     let campaign = async {
-        let connected = timeout(connect_within, spec.spec().connect())
+        let connected = timeout_at(deadline, spec.spec().connect())
             .await
-            .map_err(|_| CliError::NoAnswer {
-                server: spec.to_string(),
-                within: connect_within,
-            })??;
+            .map_err(|_| no_answer())??;
         let storage = connected.storage;
         let locker = Locker::new(connected.backend);
         let election = Election::new(&locker, key.as_str())?;
         let request = election.campaign().ttl(args.ttl);
-        let request = match wait {
-            Some(wait) => request.wait(wait.saturating_sub(started.elapsed())),
-            None => request.wait_forever(),
+        let elected = match wait {
+            None => request.wait_forever().await,
+            Some(wait) => {
+                let left = if wait.is_zero() {
+                    Duration::ZERO
+                } else {
+                    deadline.saturating_duration_since(Instant::now())
+                };
+                timeout_at(deadline + ANSWER_SLACK, request.wait(left).into_future())
+                    .await
+                    .map_err(|_| no_answer())?
+            }
         };
-        match request.await {
+        match elected {
             Ok(leadership) => Ok(Some((leadership, storage))),
             Err(Error::Timeout { waited, .. }) => {
                 if !talk.quiet {

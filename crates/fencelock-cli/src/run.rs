@@ -57,7 +57,7 @@ const KILLED_GONE_WITHIN: Duration = Duration::from_secs(5);
 
 /// How long past `--wait` a call already sent may take to answer before the server counts as
 /// not answering (the lock's own wait ends first when the server answers).
-const ANSWER_SLACK: Duration = Duration::from_millis(500);
+pub(crate) const ANSWER_SLACK: Duration = Duration::from_millis(500);
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {

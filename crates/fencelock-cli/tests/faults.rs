@@ -6,10 +6,12 @@
 
 mod common;
 
+use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use fencelock_testkit::pg_cluster::PgCluster;
 use fencelock_testkit::redis::RedisServer;
 
 /// The subcommands that hold a lock while a command runs.
@@ -194,5 +196,172 @@ fn a_release_the_server_does_not_answer_says_the_command_had_ended() {
             )),
             "{sub}: {stderr}"
         );
+    }
+}
+
+/// A server that accepts connections and never answers.
+fn silent_server() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    port
+}
+
+/// `elect --wait` bounds connecting, and a server that stops answering in the middle of the
+/// campaign, as `run --wait` does: exit 1 shortly after the wait, not after the drivers' own
+/// time-outs (5 s and more).
+#[test]
+fn elect_wait_bounds_a_server_that_does_not_answer() {
+    let silent = format!("redis://127.0.0.1:{}", silent_server());
+    let started = Instant::now();
+    let out = common::command()
+        .args([
+            "elect",
+            "--backend",
+            &silent,
+            "--key",
+            "k",
+            "--wait",
+            "500ms",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(code(&out), 1, "{}", explain(&out));
+    assert!(
+        took < Duration::from_secs(4),
+        "took {took:?} with --wait 500ms: {}",
+        explain(&out)
+    );
+
+    let server = RedisServer::spawn();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let started_file = dir.path().join("holder-started");
+    let done = dir.path().join("holder-done");
+    let holder = hold("run", &url, "k", "60s", &until_done(&started_file, &done));
+    wait_for_line(&started_file);
+    let campaign = common::command()
+        .args([
+            "elect",
+            "--backend",
+            &url,
+            "--key",
+            "k",
+            "--wait",
+            "2s",
+            "--",
+            "true",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let campaigning = Instant::now();
+    std::thread::sleep(Duration::from_millis(800));
+    server.stop();
+    let out = campaign.wait_with_output().unwrap();
+    let took = campaigning.elapsed();
+    server.cont();
+    std::fs::write(&done, "").unwrap();
+    let _ = holder.wait_with_output();
+    assert_eq!(code(&out), 1, "{}", explain(&out));
+    assert!(
+        took < Duration::from_millis(4500),
+        "took {took:?} with --wait 2s: {}",
+        explain(&out)
+    );
+}
+
+/// Runs `sql` on the throwaway `cluster` with psql.
+fn psql(cluster: &PgCluster, sql: &str) {
+    let out = std::process::Command::new("psql")
+        .args(["-h", "127.0.0.1", "-p", &cluster.port().to_string()])
+        .args(["-U", "postgres", "-d", "postgres", "-Atc", sql])
+        .output()
+        .expect("psql runs (apt-get install postgresql-client)");
+    assert!(out.status.success(), "psql {sql:?}: {out:?}");
+}
+
+/// On PostgreSQL, as a shell user sees it: the advisory lock's session terminated
+/// (`pg_terminate_backend`) under a 60 s ttl, and a crash (UNLOGGED leases emptied) under the
+/// lease backend. Each run and elect ends with 76 within a bound, well before its ttl for the
+/// terminated session, and the next run gets a greater token.
+#[test]
+fn a_postgres_session_ended_or_crashed_ends_the_run_with_76() {
+    let cluster = PgCluster::spawn(&[]);
+    let advisory = format!("{}?backend=advisory&schema=fl_advisory", cluster.url());
+    let lease = cluster.url();
+    let dir = tempfile::tempdir().unwrap();
+    for sub in HOLDING {
+        let key = format!("terminated-{sub}");
+        let started = dir.path().join(format!("{key}-started"));
+        let done = dir.path().join(format!("{key}-done"));
+        let child = hold(sub, &advisory, &key, "60s", &until_done(&started, &done));
+        let token: u64 = wait_for_line(&started).parse().unwrap();
+        let terminated = Instant::now();
+        psql(
+            &cluster,
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'",
+        );
+        let out = child.wait_with_output().unwrap();
+        let took = terminated.elapsed();
+        assert_eq!(code(&out), 76, "{sub}: {}", explain(&out));
+        assert!(took < Duration::from_secs(30), "{sub}: took {took:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("session"), "{sub}: {stderr}");
+        let next = next_token(&advisory, &key);
+        assert!(next > token, "{sub}: token {next} after {token}");
+    }
+    for sub in HOLDING {
+        let key = format!("crashed-{sub}");
+        let started = dir.path().join(format!("{key}-started"));
+        let done = dir.path().join(format!("{key}-done"));
+        let child = hold(sub, &lease, &key, "2s", &until_done(&started, &done));
+        let token: u64 = wait_for_line(&started).parse().unwrap();
+        cluster.crash();
+        let crashed = Instant::now();
+        let out = child.wait_with_output().unwrap();
+        let took = crashed.elapsed();
+        cluster.start();
+        assert_eq!(code(&out), 76, "{sub}: {}", explain(&out));
+        assert!(took < Duration::from_secs(20), "{sub}: took {took:?}");
+        let next = next_token(&lease, &key);
+        assert!(next > token, "{sub}: token {next} after {token}");
+    }
+}
+
+/// On etcd: the member frozen (SIGSTOP) past the ttl ends each run and elect with 76 within a
+/// bound, naming the server, and after it is resumed the next run gets a greater token.
+#[cfg(feature = "etcd")]
+#[test]
+fn a_frozen_etcd_ends_the_run_with_76_naming_the_server() {
+    let etcd = fencelock_testkit::etcd::EtcdServer::spawn();
+    let url = etcd.url();
+    let dir = tempfile::tempdir().unwrap();
+    for sub in HOLDING {
+        let started = dir.path().join(format!("{sub}-started"));
+        let done = dir.path().join(format!("{sub}-done"));
+        let child = hold(sub, &url, sub, "2s", &until_done(&started, &done));
+        let token: u64 = wait_for_line(&started).parse().unwrap();
+        etcd.pause(0);
+        let frozen = Instant::now();
+        let out = child.wait_with_output().unwrap();
+        let took = frozen.elapsed();
+        etcd.resume(0);
+        assert_eq!(code(&out), 76, "{sub}: {}", explain(&out));
+        assert!(took < Duration::from_secs(20), "{sub}: took {took:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(&url), "{sub}: {stderr}");
+        let next = next_token(&url, sub);
+        assert!(next > token, "{sub}: token {next} after {token}");
     }
 }
