@@ -290,6 +290,20 @@ impl PgConfig {
                 "Postgres URL {shown}: the path must be one database name"
             )));
         }
+        // The protocol ends these strings with a NUL: one inside breaks the startup packet
+        // (user, database) or cuts a password sent in clear short.
+        for (what, raw) in [
+            ("user name", parsed.username()),
+            ("password", parsed.password().unwrap_or_default()),
+            ("database name", database),
+        ] {
+            if raw.contains("%00") {
+                return Err(Error::config(format!(
+                    "Postgres URL {shown}: the {what} holds a NUL character (%00), which \
+                     PostgreSQL cannot take"
+                )));
+            }
+        }
         let mut backend = None;
         let mut schema = None;
         let mut pooler = None;
@@ -976,6 +990,9 @@ mod tests {
                 "postgres://db/test?options[statement_timeout]=1s&options[statement_timeout]=2s",
                 "repeats option `options[statement_timeout]`",
             ),
+            ("postgres://u%00@db/test", "the user name holds a NUL"),
+            ("postgres://u:p%00w@db/test", "the password holds a NUL"),
+            ("postgres://db/te%00st", "the database name holds a NUL"),
             (
                 "postgres://db/test?host=other",
                 "give `host` in the URL itself",
