@@ -393,9 +393,30 @@ async fn resolve(host: &HostPort) -> Result<SocketAddr> {
 impl PgAdmin {
     /// One admin session on the server of `config`, and the application name of the run.
     async fn open(config: &PgConfig, run_tag: &str, spec: &BackendSpec) -> Result<Self> {
+        // One connection first, outside the pool: a pool tries a refused connect again until
+        // its time-out and then says only that it timed out, not why.
+        let within = Duration::from_secs(5);
+        let options = config.connect_options();
+        match tokio::time::timeout(within, sqlx::ConnectOptions::connect(options)).await {
+            Ok(Ok(first)) => {
+                let _ = tokio::time::timeout(within, sqlx::Connection::close(first)).await;
+            }
+            // Mapped as the backend's own errors are: refused credentials are a configuration
+            // error, a server that is down is unavailable.
+            Ok(Err(e)) => {
+                return Err(fencelock::postgres::map_sqlx_error("postgres", e)
+                    .in_context(&format!("cannot open the admin session on {spec}"))
+                    .into());
+            }
+            Err(_) => {
+                return Err(ChaosError::harness(format!(
+                    "cannot open the admin session on {spec}: no answer within {within:?}"
+                )));
+            }
+        }
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(1)
-            .acquire_timeout(Duration::from_secs(5))
+            .acquire_timeout(within)
             .connect_with(config.connect_options().clone())
             .await
             .map_err(|e| {

@@ -372,3 +372,30 @@ fn a_wait_bounds_connecting_to_a_silent_server() {
     }
     drop(silent);
 }
+
+/// `chaos` on Postgres opens an admin session first: when that fails it says why at once (a
+/// refused connection, a database that does not exist, exit 2 as bad input), not that a pool
+/// timed out after 5 s.
+#[test]
+fn chaos_says_why_the_postgres_admin_session_failed() {
+    let dead = free_port().unwrap();
+    let refused = format!("postgres://postgres@127.0.0.1:{dead}/test");
+    let started = std::time::Instant::now();
+    let (code, _, err) = fencelock(&["chaos", "--backend", &refused, "--duration", "1s"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("refused"), "{err}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(4),
+        "{err}"
+    );
+    let missing = format!(
+        "{}/fencelock_no_such_database",
+        fencelock_testkit::postgres::pg_url()
+            .rsplit_once('/')
+            .unwrap()
+            .0
+    );
+    let (code, _, err) = fencelock(&["chaos", "--backend", &missing, "--duration", "1s"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("fencelock_no_such_database"), "{err}");
+}

@@ -200,6 +200,13 @@ impl EtcdConfig {
             }
             members.push(member);
         }
+        // The options are decoded leniently below (invalid UTF-8 becoming U+FFFD), which would
+        // put the keys under a prefix other than the one written.
+        if percent_decode_str(query).decode_utf8().is_err() {
+            return Err(fail(
+                "the options are not UTF-8 once percent-decoded".to_owned(),
+            ));
+        }
         let mut prefix = None;
         for (name, value) in form_urlencoded::parse(query.as_bytes()) {
             match &*name {
@@ -621,6 +628,7 @@ mod tests {
             ("etcd://h?prefix=a&prefix=b", "repeats the option `prefix`"),
             ("etcd://h?prefix=", "is empty"),
             ("etcd://h?prefix=a%00b", "control character"),
+            ("etcd://h?prefix=a%ffb", "not UTF-8 once percent-decoded"),
             ("etcd://h#frag", "no fragment"),
             ("etcd://user@h", "a user without a password"),
             ("etcd://:pw@h", "a password without a user"),

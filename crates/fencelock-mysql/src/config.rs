@@ -206,6 +206,19 @@ impl MySqlConfig {
                 "MySQL URL {shown}: the path must be one database name"
             )));
         }
+        // The handshake ends these strings with a NUL: one inside cuts them short, and the
+        // server reads the rest as the next field.
+        for (what, raw) in [
+            ("user name", parsed.username()),
+            ("database name", database),
+        ] {
+            if raw.contains("%00") {
+                return Err(Error::config(format!(
+                    "MySQL URL {shown}: the {what} holds a NUL character (%00), which MySQL \
+                     cannot take"
+                )));
+            }
+        }
         let mut backend = None;
         let mut prefix = None;
         for (name, value) in parsed.query_pairs() {
@@ -526,6 +539,8 @@ mod tests {
             ("mysql://root@db/", "names no database"),
             ("mysql://root@db/a/b", "one database name"),
             ("mysql://root@db/test?foo=1", "unknown option `foo`"),
+            ("mysql://ro%00ot@db/test", "the user name holds a NUL"),
+            ("mysql://root@db/te%00st", "the database name holds a NUL"),
             (
                 "mysql://root@db/test?prefix=a_&prefix=b_",
                 "repeats option `prefix`",

@@ -290,11 +290,25 @@ impl PgConfig {
                 "Postgres URL {shown}: the path must be one database name"
             )));
         }
+        // The protocol ends these strings with a NUL: one inside breaks the startup packet
+        // (user, database) or cuts a password sent in clear short.
+        for (what, raw) in [
+            ("user name", parsed.username()),
+            ("password", parsed.password().unwrap_or_default()),
+            ("database name", database),
+        ] {
+            if raw.contains("%00") {
+                return Err(Error::config(format!(
+                    "Postgres URL {shown}: the {what} holds a NUL character (%00), which \
+                     PostgreSQL cannot take"
+                )));
+            }
+        }
         let mut backend = None;
         let mut schema = None;
         let mut pooler = None;
         let mut idle = None;
-        let mut driver = Vec::new();
+        let mut driver: Vec<(String, String)> = Vec::new();
         for (name, value) in parsed.query_pairs() {
             match &*name {
                 "backend" if backend.is_none() => backend = Some(value.parse()?),
@@ -317,6 +331,17 @@ impl PgConfig {
                     )));
                 }
                 known if DRIVER_OPTIONS.contains(&known) || is_options_entry(known) => {
+                    // The driver would keep the last of two (`sslmode=require&sslmode=disable`
+                    // connecting without TLS): a setting is given once, under either spelling.
+                    if let Some((first, _)) = driver
+                        .iter()
+                        .find(|(given, _)| driver_setting(given) == driver_setting(known))
+                    {
+                        return Err(Error::config(format!(
+                            "Postgres URL {shown} repeats option `{known}` (also given as \
+                             `{first}`)"
+                        )));
+                    }
                     driver.push((name.into_owned(), value.into_owned()));
                 }
                 other => {
@@ -593,6 +618,15 @@ fn parse_duration(option: &str, text: &str) -> Result<Duration> {
         )));
     }
     Ok(duration)
+}
+
+/// The driver setting an option name sets: `sslmode` and `ssl-mode` are one, and so are
+/// `sslrootcert`, `ssl-root-cert` and `ssl-ca`.
+fn driver_setting(name: &str) -> String {
+    match name {
+        "ssl-ca" => "sslrootcert".to_owned(),
+        other => other.replace('-', ""),
+    }
 }
 
 /// `-c name=value` style startup parameters: `options[statement_timeout]=5s`.
@@ -940,6 +974,25 @@ mod tests {
                 "postgres://db/test?pooler=none&pooler=transaction",
                 "repeats option `pooler`",
             ),
+            (
+                "postgres://db/test?sslmode=require&sslmode=disable",
+                "repeats option `sslmode`",
+            ),
+            (
+                "postgres://db/test?sslmode=require&ssl-mode=disable",
+                "repeats option `ssl-mode` (also given as `sslmode`)",
+            ),
+            (
+                "postgres://db/test?sslrootcert=/a.pem&ssl-ca=/b.pem",
+                "repeats option `ssl-ca`",
+            ),
+            (
+                "postgres://db/test?options[statement_timeout]=1s&options[statement_timeout]=2s",
+                "repeats option `options[statement_timeout]`",
+            ),
+            ("postgres://u%00@db/test", "the user name holds a NUL"),
+            ("postgres://u:p%00w@db/test", "the password holds a NUL"),
+            ("postgres://db/te%00st", "the database name holds a NUL"),
             (
                 "postgres://db/test?host=other",
                 "give `host` in the URL itself",
