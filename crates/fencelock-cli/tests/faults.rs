@@ -8,11 +8,13 @@ mod common;
 
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Output, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use fencelock_testkit::pg_cluster::PgCluster;
 use fencelock_testkit::redis::RedisServer;
+
+use common::{code, explain, wait_for_line};
 
 /// The subcommands that hold a lock while a command runs.
 const HOLDING: [&str; 2] = ["run", "elect"];
@@ -39,36 +41,6 @@ fn hold(sub: &str, url: &str, key: &str, ttl: &str, script: &str) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("the fencelock binary runs")
-}
-
-fn code(out: &Output) -> i32 {
-    out.status.code().unwrap_or(-1)
-}
-
-fn explain(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// Waits until `path` exists and holds a line; returns its first line.
-fn wait_for_line(path: &Path) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if let Some(line) = text.lines().next().filter(|_| text.ends_with('\n')) {
-            return line.to_owned();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "nothing appeared in {}",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// A script that writes its FENCELOCK_TOKEN to `started`, then runs until `done` exists (at
@@ -125,7 +97,7 @@ fn a_lease_the_release_finds_gone_is_76_whatever_the_command_exits_with() {
         let started = dir.path().join(format!("{sub}-started"));
         let done = dir.path().join(format!("{sub}-done"));
         let child = hold(sub, &server.url(), sub, "60s", &until_done(&started, &done));
-        wait_for_line(&started);
+        wait_for_line(&started, Duration::from_secs(20));
         redis_cli(&server, &["FLUSHALL"]);
         std::fs::write(&done, "").unwrap();
         let out = child.wait_with_output().unwrap();
@@ -150,7 +122,9 @@ fn a_frozen_server_ends_the_run_with_76_naming_the_server() {
         let started = dir.path().join(format!("{sub}-started"));
         let done = dir.path().join(format!("{sub}-done"));
         let child = hold(sub, &url, sub, "1s", &until_done(&started, &done));
-        let token: u64 = wait_for_line(&started).parse().unwrap();
+        let token: u64 = wait_for_line(&started, Duration::from_secs(20))
+            .parse()
+            .unwrap();
         server.stop();
         let frozen = Instant::now();
         let out = child.wait_with_output().unwrap();
@@ -180,7 +154,7 @@ fn a_release_the_server_does_not_answer_says_the_command_had_ended() {
         let started = dir.path().join(format!("{sub}-started"));
         let done = dir.path().join(format!("{sub}-done"));
         let child = hold(sub, &server.url(), sub, "60s", &until_done(&started, &done));
-        wait_for_line(&started);
+        wait_for_line(&started, Duration::from_secs(20));
         server.stop();
         std::fs::write(&done, "").unwrap();
         let ended = Instant::now();
@@ -247,7 +221,7 @@ fn elect_wait_bounds_a_server_that_does_not_answer() {
     let started_file = dir.path().join("holder-started");
     let done = dir.path().join("holder-done");
     let holder = hold("run", &url, "k", "60s", &until_done(&started_file, &done));
-    wait_for_line(&started_file);
+    wait_for_line(&started_file, Duration::from_secs(20));
     let campaign = common::command()
         .args([
             "elect",
@@ -305,7 +279,9 @@ fn a_postgres_session_ended_or_crashed_ends_the_run_with_76() {
         let started = dir.path().join(format!("{key}-started"));
         let done = dir.path().join(format!("{key}-done"));
         let child = hold(sub, &advisory, &key, "60s", &until_done(&started, &done));
-        let token: u64 = wait_for_line(&started).parse().unwrap();
+        let token: u64 = wait_for_line(&started, Duration::from_secs(20))
+            .parse()
+            .unwrap();
         let terminated = Instant::now();
         psql(
             &cluster,
@@ -326,7 +302,9 @@ fn a_postgres_session_ended_or_crashed_ends_the_run_with_76() {
         let started = dir.path().join(format!("{key}-started"));
         let done = dir.path().join(format!("{key}-done"));
         let child = hold(sub, &lease, &key, "2s", &until_done(&started, &done));
-        let token: u64 = wait_for_line(&started).parse().unwrap();
+        let token: u64 = wait_for_line(&started, Duration::from_secs(20))
+            .parse()
+            .unwrap();
         cluster.crash();
         let crashed = Instant::now();
         let out = child.wait_with_output().unwrap();
@@ -351,7 +329,9 @@ fn a_frozen_etcd_ends_the_run_with_76_naming_the_server() {
         let started = dir.path().join(format!("{sub}-started"));
         let done = dir.path().join(format!("{sub}-done"));
         let child = hold(sub, &url, sub, "2s", &until_done(&started, &done));
-        let token: u64 = wait_for_line(&started).parse().unwrap();
+        let token: u64 = wait_for_line(&started, Duration::from_secs(20))
+            .parse()
+            .unwrap();
         etcd.pause(0);
         let frozen = Instant::now();
         let out = child.wait_with_output().unwrap();

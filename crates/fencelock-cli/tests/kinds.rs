@@ -7,12 +7,14 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Stdio};
+use std::time::Duration;
 
 use fencelock_testkit::redis::RedisServer;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+
+use common::{explain, wait_for_line};
 
 fn spawn(args: &[&str]) -> Child {
     common::command()
@@ -21,32 +23,6 @@ fn spawn(args: &[&str]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("the fencelock binary runs")
-}
-
-fn explain(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn wait_for_file(path: &Path, within: Duration) -> String {
-    let until = Instant::now() + within;
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path)
-            && text.ends_with('\n')
-        {
-            return text.trim().to_owned();
-        }
-        assert!(
-            Instant::now() < until,
-            "{} not written within {within:?}",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]
@@ -127,7 +103,7 @@ fn inspect_shows_permits_and_the_leader() {
         "-c",
         &hold,
     ]);
-    wait_for_file(&started, Duration::from_secs(10));
+    wait_for_line(&started, Duration::from_secs(10));
     let (code, out, err) =
         common::fencelock(&["inspect", "--backend", &url, "--permits", "3", "pool"]);
     assert_eq!(code, 0, "{out}{err}");
@@ -154,7 +130,7 @@ fn inspect_shows_permits_and_the_leader() {
         "-c",
         &hold,
     ]);
-    let term = wait_for_file(&started, Duration::from_secs(10));
+    let term = wait_for_line(&started, Duration::from_secs(10));
     let (code, out, err) = common::fencelock(&["inspect", "--backend", &url, "scheduler"]);
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(
@@ -193,7 +169,7 @@ fn a_paused_leader_is_stopped_and_a_standby_takes_over_with_a_greater_term() {
         "-c",
         &write_term(&first, "sleep 60"),
     ]);
-    let first_term: u64 = wait_for_file(&first, Duration::from_secs(10))
+    let first_term: u64 = wait_for_line(&first, Duration::from_secs(10))
         .parse()
         .unwrap();
     let standby = spawn(&[
@@ -212,7 +188,7 @@ fn a_paused_leader_is_stopped_and_a_standby_takes_over_with_a_greater_term() {
     // The leader's fencelock stops renewing; its command (in a group of its own) runs on.
     let pid = Pid::from_raw(i32::try_from(leader.id()).unwrap());
     kill(pid, Signal::SIGSTOP).unwrap();
-    let second_term: u64 = wait_for_file(&second, Duration::from_secs(15))
+    let second_term: u64 = wait_for_line(&second, Duration::from_secs(15))
         .parse()
         .unwrap();
     assert!(
@@ -334,8 +310,8 @@ fn shared_runs_overlap_on_redis_share_one_token_and_keep_a_writer_out() {
             ])
         })
         .collect();
-    let a = wait_for_file(Path::new(&mark("a")), Duration::from_secs(20));
-    let b = wait_for_file(Path::new(&mark("b")), Duration::from_secs(20));
+    let a = wait_for_line(Path::new(&mark("a")), Duration::from_secs(20));
+    let b = wait_for_line(Path::new(&mark("b")), Duration::from_secs(20));
     assert_eq!(a, b, "overlapping readers got different tokens");
     // While they read, a writer is refused at once and inspect shows the read phase.
     let (code, out, err) = common::fencelock(&[

@@ -14,6 +14,8 @@ use fencelock_testkit::redis::{RedisServer, free_port};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+use common::{code, explain};
+
 fn fencelock() -> Command {
     common::command()
 }
@@ -23,19 +25,6 @@ fn run(args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("the fencelock binary runs")
-}
-
-fn code(out: &Output) -> i32 {
-    out.status.code().unwrap_or(-1)
-}
-
-fn explain(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 #[test]

@@ -2,7 +2,9 @@
 
 #![allow(dead_code)]
 
-use std::process::Command;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 /// The `fencelock` binary, with no `FENCELOCK_BACKEND` inherited from the test's environment.
 pub(crate) fn command() -> Command {
@@ -38,4 +40,38 @@ pub(crate) fn inspect_row<'a>(out: &'a str, label: &str) -> Option<&'a str> {
         let rest = line.trim_start().strip_prefix(label)?;
         rest.starts_with("  ").then(|| rest.trim())
     })
+}
+
+/// The exit code of `out`; -1 when a signal ended it.
+pub(crate) fn code(out: &Output) -> i32 {
+    out.status.code().unwrap_or(-1)
+}
+
+/// `out`'s status, stdout and stderr, for an assertion's message.
+pub(crate) fn explain(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Waits up to `within` until `path` holds a whole line (it ends with a newline); returns its
+/// text, trimmed.
+pub(crate) fn wait_for_line(path: &Path, within: Duration) -> String {
+    let until = Instant::now() + within;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path)
+            && text.ends_with('\n')
+        {
+            return text.trim().to_owned();
+        }
+        assert!(
+            Instant::now() < until,
+            "{} not written within {within:?}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
