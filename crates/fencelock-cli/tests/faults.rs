@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -173,25 +172,12 @@ fn a_release_the_server_does_not_answer_says_the_command_had_ended() {
     }
 }
 
-/// A server that accepts connections and never answers.
-fn silent_server() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for stream in listener.incoming().flatten() {
-            held.push(stream);
-        }
-    });
-    port
-}
-
 /// `elect --wait` bounds connecting, and a server that stops answering in the middle of the
 /// campaign, as `run --wait` does: exit 1 shortly after the wait, not after the drivers' own
 /// time-outs (5 s and more).
 #[test]
 fn elect_wait_bounds_a_server_that_does_not_answer() {
-    let silent = format!("redis://127.0.0.1:{}", silent_server());
+    let silent = format!("redis://127.0.0.1:{}", common::silent_servers(1)[0]);
     let started = Instant::now();
     let out = common::command()
         .args([

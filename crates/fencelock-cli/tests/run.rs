@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -386,28 +385,11 @@ fn a_command_ignoring_the_signal_is_killed_after_the_grace_period() {
     assert_eq!(code(&next), 0, "{}", explain(&next));
 }
 
-/// Servers that accept connections and never answer.
-fn silent_servers(count: usize) -> Vec<u16> {
-    (0..count)
-        .map(|_| {
-            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-            let port = listener.local_addr().unwrap().port();
-            std::thread::spawn(move || {
-                let mut held = Vec::new();
-                for stream in listener.incoming().flatten() {
-                    held.push(stream);
-                }
-            });
-            port
-        })
-        .collect()
-}
-
 /// `--wait` bounds connecting too: against servers that accept and never answer, the run
 /// ends shortly after the wait instead of after the drivers' own connect time-outs (5 to 10 s).
 #[test]
 fn wait_bounds_connecting_too() {
-    let ports = silent_servers(3);
+    let ports = common::silent_servers(3);
     let specs = [
         format!("redis://127.0.0.1:{}", ports[0]),
         format!("postgres://postgres@127.0.0.1:{}/test", ports[1]),

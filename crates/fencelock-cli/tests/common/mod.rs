@@ -75,3 +75,20 @@ pub(crate) fn wait_for_line(path: &Path, within: Duration) -> String {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Servers that accept connections and never answer.
+pub(crate) fn silent_servers(count: usize) -> Vec<u16> {
+    (0..count)
+        .map(|_| {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = listener.local_addr().unwrap().port();
+            std::thread::spawn(move || {
+                let mut held = Vec::new();
+                for stream in listener.incoming().flatten() {
+                    held.push(stream);
+                }
+            });
+            port
+        })
+        .collect()
+}
