@@ -9,14 +9,11 @@ use std::future::IntoFuture;
 use std::time::Duration;
 
 use fencelock::{Election, Error, LockKey, Locker};
-use tokio::time::{Instant, timeout_at};
 
 use crate::args::{SharedBackendArg, parse_duration, parse_ttl, parse_wait};
 use crate::error::CliError;
 use crate::exit::Exit;
-use crate::run::{
-    ANSWER_SLACK, CommandArgs, TryOnce, Verbosity, hold_while_running, record_holder,
-};
+use crate::run::{CommandArgs, TryOnce, Verbosity, WaitBudget, hold_while_running, record_holder};
 use crate::signals::Signals;
 
 pub(crate) const EXAMPLES: &str =
@@ -27,9 +24,6 @@ pub(crate) const EXAMPLES: &str =
   # cron on every host: only one runs the job; the others exit 0 quietly
   fencelock elect -n -q -E 0 --key nightly -c 'backup --all'
 ";
-
-/// How long connecting may take without `--wait`, or with `--wait 0`.
-const CONNECT_WITHIN: Duration = Duration::from_secs(5);
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -69,35 +63,21 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     };
     let talk = args.verbosity;
     let mut signals = Signals::install()?;
-    // `--wait` bounds connecting and a server that stops answering too, as under `run`.
-    let budget = match wait {
-        Some(wait) if !wait.is_zero() => wait,
-        _ => CONNECT_WITHIN,
-    };
-    let deadline = Instant::now() + budget;
-    let no_answer = || CliError::NoAnswer {
-        server: spec.to_string(),
-        within: budget,
-    };
+    // `--wait` bounds connecting and a server that stops answering too, as under `run`;
+    // without a bound, connecting has the time of a single try.
+    let budget = WaitBudget::start(spec, wait.unwrap_or_default());
     let campaign = async {
-        let connected = timeout_at(deadline, spec.spec().connect())
-            .await
-            .map_err(|_| no_answer())??;
+        let connected = budget.connect().await?;
         let storage = connected.storage;
         let locker = Locker::new(connected.backend);
         let election = Election::new(&locker, key.as_str())?;
         let request = election.campaign().ttl(args.ttl);
         let elected = match wait {
             None => request.wait_forever().await,
-            Some(wait) => {
-                let left = if wait.is_zero() {
-                    Duration::ZERO
-                } else {
-                    deadline.saturating_duration_since(Instant::now())
-                };
-                timeout_at(deadline + ANSWER_SLACK, request.wait(left).into_future())
-                    .await
-                    .map_err(|_| no_answer())?
+            Some(_) => {
+                budget
+                    .answer(request.wait(budget.left()).into_future())
+                    .await?
             }
         };
         match elected {

@@ -15,6 +15,7 @@ use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fencelock::spec::Connected;
 use fencelock::{
     Error, FencedStorage, HolderInfo, LockGuard, LockKey, Locker, RwLocker, Semaphore,
     holder_resource,
@@ -45,7 +46,8 @@ pub(crate) const EXAMPLES: &str = "  # a cron job that runs once across hosts
   fencelock run --key deploy --grant-file grant.json -- ./deploy.sh
 ";
 
-/// How long connecting and the one try may take when `--wait` is zero.
+/// How long connecting and the one try may take when `--wait` is zero (and connecting, when
+/// `elect` waits without a bound).
 const TRY_ONCE_WITHIN: Duration = Duration::from_secs(5);
 
 /// How often the command's process group is checked for processes left after the command
@@ -57,7 +59,69 @@ const KILLED_GONE_WITHIN: Duration = Duration::from_secs(5);
 
 /// How long past `--wait` a call already sent may take to answer before the server counts as
 /// not answering (the lock's own wait ends first when the server answers).
-pub(crate) const ANSWER_SLACK: Duration = Duration::from_millis(500);
+const ANSWER_SLACK: Duration = Duration::from_millis(500);
+
+/// `--wait` as `run` and `elect` spend it: connecting and then waiting for the lock share one
+/// deadline (a wait of zero, a single try, has [`TRY_ONCE_WITHIN`] for both), and a call
+/// already sent gets [`ANSWER_SLACK`] past it before the server counts as not answering.
+pub(crate) struct WaitBudget<'a> {
+    spec: &'a Spec,
+    wait: Duration,
+    deadline: Instant,
+}
+
+impl<'a> WaitBudget<'a> {
+    /// Starts the clock on a wait of `wait` for the server `spec` names.
+    pub(crate) fn start(spec: &'a Spec, wait: Duration) -> Self {
+        let mut budget = WaitBudget {
+            spec,
+            wait,
+            deadline: Instant::now(),
+        };
+        budget.deadline += budget.within();
+        budget
+    }
+
+    /// How long connecting and obtaining may take in all.
+    fn within(&self) -> Duration {
+        if self.wait.is_zero() {
+            TRY_ONCE_WITHIN
+        } else {
+            self.wait
+        }
+    }
+
+    fn no_answer(&self) -> CliError {
+        CliError::NoAnswer {
+            server: self.spec.to_string(),
+            within: self.within(),
+        }
+    }
+
+    /// Connects to the server, within the deadline.
+    pub(crate) async fn connect(&self) -> Result<Connected, CliError> {
+        Ok(timeout_at(self.deadline, self.spec.spec().connect())
+            .await
+            .map_err(|_| self.no_answer())??)
+    }
+
+    /// The wait left for the lock itself: zero for a single try, else up to the deadline.
+    pub(crate) fn left(&self) -> Duration {
+        if self.wait.is_zero() {
+            Duration::ZERO
+        } else {
+            self.deadline.saturating_duration_since(Instant::now())
+        }
+    }
+
+    /// What `request` answers, or [`CliError::NoAnswer`] when it has not answered
+    /// [`ANSWER_SLACK`] past the deadline.
+    pub(crate) async fn answer<T>(&self, request: impl Future<Output = T>) -> Result<T, CliError> {
+        timeout_at(self.deadline + ANSWER_SLACK, request)
+            .await
+            .map_err(|_| self.no_answer())
+    }
+}
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -392,26 +456,11 @@ async fn obtain(
     wait: Duration,
     talk: Verbosity,
 ) -> Result<Option<Obtained>, CliError> {
-    let budget = if wait.is_zero() {
-        TRY_ONCE_WITHIN
-    } else {
-        wait
-    };
-    let deadline = Instant::now() + budget;
-    let no_answer = || CliError::NoAnswer {
-        server: spec.to_string(),
-        within: budget,
-    };
-    let connected = timeout_at(deadline, spec.spec().connect())
-        .await
-        .map_err(|_| no_answer())??;
+    let budget = WaitBudget::start(spec, wait);
+    let connected = budget.connect().await?;
     let storage = connected.storage;
     let locker = Locker::new(connected.backend);
-    let left = if wait.is_zero() {
-        Duration::ZERO
-    } else {
-        deadline.saturating_duration_since(Instant::now())
-    };
+    let left = budget.left();
     let request = async {
         match kind {
             Kind::Exclusive => {
@@ -438,10 +487,9 @@ async fn obtain(
             }
         }
     };
-    match timeout_at(deadline + ANSWER_SLACK, request).await {
-        Err(_) => Err(no_answer()),
-        Ok(Ok((guard, env))) => Ok(Some((guard, env, storage))),
-        Ok(Err(Error::Timeout { waited, .. })) => {
+    match budget.answer(request).await? {
+        Ok((guard, env)) => Ok(Some((guard, env, storage))),
+        Err(Error::Timeout { waited, .. }) => {
             if !talk.quiet {
                 eprintln!(
                     "fencelock: lock {:?} is held by another owner; not obtained within {waited:?}",
@@ -450,7 +498,7 @@ async fn obtain(
             }
             Ok(None)
         }
-        Ok(Err(e)) => Err(e.into()),
+        Err(e) => Err(e.into()),
     }
 }
 
