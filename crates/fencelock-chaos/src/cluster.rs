@@ -393,8 +393,8 @@ async fn resolve(host: &HostPort) -> Result<SocketAddr> {
 impl PgAdmin {
     /// One admin session on the server of `config`, and the application name of the run.
     async fn open(config: &PgConfig, run_tag: &str, spec: &BackendSpec) -> Result<Self> {
-        // One connection first, outside the pool: a pool tries a refused connect again until
-        // its time-out and then says only that it timed out, not why.
+        // One connection first, outside the pool, to check the server: a pool tries a refused
+        // connect again until its time-out and then says only that it timed out, not why.
         let within = Duration::from_secs(5);
         let options = config.connect_options();
         match tokio::time::timeout(within, sqlx::ConnectOptions::connect(options)).await {
@@ -414,14 +414,11 @@ impl PgAdmin {
                 )));
             }
         }
+        // The pool opens its session when first used (and again after a fault ended it).
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(1)
             .acquire_timeout(within)
-            .connect_with(config.connect_options().clone())
-            .await
-            .map_err(|e| {
-                ChaosError::harness_from(format!("cannot open the admin session on {spec}: {e}"), e)
-            })?;
+            .connect_lazy_with(options.clone());
         Ok(PgAdmin {
             pool,
             application_name: format!("fencelock-chaos-{run_tag}"),
