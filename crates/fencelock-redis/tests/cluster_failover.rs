@@ -20,8 +20,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_core::{Error, FencedStorage, LockBackend, LockKey, TokenGuarantee, WakeUp};
-use fencelock_redis::{RedisClusterConfig, hash_tag};
+use fencelock_core::{
+    Error, FencedStorage, HostPort, LockBackend, LockKey, TokenGuarantee, WakeUp,
+};
+use fencelock_redis::{RedisClusterBackend, RedisClusterConfig, hash_tag};
 use fencelock_testkit::redis_cluster::RedisCluster;
 use tokio::time::Instant;
 
@@ -44,6 +46,31 @@ where
             Err(e) => panic!("{what} still failing after the failover: {e}"),
         }
     }
+}
+
+/// The ports of the masters serving slots as node `observer` of `cluster` sees them, sorted.
+fn master_ports(cluster: &RedisCluster, observer: usize) -> Vec<u16> {
+    let mut ports: Vec<u16> = cluster
+        .nodes(observer)
+        .iter()
+        .filter(|n| n.master && !n.failed && !n.slots.is_empty())
+        .map(|n| n.port)
+        .collect();
+    ports.sort_unstable();
+    ports
+}
+
+/// The ports of the masters `backend` lists now, sorted; every one on 127.0.0.1, where the
+/// cluster runs.
+async fn listed_ports(backend: &RedisClusterBackend) -> fencelock_core::Result<Vec<u16>> {
+    let addresses: Vec<HostPort> = backend.master_addresses().await?;
+    assert!(
+        addresses.iter().all(|a| a.host == "127.0.0.1"),
+        "{addresses:?}"
+    );
+    let mut ports: Vec<u16> = addresses.iter().map(|a| a.port).collect();
+    ports.sort_unstable();
+    Ok(ports)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,7 +194,8 @@ async fn failover_can_lose_a_grant_and_the_fence_keeps_data_safe() {
 }
 
 /// A lease that reached the replica survives the failover: the new master has the lock and
-/// the counter, so the holder renews and releases, and the next token follows on.
+/// the counter, so the holder renews and releases, and the next token follows on. The
+/// backend's `master_addresses` follows the failover.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicated_lease_survives_failover() {
     let cluster = tokio::task::spawn_blocking(|| Arc::new(RedisCluster::spawn(3, 1)))
@@ -181,15 +209,41 @@ async fn replicated_lease_survives_failover() {
         .unwrap();
     let key = LockKey::new("failover/kept").unwrap();
     let master = cluster.master_of_slot(cluster.key_slot(&hash_tag(&key)));
+    let before = master_ports(&cluster, 0);
+    assert_eq!(before.len(), 3, "{before:?}");
+    assert_eq!(listed_ports(&backend).await.unwrap(), before);
     let lease = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
     let c = Arc::clone(&cluster);
-    tokio::task::spawn_blocking(move || {
+    let promoted = tokio::task::spawn_blocking(move || {
         c.await_replicated(master, Duration::from_secs(10));
         c.kill(master);
-        c.await_failover(master, Duration::from_secs(60));
+        c.await_failover(master, Duration::from_secs(60))
     })
     .await
     .unwrap();
+    // The masters are read anew on every call: the promoted replica is listed and the killed
+    // master is not, while `masters` still counts those of connect time. The driver may
+    // first send the call to the killed node, or learn the new slot map only from a
+    // redirection: ask until the answer comes, within a bound.
+    let after = master_ports(&cluster, promoted);
+    let (killed_port, promoted_port) = (cluster.ports()[master], cluster.ports()[promoted]);
+    assert!(
+        after.contains(&promoted_port) && !after.contains(&killed_port),
+        "{after:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let seen = listed_ports(&backend).await;
+        if seen.as_ref().is_ok_and(|seen| *seen == after) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "expected the masters {after:?} after the failover, got {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(backend.masters(), 3);
     let renewed = until_served("extend", || backend.extend(&lease, TTL)).await;
     assert_eq!(renewed.token, lease.token);
     assert!(backend.try_acquire(&key, TTL).await.unwrap().is_none());
