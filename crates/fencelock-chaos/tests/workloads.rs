@@ -15,8 +15,8 @@ use fencelock_chaos::{
     ChaosConfig, ChaosReport, Linearizability, Outcome, Target, WorkerLauncher, Workload,
 };
 
-/// A short run of `workload` on `memory://` with pauses.
-async fn run(workload: Workload) -> ChaosReport {
+/// A short run of `workload` on `memory://` with pauses, to carry out as it is or changed.
+fn config(workload: Workload) -> ChaosConfig {
     let spec = BackendSpec::parse("memory://").unwrap();
     let mut config = ChaosConfig::new(Target::Backend(Box::new(spec)));
     config.workload = workload;
@@ -24,14 +24,24 @@ async fn run(workload: Workload) -> ChaosReport {
     config.ttl = Duration::from_millis(100);
     config.duration = Duration::from_secs(4);
     config.control_duration = Some(Duration::from_secs(4));
+    config
+}
+
+/// Carries out `config`.
+async fn run_config(config: &ChaosConfig) -> ChaosReport {
     // Never started: memory:// workers are threads.
     let launcher = WorkerLauncher {
         program: "/nonexistent/fencelock".into(),
         args: Vec::new(),
     };
-    fencelock_chaos::run(&config, &launcher, &mut |_| {})
+    fencelock_chaos::run(config, &launcher, &mut |_| {})
         .await
-        .unwrap_or_else(|e| panic!("{workload} run failed: {e}"))
+        .unwrap_or_else(|e| panic!("{} run failed: {e}", config.workload))
+}
+
+/// A short run of `workload`, as [`config`] sets it.
+async fn run(workload: Workload) -> ChaosReport {
+    run_config(&config(workload)).await
 }
 
 /// The fenced run is clean and had paused holders refused; the control lost updates.
@@ -127,20 +137,12 @@ async fn readers_share_a_fence_and_never_read_past_a_later_writer() {
 /// fenced run's length, instead of reporting that the run proves nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_control_that_lost_nothing_yet_goes_on_until_it_does() {
-    let spec = BackendSpec::parse("memory://").unwrap();
-    let mut config = ChaosConfig::new(Target::Backend(Box::new(spec)));
+    let mut config = config(Workload::Lock);
     config.workers = 4;
-    config.ttl = Duration::from_millis(100);
     config.duration = Duration::from_secs(8);
     // Shorter than the pause schedule's first gap: nothing can have been lost by then.
     config.control_duration = Some(Duration::from_millis(10));
-    let launcher = WorkerLauncher {
-        program: "/nonexistent/fencelock".into(),
-        args: Vec::new(),
-    };
-    let report = fencelock_chaos::run(&config, &launcher, &mut |_| {})
-        .await
-        .unwrap_or_else(|e| panic!("run failed: {e}"));
+    let report = run_config(&config).await;
     assert_passes(&report);
     // It stopped at its first lost update, not at the limit.
     let text = report.text();
