@@ -6,8 +6,8 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::{Child, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use fencelock_testkit::pg_cluster::PgCluster;
@@ -18,39 +18,64 @@ use common::{code, explain, wait_for_line};
 /// The subcommands that hold a lock while a command runs.
 const HOLDING: [&str; 2] = ["run", "elect"];
 
-/// Starts `fencelock SUB --backend URL --key KEY --ttl TTL -- sh -c SCRIPT`.
-fn hold(sub: &str, url: &str, key: &str, ttl: &str, script: &str) -> Child {
-    common::command()
-        .args([
-            sub,
-            "--backend",
-            url,
-            "--key",
-            key,
-            "--ttl",
-            ttl,
-            "--grace",
-            "2s",
-            "--",
-            "sh",
-            "-c",
-            script,
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the fencelock binary runs")
+/// `fencelock SUB` holding a key, its command running: the command wrote its
+/// FENCELOCK_TOKEN to a file and runs until told to end (at most a minute).
+struct Held {
+    child: Child,
+    /// The token the command was given.
+    token: u64,
+    /// The file whose existence ends the command.
+    done: PathBuf,
 }
 
-/// A script that writes its FENCELOCK_TOKEN to `started`, then runs until `done` exists (at
-/// most a minute).
-fn until_done(started: &Path, done: &Path) -> String {
-    format!(
-        "echo $FENCELOCK_TOKEN > {}; i=0; while [ ! -e {} ] && [ $i -lt 1200 ]; do sleep 0.05; \
-         i=$((i+1)); done",
-        started.display(),
-        done.display()
-    )
+impl Held {
+    /// Starts `fencelock SUB --backend URL --key KEY --ttl TTL --grace 2s` with such a
+    /// command, its files in `dir`, and waits until the command runs.
+    fn start(dir: &Path, sub: &str, url: &str, key: &str, ttl: &str) -> Held {
+        let started = dir.join(format!("{sub}-{key}-started"));
+        let done = dir.join(format!("{sub}-{key}-done"));
+        let script = format!(
+            "echo $FENCELOCK_TOKEN > {}; i=0; while [ ! -e {} ] && [ $i -lt 1200 ]; do \
+             sleep 0.05; i=$((i+1)); done",
+            started.display(),
+            done.display()
+        );
+        let child = common::command()
+            .args([
+                sub,
+                "--backend",
+                url,
+                "--key",
+                key,
+                "--ttl",
+                ttl,
+                "--grace",
+                "2s",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the fencelock binary runs");
+        let token = wait_for_line(&started, Duration::from_secs(20))
+            .parse()
+            .unwrap();
+        Held { child, token, done }
+    }
+
+    /// Tells the command to end.
+    fn end_command(&self) {
+        std::fs::write(&self.done, "").unwrap();
+    }
+
+    /// Waits for fencelock to exit: its output, and how long it took from `since`.
+    fn wait(self, since: Instant) -> (Output, Duration) {
+        let out = self.child.wait_with_output().unwrap();
+        (out, since.elapsed())
+    }
 }
 
 /// The token the next `run` of `key` gets, waiting up to 10 s for the lock.
@@ -93,13 +118,10 @@ fn a_lease_the_release_finds_gone_is_76_whatever_the_command_exits_with() {
     let server = RedisServer::spawn();
     let dir = tempfile::tempdir().unwrap();
     for sub in HOLDING {
-        let started = dir.path().join(format!("{sub}-started"));
-        let done = dir.path().join(format!("{sub}-done"));
-        let child = hold(sub, &server.url(), sub, "60s", &until_done(&started, &done));
-        wait_for_line(&started, Duration::from_secs(20));
+        let held = Held::start(dir.path(), sub, &server.url(), sub, "60s");
         redis_cli(&server, &["FLUSHALL"]);
-        std::fs::write(&done, "").unwrap();
-        let out = child.wait_with_output().unwrap();
+        held.end_command();
+        let (out, _) = held.wait(Instant::now());
         assert_eq!(code(&out), 76, "{sub}: {}", explain(&out));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
@@ -118,16 +140,10 @@ fn a_frozen_server_ends_the_run_with_76_naming_the_server() {
     let url = server.url();
     let dir = tempfile::tempdir().unwrap();
     for sub in HOLDING {
-        let started = dir.path().join(format!("{sub}-started"));
-        let done = dir.path().join(format!("{sub}-done"));
-        let child = hold(sub, &url, sub, "1s", &until_done(&started, &done));
-        let token: u64 = wait_for_line(&started, Duration::from_secs(20))
-            .parse()
-            .unwrap();
+        let held = Held::start(dir.path(), sub, &url, sub, "1s");
+        let token = held.token;
         server.stop();
-        let frozen = Instant::now();
-        let out = child.wait_with_output().unwrap();
-        let took = frozen.elapsed();
+        let (out, took) = held.wait(Instant::now());
         server.cont();
         assert_eq!(code(&out), 76, "{sub}: {}", explain(&out));
         // The ttl, a renewal's time-out and the grace, with a wide margin.
@@ -150,15 +166,10 @@ fn a_release_the_server_does_not_answer_says_the_command_had_ended() {
     let server = RedisServer::spawn();
     let dir = tempfile::tempdir().unwrap();
     for sub in HOLDING {
-        let started = dir.path().join(format!("{sub}-started"));
-        let done = dir.path().join(format!("{sub}-done"));
-        let child = hold(sub, &server.url(), sub, "60s", &until_done(&started, &done));
-        wait_for_line(&started, Duration::from_secs(20));
+        let held = Held::start(dir.path(), sub, &server.url(), sub, "60s");
         server.stop();
-        std::fs::write(&done, "").unwrap();
-        let ended = Instant::now();
-        let out = child.wait_with_output().unwrap();
-        let took = ended.elapsed();
+        held.end_command();
+        let (out, took) = held.wait(Instant::now());
         server.cont();
         assert_eq!(code(&out), 1, "{sub}: {}", explain(&out));
         assert!(took < Duration::from_secs(30), "{sub}: took {took:?}");
@@ -204,10 +215,7 @@ fn elect_wait_bounds_a_server_that_does_not_answer() {
     let server = RedisServer::spawn();
     let url = server.url();
     let dir = tempfile::tempdir().unwrap();
-    let started_file = dir.path().join("holder-started");
-    let done = dir.path().join("holder-done");
-    let holder = hold("run", &url, "k", "60s", &until_done(&started_file, &done));
-    wait_for_line(&started_file, Duration::from_secs(20));
+    let holder = Held::start(dir.path(), "run", &url, "k", "60s");
     let campaign = common::command()
         .args([
             "elect",
@@ -230,8 +238,8 @@ fn elect_wait_bounds_a_server_that_does_not_answer() {
     let out = campaign.wait_with_output().unwrap();
     let took = campaigning.elapsed();
     server.cont();
-    std::fs::write(&done, "").unwrap();
-    let _ = holder.wait_with_output();
+    holder.end_command();
+    let _ = holder.wait(Instant::now());
     assert_eq!(code(&out), 1, "{}", explain(&out));
     assert!(
         took < Duration::from_millis(4500),
@@ -262,20 +270,15 @@ fn a_postgres_session_ended_or_crashed_ends_the_run_with_76() {
     let dir = tempfile::tempdir().unwrap();
     for sub in HOLDING {
         let key = format!("terminated-{sub}");
-        let started = dir.path().join(format!("{key}-started"));
-        let done = dir.path().join(format!("{key}-done"));
-        let child = hold(sub, &advisory, &key, "60s", &until_done(&started, &done));
-        let token: u64 = wait_for_line(&started, Duration::from_secs(20))
-            .parse()
-            .unwrap();
+        let held = Held::start(dir.path(), sub, &advisory, &key, "60s");
+        let token = held.token;
         let terminated = Instant::now();
         psql(
             &cluster,
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
              WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'",
         );
-        let out = child.wait_with_output().unwrap();
-        let took = terminated.elapsed();
+        let (out, took) = held.wait(terminated);
         assert_eq!(code(&out), 76, "{sub}: {}", explain(&out));
         assert!(took < Duration::from_secs(30), "{sub}: took {took:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -285,16 +288,10 @@ fn a_postgres_session_ended_or_crashed_ends_the_run_with_76() {
     }
     for sub in HOLDING {
         let key = format!("crashed-{sub}");
-        let started = dir.path().join(format!("{key}-started"));
-        let done = dir.path().join(format!("{key}-done"));
-        let child = hold(sub, &lease, &key, "2s", &until_done(&started, &done));
-        let token: u64 = wait_for_line(&started, Duration::from_secs(20))
-            .parse()
-            .unwrap();
+        let held = Held::start(dir.path(), sub, &lease, &key, "2s");
+        let token = held.token;
         cluster.crash();
-        let crashed = Instant::now();
-        let out = child.wait_with_output().unwrap();
-        let took = crashed.elapsed();
+        let (out, took) = held.wait(Instant::now());
         cluster.start();
         assert_eq!(code(&out), 76, "{sub}: {}", explain(&out));
         assert!(took < Duration::from_secs(20), "{sub}: took {took:?}");
@@ -312,16 +309,10 @@ fn a_frozen_etcd_ends_the_run_with_76_naming_the_server() {
     let url = etcd.url();
     let dir = tempfile::tempdir().unwrap();
     for sub in HOLDING {
-        let started = dir.path().join(format!("{sub}-started"));
-        let done = dir.path().join(format!("{sub}-done"));
-        let child = hold(sub, &url, sub, "2s", &until_done(&started, &done));
-        let token: u64 = wait_for_line(&started, Duration::from_secs(20))
-            .parse()
-            .unwrap();
+        let held = Held::start(dir.path(), sub, &url, sub, "2s");
+        let token = held.token;
         etcd.pause(0);
-        let frozen = Instant::now();
-        let out = child.wait_with_output().unwrap();
-        let took = frozen.elapsed();
+        let (out, took) = held.wait(Instant::now());
         etcd.resume(0);
         assert_eq!(code(&out), 76, "{sub}: {}", explain(&out));
         assert!(took < Duration::from_secs(20), "{sub}: took {took:?}");
