@@ -3,4 +3,4 @@
 
 use fencelock_bench::Suite;
 
-fencelock_bench::define_bench!(memory => async { Ok((Suite::memory(), ())) });
+fencelock_bench::define_bench!(memory => async { Ok((Suite::connect(&fencelock::memory::MemoryConfig).await?, ())) });

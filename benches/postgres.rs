@@ -14,7 +14,7 @@ async fn setup(kind: PgBackendKind) -> fencelock_bench::Result<(Suite, PgSchema)
     let config = PgConfig::from_url(schema.url())?
         .schema(schema.name())
         .with_backend_kind(kind);
-    let suite = Suite::postgres(&config).await?;
+    let suite = Suite::connect(&config).await?;
     Ok((suite, schema))
 }
 

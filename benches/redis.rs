@@ -34,7 +34,7 @@ async fn redlock(
         config = config.with_hosts(&hosts)?;
         proxy = Some(slow);
     }
-    let mut suite = Suite::redlock(&config).await?;
+    let mut suite = Suite::connect(&config).await?;
     if proxy.is_some() {
         suite.backend = format!("{}-one-slowed", suite.backend);
     }
@@ -44,7 +44,7 @@ async fn redlock(
 fencelock_bench::define_bench!(
     redis => async {
         let server = RedisServer::spawn();
-        let suite = Suite::redis(&RedisConfig::from_url(&server.url())?).await?;
+        let suite = Suite::connect(&RedisConfig::from_url(&server.url())?).await?;
         Ok((suite, server))
     },
     redlock_3 => redlock(3, None),

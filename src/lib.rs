@@ -17,3 +17,15 @@ pub use fencelock_redis as redis;
 /// The PostgreSQL backends (lease table, advisory locks, transactions, fenced storage).
 #[cfg(feature = "postgres")]
 pub use fencelock_postgres as postgres;
+
+/// The MySQL / MariaDB backend (`GET_LOCK` sessions, fenced storage, the user's own tables).
+#[cfg(feature = "mysql")]
+pub use fencelock_mysql as mysql;
+
+/// The etcd backend and fenced storage.
+#[cfg(feature = "etcd")]
+pub use fencelock_etcd as etcd;
+
+/// The ZooKeeper backend and fenced storage.
+#[cfg(feature = "zookeeper")]
+pub use fencelock_zookeeper as zookeeper;

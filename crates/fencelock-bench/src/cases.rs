@@ -56,7 +56,7 @@ impl Case {
     /// Undoes the case's preparation (releases held leases).
     pub(crate) async fn finish(self) -> Result<()> {
         match self.workload {
-            Workload::Latency(op) => op.finish().await,
+            Workload::Latency(op) => Ok(op.finish().await?),
             Workload::Contended { .. } => Ok(()),
         }
     }
@@ -263,7 +263,7 @@ struct AcquireRelease {
 
 #[async_trait]
 impl Op for AcquireRelease {
-    async fn once(&self) -> Result<Option<Duration>> {
+    async fn once(&self) -> fencelock_core::Result<Option<Duration>> {
         self.subject.acquire_release(&self.key).await?;
         Ok(None)
     }
@@ -274,7 +274,7 @@ struct RoundTrip(Arc<dyn Baseline>);
 
 #[async_trait]
 impl Op for RoundTrip {
-    async fn once(&self) -> Result<Option<Duration>> {
+    async fn once(&self) -> fencelock_core::Result<Option<Duration>> {
         self.0.round_trip().await?;
         Ok(None)
     }
@@ -288,7 +288,7 @@ struct IdleRoundTrip {
 
 #[async_trait]
 impl Op for IdleRoundTrip {
-    async fn once(&self) -> Result<Option<Duration>> {
+    async fn once(&self) -> fencelock_core::Result<Option<Duration>> {
         tokio::time::sleep(self.settle).await;
         let sent = Instant::now();
         self.baseline.round_trip().await?;
@@ -305,7 +305,9 @@ mod tests {
 
     #[tokio::test]
     async fn the_steps_measure_every_scenario_once_per_subject() {
-        let suite = Suite::memory();
+        let suite = Suite::connect(&fencelock_memory::MemoryConfig)
+            .await
+            .unwrap();
         let settings = Settings {
             keys: 3,
             ..Settings::default()
@@ -353,7 +355,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_step_releases_the_leases_it_took() {
-        let suite = Suite::memory();
+        let suite = Suite::connect(&fencelock_memory::MemoryConfig)
+            .await
+            .unwrap();
         let settings = Settings::default();
         for step in [Scenario::FencedWrite, Scenario::Extend] {
             let cases = prepare(&suite, step, &settings).await.unwrap();

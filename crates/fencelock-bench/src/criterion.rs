@@ -39,7 +39,8 @@ pub use ::criterion as reexport;
 ///
 /// ```no_run
 /// use std::sync::Arc;
-/// use fencelock_bench::{BenchError, FencedSubject, MemoryBaseline, Suite};
+/// use fencelock_bench::{BenchError, FencedSubject, Suite};
+/// use fencelock_memory::{MemoryBaseline, MemoryConfig};
 ///
 /// async fn my_backend() -> Result<(Suite, ()), BenchError> {
 ///     let backend = Arc::new(fencelock_memory::MemoryLockBackend::new());
@@ -50,7 +51,8 @@ pub use ::criterion as reexport;
 /// }
 ///
 /// fencelock_bench::define_bench!(
-///     memory => async { Ok((Suite::memory(), ())) },
+///     // Any backend's config gives its own suite.
+///     memory => async { Ok((Suite::connect(&MemoryConfig).await?, ())) },
 ///     mine => my_backend(),
 /// );
 /// ```
@@ -85,7 +87,7 @@ pub fn runtime() -> Runtime {
         .unwrap_or_else(|e| panic!("cannot build a Tokio runtime: {e}"))
 }
 
-fn fail(e: crate::BenchError) -> ! {
+fn fail(e: impl std::fmt::Display) -> ! {
     panic!("bench step failed: {e}")
 }
 

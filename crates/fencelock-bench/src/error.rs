@@ -39,5 +39,15 @@ impl BenchError {
     }
 }
 
+/// A run that could not be carried out, as the core error the subject and operation traits
+/// return (a task that died, a lock that should have been free).
+pub(crate) fn harness(message: String) -> fencelock_core::Error {
+    fencelock_core::Error::Backend {
+        backend: "bench",
+        message,
+        source: None,
+    }
+}
+
 /// The result of a benchmark step.
 pub type Result<T, E = BenchError> = std::result::Result<T, E>;

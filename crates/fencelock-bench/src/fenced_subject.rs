@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use fencelock_core::{FencedStorage, Lease, LockBackend, LockKey, Locker};
 
-use crate::error::{BenchError, Result};
+use fencelock_core::Result;
+
+use crate::error::harness;
 use crate::subject::{Op, Subject, TTL};
 
 /// The fenced lock under test: a [`LockBackend`] and its [`FencedStorage`], driven the way an
@@ -63,7 +65,7 @@ impl FencedSubject {
             .as_ref()
             .try_acquire(key, TTL)
             .await?
-            .ok_or_else(|| BenchError::Run(format!("the lock on {key} is held by someone else")))
+            .ok_or_else(|| fencelock_core::tools::held_by_someone_else("fencelock", key))
     }
 
     /// Fenced writes of `resource`, under a lease taken now and released by
@@ -196,14 +198,14 @@ impl Op for Handoff {
                 .await?;
             let granted = Instant::now();
             guard.release().await?;
-            Ok::<_, BenchError>(granted)
+            Ok::<_, fencelock_core::Error>(granted)
         });
         tokio::time::sleep(self.settle).await;
         let released = Instant::now();
         holder.release().await?;
         let granted = waiter
             .await
-            .map_err(|e| BenchError::Run(format!("the waiter task died: {e}")))??;
+            .map_err(|e| harness(format!("the waiter task died: {e}")))??;
         Ok(Some(granted.saturating_duration_since(released)))
     }
 }

@@ -10,7 +10,9 @@ use fencelock_core::{
     Election, Error, FencedStorage, LockBackend, LockKey, Locker, RwLocker, Semaphore,
 };
 
-use crate::error::{BenchError, Result};
+use fencelock_core::Result;
+
+use crate::error::harness;
 use crate::scenario::PERMITS;
 use crate::subject::{Op, TTL};
 
@@ -103,7 +105,7 @@ impl Op for KindGrant {
         if released {
             Ok(None)
         } else {
-            Err(BenchError::Run(format!(
+            Err(harness(format!(
                 "the {:?} grant on {key} was gone before its release",
                 self.kind
             )))
@@ -160,7 +162,7 @@ impl Op for Failover {
             }
             let left = free_by.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(BenchError::Run(format!(
+                return Err(harness(format!(
                     "the election {key} still had a leader {FAILOVER_WAIT:?} after the last \
                      one resigned"
                 )));
@@ -179,12 +181,12 @@ impl Op for Failover {
             async move {
                 let next = election.campaign().ttl(ttl).wait(FAILOVER_WAIT).await?;
                 storage.write(&resource, next.fence(), b"standby").await?;
-                Ok::<_, BenchError>((next, Instant::now()))
+                Ok::<_, Error>((next, Instant::now()))
             }
         });
         let (next, written) = standby
             .await
-            .map_err(|e| BenchError::Run(format!("the standby task died: {e}")))??;
+            .map_err(|e| harness(format!("the standby task died: {e}")))??;
         let stale = self
             .storage
             .write(&self.resource, leader.fence(), b"leader")
@@ -192,11 +194,11 @@ impl Op for Failover {
         next.resign().await?;
         match stale {
             Err(Error::Stale { .. }) => Ok(Some(written.saturating_duration_since(killed))),
-            Ok(()) => Err(BenchError::Run(format!(
+            Ok(()) => Err(harness(format!(
                 "the killed leader's write on {} was admitted after its successor's",
                 self.resource
             ))),
-            Err(e) => Err(e.into()),
+            Err(e) => Err(e),
         }
     }
 }

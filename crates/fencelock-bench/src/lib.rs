@@ -2,7 +2,6 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
-mod backends;
 mod cases;
 mod error;
 mod fenced_subject;
@@ -18,17 +17,6 @@ mod table;
 #[cfg(feature = "criterion")]
 pub mod criterion;
 
-#[cfg(feature = "etcd")]
-pub use backends::etcd::{EtcdBaseline, EtcdLockServicePeer};
-pub use backends::memory::MemoryBaseline;
-#[cfg(feature = "mysql")]
-pub use backends::mysql::MySqlBaseline;
-#[cfg(feature = "postgres")]
-pub use backends::postgres::{PgBaseline, SqlxAdvisoryLockPeer};
-#[cfg(feature = "redis")]
-pub use backends::redis::RedisBaseline;
-#[cfg(feature = "redis")]
-pub use backends::redis_cluster::RedisClusterBaseline;
 pub use error::{BenchError, Result};
 pub use fenced_subject::FencedSubject;
 pub use histogram::Histogram;

@@ -175,7 +175,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_run_reports_every_scenario_with_ratios() {
-        let suite = Suite::memory();
+        let suite = Suite::connect(&fencelock_memory::MemoryConfig)
+            .await
+            .unwrap();
         let settings = Settings {
             duration: Duration::from_millis(20),
             concurrency: 2,
@@ -226,7 +228,9 @@ mod tests {
 
     #[tokio::test]
     async fn contended_runs_stop_after_their_operations() {
-        let suite = Suite::memory();
+        let suite = Suite::connect(&fencelock_memory::MemoryConfig)
+            .await
+            .unwrap();
         let keys = Arc::new(vec![suite.key(1, "k").unwrap()]);
         let fenced: Arc<dyn Subject> = suite.fenced.clone();
         let m = contended(fenced, keys, 3, Stop::Ops(10)).await.unwrap();

@@ -3,9 +3,10 @@
 
 use std::sync::Arc;
 
-use fencelock_core::LockKey;
+use fencelock_core::tools::{BenchKit, Peer};
+use fencelock_core::{BackendConfig, LockKey};
 
-use crate::error::Result;
+use crate::error::{BenchError, Result};
 use crate::fenced_subject::FencedSubject;
 use crate::subject::{Baseline, Cleanup, Subject};
 
@@ -15,11 +16,9 @@ const KEY_ROOT: &str = "fencelock-bench";
 /// The fenced lock on one backend, the raw baseline on the same server, and peers: what
 /// [`run_all`](crate::run_all) and the criterion benches measure.
 ///
-/// Constructors for this repository's backends live next to their baselines
-/// ([`Suite::memory`], and with the `redis`, `postgres`, `mysql` and `etcd` features
-/// `Suite::redis`, `Suite::redlock`, `Suite::redis_cluster`, `Suite::postgres`,
-/// `Suite::mysql`, `Suite::etcd`); a backend written elsewhere builds its own with
-/// [`Suite::new`] (see the crate docs for a whole example).
+/// [`Suite::connect`] builds one from any backend's config, with the kit the backend
+/// provides ([`BackendConfig::bench_kit`]); [`Suite::new`] builds one from parts (see the
+/// crate docs for a whole example).
 #[derive(Debug, Clone)]
 pub struct Suite {
     /// The backend, as shown in reports (`memory`, `redis`, `pg-lease`, ...).
@@ -54,6 +53,43 @@ impl Suite {
             peers,
             cleanup: None,
             run_id: format!("{:016x}", rand::random::<u64>()),
+        }
+    }
+
+    /// The suite of the backend `config` names, from the kit the backend provides
+    /// ([`BackendConfig::bench_kit`]): its fenced lock, its raw baseline, its peers and its
+    /// cleanup. A backend without a kit is [`BenchError::Run`] saying so.
+    pub async fn connect(config: &dyn BackendConfig) -> Result<Self> {
+        match config.bench_kit().await? {
+            Some(kit) => Ok(Self::from_kit(kit)),
+            None => Err(BenchError::Run(format!(
+                "fencelock bench has no baseline for {} yet",
+                config.redacted_url()
+            ))),
+        }
+    }
+
+    /// The suite of a backend's kit.
+    pub fn from_kit(kit: BenchKit) -> Self {
+        let peers = kit
+            .peers
+            .into_iter()
+            .filter_map(|peer| match peer {
+                Peer::Fenced(connected) => {
+                    let subject: Arc<dyn Subject> =
+                        Arc::new(FencedSubject::new(connected.backend, connected.storage));
+                    Some(subject)
+                }
+                Peer::Raw(subject) => Some(subject),
+                // A kind of peer this harness does not know yet is not measured.
+                _ => None,
+            })
+            .collect();
+        let fenced = FencedSubject::new(kit.fenced.backend, kit.fenced.storage);
+        let suite = Suite::new(kit.name, fenced, kit.baseline, peers);
+        match kit.cleanup {
+            Some(cleanup) => suite.with_cleanup(cleanup),
+            None => suite,
         }
     }
 
@@ -108,6 +144,6 @@ impl Suite {
             None => Ok(()),
         };
         let closed = self.baseline.close().await;
-        cleaned.and(closed)
+        Ok(cleaned.and(closed)?)
     }
 }

@@ -84,7 +84,7 @@ async fn keys_of_run(url: &str, suite: &Suite) -> Vec<String> {
 #[tokio::test]
 async fn a_redis_run_leaves_no_key() {
     let config = RedisConfig::from_url(&redis_url()).unwrap();
-    let suite = Suite::redis(&config)
+    let suite = Suite::connect(&config)
         .await
         .unwrap_or_else(|e| panic!("{}", no_redis(e)));
     run(&suite).await;
@@ -114,7 +114,7 @@ async fn a_redlock_run_leaves_no_key_on_its_nodes_or_its_storage() {
     let storage_url = format!("{}/9", redis_url().trim_end_matches('/'));
     let storage = RedisConfig::from_url(&storage_url).unwrap();
     let config = RedlockConfig::new([node.to_url()]).with_storage(storage);
-    let suite = Suite::redlock(&config)
+    let suite = Suite::connect(&config)
         .await
         .unwrap_or_else(|e| panic!("{}", no_redis(e)));
     run(&suite).await;
@@ -148,7 +148,7 @@ async fn a_redis_cluster_run_leaves_no_key_on_any_master() {
         .await
         .unwrap();
     let config = RedisClusterConfig::from_url(&cluster.url()).unwrap();
-    let suite = Suite::redis_cluster(&config)
+    let suite = Suite::connect(&config)
         .await
         .unwrap_or_else(|e| panic!("cannot use the spawned cluster {}: {e}", cluster.url()));
     run(&suite).await;
@@ -272,7 +272,7 @@ async fn check_postgres(admin: PgPool, schema: String, kind: PgBackendKind) {
             .unwrap()
             .schema(schema.as_str())
             .with_backend_kind(kind);
-        let suite = Suite::postgres(&config)
+        let suite = Suite::connect(&config)
             .await
             .unwrap_or_else(|e| panic!("{}", no_postgres(e)));
         run(&suite).await;
@@ -307,7 +307,6 @@ async fn check_postgres(admin: PgPool, schema: String, kind: PgBackendKind) {
 
 /// MySQL/MariaDB at `FENCELOCK_MYSQL_URL` (default `mysql://root@127.0.0.1:3306/test`), under
 /// a table prefix of the test's own, uninstalled when the test ends.
-#[cfg(feature = "mysql")]
 mod mysql {
     use super::*;
 
@@ -403,7 +402,7 @@ mod mysql {
         let config = MySqlConfig::from_url(&mysql_url())
             .unwrap_or_else(|e| panic!("{}", no_mysql(e)))
             .prefix(prefix.as_str());
-        let suite = Suite::mysql(&config)
+        let suite = Suite::connect(&config)
             .await
             .unwrap_or_else(|e| panic!("{}", no_mysql(e)));
         let _uninstall = Uninstall(config.clone());

@@ -1,25 +1,26 @@
 //! The servers a chaos run talks to, and the handles the nemesis pulls: spawned redis-server
 //! nodes and etcd members (killed and restarted), fault proxies in front of every server
-//! (partitions), and an admin session on Postgres (`pg_terminate_backend`).
+//! (partitions), and the backend's own session fault where it has one (PostgreSQL's
+//! `pg_terminate_backend`), which the backend provides through
+//! `BackendConfig::session_faults`.
 //!
 //! Specs are typed configs from here on: proxies go in front of servers with `with_hosts`, and
-//! the workers' Postgres sessions are tagged with `PgConfig::application_name`.
+//! the workers' sessions are tagged by the session fault so that it ends theirs only.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use fencelock::HostPort;
-use fencelock::postgres::{PgConfig, sqlx};
 use fencelock::redis::{RedisConfig, RedlockConfig};
 use fencelock::spec::{BackendSpec, Connected};
+use fencelock::tools::SessionFaults;
 
 use crate::config::Persistence;
 use crate::error::{ChaosError, Result};
 #[cfg(feature = "etcd")]
-use crate::etcd::EtcdServer;
-use crate::proxy::FaultProxy;
-use crate::redis::{RedisOptions, RedisServer};
+use fencelock_servers::etcd::EtcdServer;
+use fencelock_servers::proxy::FaultProxy;
+use fencelock_servers::redis::{RedisOptions, RedisServer};
 
 /// Everything a run talks to.
 #[derive(Debug)]
@@ -40,8 +41,9 @@ pub(crate) struct Cluster {
     _storage_node: Option<Arc<RedisServer>>,
     /// Fault proxies in front of every server the workers reach.
     pub(crate) proxies: Vec<FaultProxy>,
-    /// Postgres: the admin pool and the application name the workers' sessions carry.
-    pub(crate) pg: Option<PgAdmin>,
+    /// The backend's server-side session fault, when it has one; the workers' sessions are
+    /// tagged for it.
+    pub(crate) faults: Option<Arc<dyn SessionFaults>>,
     /// How the spec was given, for the report (passwords hidden).
     pub(crate) described: String,
     /// A backend that lives inside this process (`memory://`), connected once and shared by
@@ -114,13 +116,6 @@ impl Node {
     }
 }
 
-/// An admin pool on the Postgres server under test.
-#[derive(Debug)]
-pub(crate) struct PgAdmin {
-    pub(crate) pool: sqlx::PgPool,
-    pub(crate) application_name: String,
-}
-
 /// The fault proxies of a run, and where they listen.
 #[derive(Debug, Default)]
 struct Proxies(Vec<FaultProxy>);
@@ -169,9 +164,9 @@ impl Cluster {
         };
         let mut proxies = Proxies::default();
         let direct = if count == 1 {
-            BackendSpec::Redis(RedisConfig::from_url(&nodes[0].url())?)
+            BackendSpec::from_config(RedisConfig::from_url(&nodes[0].url())?)
         } else {
-            BackendSpec::Redlock(RedlockConfig::new(nodes.iter().map(|n| n.url())))
+            BackendSpec::from_config(RedlockConfig::new(nodes.iter().map(|n| n.url())))
         };
         let worker_backend = if proxied {
             direct
@@ -191,8 +186,8 @@ impl Cluster {
                     storage.clone()
                 };
                 (
-                    Some(BackendSpec::Redis(for_workers)),
-                    BackendSpec::Redis(storage),
+                    Some(BackendSpec::from_config(for_workers)),
+                    BackendSpec::from_config(storage),
                 )
             }
             None => (None, direct),
@@ -220,7 +215,7 @@ impl Cluster {
             kill_at_most: (count / 2).max(1),
             _storage_node: storage_node,
             proxies: proxies.0,
-            pg: None,
+            faults: None,
             described,
             in_process: None,
         })
@@ -243,7 +238,7 @@ impl Cluster {
             .map_err(|e| ChaosError::harness_from(format!("cannot start etcd: {e}"), e))?;
         let server = Arc::new(server);
         let prefix = format!("fencelock-chaos/{run_tag}");
-        let direct = BackendSpec::Etcd(
+        let direct = BackendSpec::from_config(
             fencelock_etcd::EtcdConfig::from_url(&server.url())?.prefix(prefix.clone()),
         );
         let mut proxies = Proxies::default();
@@ -271,7 +266,7 @@ impl Cluster {
             kill_at_most: (count.saturating_sub(1) / 2).max(1),
             _storage_node: None,
             proxies: proxies.0,
-            pg: None,
+            faults: None,
             described,
             in_process: None,
         })
@@ -290,7 +285,7 @@ impl Cluster {
                 kill_at_most: 0,
                 _storage_node: None,
                 proxies: Vec::new(),
-                pg: None,
+                faults: None,
                 described: format!("{spec} (workers are threads of this process)"),
                 in_process: Some(spec.connect().await?),
             });
@@ -302,17 +297,9 @@ impl Cluster {
         } else {
             spec.clone()
         };
-        let mut pg = None;
-        if let (BackendSpec::Postgres(direct), BackendSpec::Postgres(for_workers)) =
-            (spec, &worker_backend)
-        {
-            let admin = PgAdmin::open(direct, run_tag, spec).await?;
-            worker_backend = BackendSpec::Postgres(
-                for_workers
-                    .clone()
-                    .application_name(&admin.application_name),
-            );
-            pg = Some(admin);
+        let faults = spec.config().session_faults(run_tag).await?;
+        if let Some(faults) = &faults {
+            worker_backend = faults.tag(worker_backend.config())?.into();
         }
         Ok(Cluster {
             worker_backend,
@@ -322,7 +309,7 @@ impl Cluster {
             kill_at_most: 0,
             _storage_node: None,
             proxies: proxies.0,
-            pg,
+            faults,
             described: spec.to_string(),
             in_process: None,
         })
@@ -388,42 +375,6 @@ async fn resolve(host: &HostPort) -> Result<SocketAddr> {
                 "cannot resolve {host} to put a fault proxy in front of it"
             ))
         })
-}
-
-impl PgAdmin {
-    /// One admin session on the server of `config`, and the application name of the run.
-    async fn open(config: &PgConfig, run_tag: &str, spec: &BackendSpec) -> Result<Self> {
-        // One connection first, outside the pool, to check the server: a pool tries a refused
-        // connect again until its time-out and then says only that it timed out, not why.
-        let within = Duration::from_secs(5);
-        let options = config.connect_options();
-        match tokio::time::timeout(within, sqlx::ConnectOptions::connect(options)).await {
-            Ok(Ok(first)) => {
-                let _ = tokio::time::timeout(within, sqlx::Connection::close(first)).await;
-            }
-            // Mapped as the backend's own errors are: refused credentials are a configuration
-            // error, a server that is down is unavailable.
-            Ok(Err(e)) => {
-                return Err(fencelock::postgres::map_sqlx_error("postgres", e)
-                    .in_context(&format!("cannot open the admin session on {spec}"))
-                    .into());
-            }
-            Err(_) => {
-                return Err(ChaosError::harness(format!(
-                    "cannot open the admin session on {spec}: no answer within {within:?}"
-                )));
-            }
-        }
-        // The pool opens its session when first used (and again after a fault ended it).
-        let pool = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(within)
-            .connect_lazy_with(options.clone());
-        Ok(PgAdmin {
-            pool,
-            application_name: format!("fencelock-chaos-{run_tag}"),
-        })
-    }
 }
 
 #[cfg(test)]

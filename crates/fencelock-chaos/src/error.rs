@@ -69,15 +69,11 @@ impl ChaosError {
     /// Whether the error is the caller's input (configuration or spec), as opposed to a
     /// failure while carrying the run out.
     pub fn is_input(&self) -> bool {
-        matches!(
-            self,
-            ChaosError::InvalidConfig { .. }
-                | ChaosError::Backend(
-                    fencelock::Error::InvalidConfig { .. }
-                        | fencelock::Error::InvalidKey { .. }
-                        | fencelock::Error::InvalidTtl { .. }
-                )
-        )
+        match self {
+            ChaosError::InvalidConfig { .. } => true,
+            ChaosError::Backend(e) => e.is_input(),
+            _ => false,
+        }
     }
 }
 

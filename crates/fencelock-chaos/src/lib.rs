@@ -31,60 +31,33 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The server tools the nemesis uses, [`redis::RedisServer`], [`etcd::EtcdServer`] and
-//! [`proxy::FaultProxy`], are available without the `harness` feature (default), for tests.
-//! Runs on etcd (`etcd://` specs and `Target::SpawnEtcd`) need the `etcd` feature.
+//! The servers the nemesis kills and partitions (redis-server, etcd members, the fault proxy)
+//! come from `fencelock-servers`. Runs on etcd (`etcd://` specs and `Target::SpawnEtcd`) need
+//! the `etcd` feature.
 #![warn(missing_docs)]
 
-#[cfg(feature = "harness")]
 mod checker;
-#[cfg(feature = "harness")]
 mod clock;
-#[cfg(feature = "harness")]
 mod cluster;
-#[cfg(feature = "harness")]
 mod config;
-#[cfg(feature = "harness")]
 mod error;
-pub mod etcd;
-#[cfg(feature = "harness")]
 mod events;
-#[cfg(feature = "harness")]
 pub mod history;
-#[cfg(feature = "harness")]
 pub mod linearizability;
-#[cfg(feature = "harness")]
 mod nemesis;
-#[cfg(feature = "harness")]
 mod page;
-#[cfg(feature = "harness")]
 mod phase;
-#[cfg(feature = "harness")]
 mod process;
-pub mod proxy;
-pub mod redis;
-#[cfg(feature = "harness")]
 mod report;
-#[cfg(feature = "harness")]
 mod run;
-#[cfg(feature = "harness")]
 mod worker;
 
-#[cfg(feature = "harness")]
 pub use checker::Verdict;
-#[cfg(feature = "harness")]
 pub use config::{ChaosConfig, FaultKind, MIN_TTL, Mode, Persistence, Target, Workload};
-#[cfg(feature = "harness")]
 pub use error::{ChaosError, Result};
-#[cfg(feature = "harness")]
 pub use linearizability::Linearizability;
-#[cfg(feature = "harness")]
 pub use nemesis::FaultTally;
-#[cfg(feature = "harness")]
 pub use process::WorkerLauncher;
-#[cfg(feature = "harness")]
 pub use report::{ChaosReport, Outcome, Progress, RunReport};
-#[cfg(feature = "harness")]
 pub use run::run;
-#[cfg(feature = "harness")]
 pub use worker::serve_worker;

@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use fencelock::postgres::sqlx;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use rand::seq::{IndexedRandom, SliceRandom};
@@ -135,9 +134,11 @@ pub(crate) fn check_applicable(faults: &[FaultKind], cluster: &Cluster) -> Resul
                 ));
             }
             FaultKind::Kill => {}
-            FaultKind::Terminate if cluster.pg.is_none() => {
+            FaultKind::Terminate if cluster.faults.is_none() => {
                 return Err(ChaosError::config(
-                    "the terminate fault (pg_terminate_backend) applies to postgres:// backends only",
+                    "the terminate fault ends the workers' server sessions, which only a backend \
+                     whose server can end them offers (of the built-in ones, postgres:// \
+                     backends only)",
                 ));
             }
             FaultKind::Terminate => {}
@@ -449,28 +450,20 @@ async fn partition_episode(
     counts.span(FaultKind::Partition, None, label, started);
 }
 
-/// Ends a random half of the workers' Postgres sessions (all of them one time in three).
+/// Ends a random half of the workers' server sessions (all of them one time in three).
 async fn terminate_episode(cluster: &Cluster, counts: &FaultCounts) -> Result<()> {
-    let Some(pg) = &cluster.pg else {
+    let Some(faults) = &cluster.faults else {
         return Ok(());
     };
     let started = clock::now_ns();
     let everyone = rand::random_range(0..3u8) == 0;
-    let ended: i64 = sqlx::query_scalar(
-        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
-         WHERE application_name = $1 AND pid <> pg_backend_pid() AND ($2 OR random() < 0.5)",
-    )
-    .bind(&pg.application_name)
-    .bind(everyone)
-    .fetch_one(&pg.pool)
-    .await
-    .map_err(|e| ChaosError::harness_from(format!("pg_terminate_backend failed: {e}"), e))?;
+    let ended = faults
+        .end_sessions(everyone)
+        .await
+        .map_err(|e| ChaosError::harness(format!("{} failed: {e}", faults.label())))?;
     FaultCounts::bump(&counts.terminate_episodes, 1);
-    FaultCounts::bump(
-        &counts.sessions_terminated,
-        u64::try_from(ended).unwrap_or(0),
-    );
-    let label = format!("pg_terminate_backend, {ended} sessions");
+    FaultCounts::bump(&counts.sessions_terminated, ended);
+    let label = format!("{}, {ended} sessions", faults.label());
     counts.span(FaultKind::Terminate, None, label, started);
     Ok(())
 }

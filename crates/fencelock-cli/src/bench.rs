@@ -47,18 +47,12 @@ fn parse_bench_duration(text: &str) -> std::result::Result<Duration, String> {
     Ok(duration)
 }
 
+/// The backend's own bench kit: its raw baseline, peers and cleanup.
 async fn suite(spec: &BackendSpec) -> Result<Suite, CliError> {
-    match spec {
-        BackendSpec::Memory => Ok(Suite::memory()),
-        BackendSpec::Redis(config) => Ok(Suite::redis(config).await?),
-        BackendSpec::Redlock(config) => Ok(Suite::redlock(config).await?),
-        BackendSpec::RedisCluster(config) => Ok(Suite::redis_cluster(config).await?),
-        BackendSpec::Postgres(config) => Ok(Suite::postgres(config).await?),
-        BackendSpec::MySql(config) => Ok(Suite::mysql(config).await?),
-        #[cfg(feature = "etcd")]
-        BackendSpec::Etcd(config) => Ok(Suite::etcd(config).await?),
-        other => Err(CliError::Input(format!(
-            "fencelock bench has no baseline for {other} yet"
+    match spec.config().bench_kit().await? {
+        Some(kit) => Ok(Suite::from_kit(kit)),
+        None => Err(CliError::Input(format!(
+            "fencelock bench has no baseline for {spec} yet"
         ))),
     }
 }

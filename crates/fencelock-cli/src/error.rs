@@ -53,22 +53,10 @@ impl CliError {
     pub fn exit(&self) -> Exit {
         let input = match self {
             CliError::Input(_) => true,
-            CliError::Lock(e) | CliError::Bench(BenchError::Fencelock(e)) => is_input(e),
+            CliError::Lock(e) | CliError::Bench(BenchError::Fencelock(e)) => e.is_input(),
             CliError::Chaos(e) => e.is_input(),
             CliError::Bench(_) | CliError::NoAnswer { .. } | CliError::Io { .. } => false,
         };
         if input { Exit::Usage } else { Exit::Failure }
     }
-}
-
-/// Whether the lock library refused its input (a key, a ttl, a spec, a kind of lock the backend
-/// does not offer) before touching anything.
-fn is_input(e: &fencelock::Error) -> bool {
-    matches!(
-        e,
-        fencelock::Error::InvalidKey { .. }
-            | fencelock::Error::InvalidTtl { .. }
-            | fencelock::Error::InvalidConfig { .. }
-            | fencelock::Error::Unsupported { .. }
-    )
 }

@@ -1,5 +1,20 @@
 //! The `fencelock` command as a library: the argument definitions ([`Cli`]) and [`run`], which
-//! carries a parsed command out and returns its exit code. The binary is `src/main.rs`.
+//! carries a parsed command out and returns its exit code. The binary is `src/main.rs`, one
+//! call of [`main_with`].
+//!
+//! A backend written outside this repository gets every subcommand (`run`, `inspect`,
+//! `elect`, `advance-token`, `bench`, `chaos`) with a binary of its own that registers its
+//! schemes:
+//!
+//! ```no_run
+//! # mod my_backend { pub const SCHEMES: &[fencelock::spec::Scheme] = &[]; }
+//! #[tokio::main]
+//! async fn main() -> std::process::ExitCode {
+//!     fencelock_cli::main_with(my_backend::SCHEMES).await
+//! }
+//! ```
+//!
+//! The chaos workers are this same binary started again, so they know the same schemes.
 //!
 //! Each subcommand lives in its own module and returns an [`Exit`] or a [`CliError`]; exit codes
 //! are defined once in [`exit`], and every subcommand's `--help` lists its codes from there.
@@ -8,7 +23,8 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use fencelock::spec::Scheme;
 
 mod advance_token;
 mod args;
@@ -108,6 +124,57 @@ impl Command {
     }
 }
 
+/// Registers `schemes` beside the built-in ones, parses the process's command line (its help
+/// lists every registered scheme) and carries it out. A scheme that cannot be registered (its
+/// name is taken) is reported and exits with the usage code.
+pub async fn main_with(schemes: &[Scheme]) -> ExitCode {
+    for scheme in schemes {
+        if let Err(e) = fencelock::spec::register(*scheme) {
+            eprintln!("fencelock: {e}");
+            return Exit::Usage.into();
+        }
+    }
+    run(parse()).await
+}
+
+/// The command line of this process, parsed against [`command`] (exits with clap's message
+/// and code on a usage error, or after printing help).
+pub fn parse() -> Cli {
+    let matches = command().get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
+/// The command-line definition, with the schemes registered in this process (see
+/// [`fencelock::spec::register`]) listed in the help of `--backend`.
+pub fn command() -> clap::Command {
+    let schemes = fencelock::spec::schemes();
+    let list: Vec<String> = schemes
+        .iter()
+        .map(|scheme| format!("  {}://  {}", scheme.name, scheme.summary))
+        .collect();
+    let listing = format!("Backend specs this build reads:\n{}", list.join("\n"));
+    let mut cli = Cli::command();
+    let names: Vec<String> = cli
+        .get_subcommands()
+        .filter(|sub| sub.get_arguments().any(|arg| arg.get_id() == "backend"))
+        .map(|sub| sub.get_name().to_owned())
+        .collect();
+    for name in names {
+        let listing = listing.clone();
+        cli = cli.mut_subcommand(name, move |sub| {
+            sub.mut_arg("backend", move |arg| {
+                let help = arg
+                    .get_long_help()
+                    .or(arg.get_help())
+                    .map(|help| help.to_string())
+                    .unwrap_or_default();
+                arg.long_help(format!("{help}\n\n{listing}"))
+            })
+        });
+    }
+    cli.after_help(listing)
+}
+
 /// Carries out a parsed command line: prints what the subcommand prints, and any error as one
 /// `fencelock: ...` line on stderr (passwords hidden). Returns the exit code.
 pub async fn run(cli: Cli) -> ExitCode {
@@ -122,12 +189,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Chaos(args) => chaos::run(args).await,
         Command::Worker => chaos::worker().await,
         Command::Completions { shell } => {
-            clap_complete::generate(
-                shell,
-                &mut <Cli as clap::CommandFactory>::command(),
-                "fencelock",
-                &mut std::io::stdout(),
-            );
+            clap_complete::generate(shell, &mut command(), "fencelock", &mut std::io::stdout());
             Ok(Exit::Success)
         }
     };
@@ -147,13 +209,25 @@ pub async fn run(cli: Cli) -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use clap::CommandFactory;
-
     use super::*;
 
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+        command().debug_assert();
+    }
+
+    #[test]
+    fn the_backend_help_lists_every_registered_scheme() {
+        let mut cli = command();
+        let help = cli
+            .find_subcommand_mut("run")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        for scheme in fencelock::spec::schemes().iter() {
+            assert!(help.contains(&format!("{}://", scheme.name)), "{help}");
+        }
     }
 
     #[test]

@@ -2,9 +2,7 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 #[tokio::main]
 async fn main() -> ExitCode {
-    fencelock_cli::run(fencelock_cli::Cli::parse()).await
+    fencelock_cli::main_with(&[]).await
 }

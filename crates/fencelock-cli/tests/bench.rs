@@ -327,11 +327,7 @@ impl Drop for MySqlUninstall {
                 .build()
                 .ok()?;
             rt.block_on(async {
-                let Ok(fencelock::spec::BackendSpec::MySql(config)) =
-                    fencelock::spec::BackendSpec::parse(&url)
-                else {
-                    return None;
-                };
+                let config = fencelock::mysql::MySqlConfig::from_url(&url).ok()?;
                 let db = config.install(false).connect().await.ok()?;
                 let dropped = db.uninstall().await.ok();
                 db.close().await;
@@ -353,9 +349,7 @@ async fn bench_mysql() {
     let base = mysql_url();
     let sep = if base.contains('?') { '&' } else { '?' };
     let spec = format!("{base}{sep}prefix={prefix}");
-    let Ok(fencelock::spec::BackendSpec::MySql(config)) =
-        fencelock::spec::BackendSpec::parse(&spec)
-    else {
+    let Ok(config) = fencelock::mysql::MySqlConfig::from_url(&spec) else {
         panic!("FENCELOCK_MYSQL_URL is not a MySQL URL: {base}");
     };
     let _uninstall = MySqlUninstall(spec.clone());

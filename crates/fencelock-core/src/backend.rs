@@ -190,6 +190,9 @@ pub fn validate_floor(floor: FencingToken, largest: u64, counter: &str) -> Resul
 
 macro_rules! forward_lock_backend {
     ($($ptr:ident),*) => {$(
+        // Every method forwarded, defaults included: a method added to the trait and left
+        // out here would silently run the default instead of the pointee's.
+        #[deny(clippy::missing_trait_methods)]
         #[async_trait]
         impl<T: LockBackend + ?Sized> LockBackend for $ptr<T> {
             fn name(&self) -> &'static str {

@@ -214,6 +214,21 @@ impl Error {
         )
     }
 
+    /// Whether the caller's input was refused before anything was touched: a key, a ttl, a
+    /// configuration (URL, option), a value too large, or a kind of lock or operation the
+    /// backend does not offer. Tools exit with a usage error for these (the command line's
+    /// exit code 2) and with a failure for everything else.
+    pub fn is_input(&self) -> bool {
+        matches!(
+            self,
+            Error::InvalidKey { .. }
+                | Error::InvalidTtl { .. }
+                | Error::InvalidConfig { .. }
+                | Error::ValueTooLarge { .. }
+                | Error::Unsupported { .. }
+        )
+    }
+
     /// The variant's name in snake case (`"stale"`, `"unavailable"`, ...): a label for
     /// metrics and logs that stays the same whatever the message says.
     pub fn kind(&self) -> &'static str {

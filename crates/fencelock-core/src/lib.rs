@@ -5,6 +5,7 @@
 mod backend;
 mod backoff;
 mod capabilities;
+mod config;
 mod error;
 mod fence;
 mod guard;
@@ -19,11 +20,13 @@ pub mod metrics;
 mod registry;
 mod storage;
 mod storage_ext;
+pub mod tools;
 mod watchdog;
 
 pub use backend::{LockBackend, MIN_TTL, validate_floor, validate_ttl};
 pub use backoff::Backoff;
 pub use capabilities::{Capabilities, LockKinds, TimeAuthority, TokenGuarantee, WakeUp};
+pub use config::{BackendConfig, Connected, Scheme, Schemes};
 pub use error::{BoxError, Error, LostReason, NodeReport, Result};
 pub use fence::{Fence, FenceRule, FencingToken, OwnerId};
 pub use guard::LockGuard;

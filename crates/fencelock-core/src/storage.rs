@@ -68,6 +68,9 @@ pub fn validate_value(value: &[u8], max: usize) -> Result<()> {
 
 macro_rules! forward_fenced_storage {
     ($($ptr:ident),*) => {$(
+        // Every method forwarded, defaults included: a method added to the trait and left
+        // out here would silently run the default instead of the pointee's.
+        #[deny(clippy::missing_trait_methods)]
         #[async_trait]
         impl<T: FencedStorage + ?Sized> FencedStorage for $ptr<T> {
             fn name(&self) -> &'static str {

@@ -83,9 +83,9 @@ impl Member {
 /// - `user:password` (percent-encoded) authenticates with etcd's user/password auth; a user
 ///   without a password is refused;
 /// - `prefix` (percent-encoded, default `fencelock`) starts every key fencelock writes
-///   (`<prefix>/lock/<key>`, `<prefix>/token/<key>`, `<prefix>/fence/<resource>`,
-///   `<prefix>/data/<resource>`), so several installations can share one cluster. Any text of 1
-///   to [`MAX_PREFIX_LEN`] bytes without control characters.
+///   (`<prefix>/lock/<key>`, `<prefix>/token/<key>`, `<prefix>/read/<len>:<key>/<reader>`,
+///   `<prefix>/fence/<resource>`, `<prefix>/data/<resource>`), so several installations can
+///   share one cluster. Any text of 1 to [`MAX_PREFIX_LEN`] bytes without control characters.
 ///
 /// Every other option is refused, so a typo is an error instead of a silently ignored
 /// setting. TLS is not supported by this crate: the connection is plain gRPC over TCP.

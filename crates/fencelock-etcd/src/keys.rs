@@ -8,12 +8,26 @@
 //! | `<prefix>/fence/<resource>` | `<token, 20 digits>:<owner>` | never deleted |
 //! | `<prefix>/data/<resource>` | the value's bytes | written with the fence |
 //!
+//! Nothing else is written under `<prefix>/`: the sweep of a benchmark run's keys
+//! ([`Keys::by_key_under`], [`Keys::reader_lock_key`]) relies on this table being whole.
+//!
 //! The fence's token is zero-padded to 20 digits (`u64::MAX` has 20) so that etcd's byte-wise
 //! `value < x` compare orders fences by token: see [`fence_floor`].
 
 use fencelock_core::{Error, Fence, FencingToken, LockKey, OwnerId, Result};
 
 use crate::error::BACKEND;
+
+/// The families of keys named `<prefix>/<family>/<key>`: a key prefix of one family is a
+/// prefix of etcd's key space too.
+const LOCK: &str = "lock";
+const TOKEN: &str = "token";
+const FENCE: &str = "fence";
+const DATA: &str = "data";
+/// Every family named `<prefix>/<family>/<key>`, for sweeps.
+const BY_KEY: [&str; 4] = [LOCK, TOKEN, FENCE, DATA];
+/// The reader keys, `<prefix>/read/<len>:<key>/<reader>`: not prefix-ordered by key.
+const READ: &str = "read";
 
 /// The key names of one installation (one prefix).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,26 +42,23 @@ impl Keys {
         }
     }
 
-    fn key(&self, kind: &str, key: &LockKey) -> Vec<u8> {
-        format!("{}/{kind}/{}", self.prefix, key.as_str()).into_bytes()
+    /// `<prefix>/<family>/<start>`: one key of the family when `start` is a whole key, the
+    /// start of every key of the family under it when it is a key prefix.
+    fn key(&self, family: &str, start: &str) -> Vec<u8> {
+        format!("{}/{family}/{start}", self.prefix).into_bytes()
     }
 
     /// The lock key: present while a lease holds the lock.
     pub(crate) fn lock(&self, key: &LockKey) -> Vec<u8> {
-        self.key("lock", key)
+        self.key(LOCK, key.as_str())
     }
 
     /// The prefix of the key's reader keys (one per reader of its read phase). The key's
     /// length in bytes comes first, so no key's prefix starts another's: `a`'s readers are
     /// under `read/1:a/`, and `a/b`'s under `read/3:a/b/`, outside that range.
     pub(crate) fn readers(&self, key: &LockKey) -> Vec<u8> {
-        format!(
-            "{}/read/{}:{}/",
-            self.prefix,
-            key.as_str().len(),
-            key.as_str()
-        )
-        .into_bytes()
+        let key = key.as_str();
+        format!("{}/{READ}/{}:{key}/", self.prefix, key.len()).into_bytes()
     }
 
     /// One reader's key in the key's read phase.
@@ -59,17 +70,45 @@ impl Keys {
 
     /// The key's token counter.
     pub(crate) fn counter(&self, key: &LockKey) -> Vec<u8> {
-        self.key("token", key)
+        self.key(TOKEN, key.as_str())
     }
 
     /// The resource's last admitted fence.
     pub(crate) fn fence(&self, resource: &LockKey) -> Vec<u8> {
-        self.key("fence", resource)
+        self.key(FENCE, resource.as_str())
     }
 
     /// The resource's value.
     pub(crate) fn data(&self, resource: &LockKey) -> Vec<u8> {
-        self.key("data", resource)
+        self.key(DATA, resource.as_str())
+    }
+
+    /// The starts of every lock, counter, fence and value key of the keys and resources that
+    /// start with `key_prefix`: each one etcd prefix range.
+    pub(crate) fn by_key_under(&self, key_prefix: &str) -> Vec<Vec<u8>> {
+        BY_KEY
+            .iter()
+            .map(|family| self.key(family, key_prefix))
+            .collect()
+    }
+
+    /// The start of every reader key of the installation. A reader key puts its lock key's
+    /// length first, so the readers of the keys under a key prefix are no one etcd range:
+    /// [`reader_lock_key`](Self::reader_lock_key) picks them out.
+    pub(crate) fn all_readers(&self) -> Vec<u8> {
+        self.key(READ, "")
+    }
+
+    /// The lock key of a reader key ([`reader`](Self::reader)), as bytes; `None` for a name
+    /// that is not one.
+    pub(crate) fn reader_lock_key<'a>(&self, name: &'a [u8]) -> Option<&'a [u8]> {
+        let rest = name.strip_prefix(self.all_readers().as_slice())?;
+        let colon = rest.iter().position(|&b| b == b':')?;
+        let (len, rest) = rest.split_at(colon);
+        let len: usize = std::str::from_utf8(len).ok()?.parse().ok()?;
+        let rest = rest.get(1..)?;
+        let (key, rest) = (rest.get(..len)?, rest.get(len..)?);
+        rest.starts_with(b"/").then_some(key)
     }
 }
 
@@ -176,6 +215,46 @@ mod tests {
                 let under = keys.reader(&other, reader).starts_with(&keys.readers(&one));
                 assert_eq!(under, one == other, "{one} / {other}");
             }
+        }
+    }
+
+    #[test]
+    fn a_sweep_of_a_key_prefix_finds_every_key_under_it_and_no_other() {
+        let keys = Keys::new("p/x");
+        let reader = OwnerId::from_u128(7);
+        let swept = |key: &str| {
+            let key = LockKey::new(key).unwrap();
+            // Every key the backend and the storage write for `key`.
+            let written = [
+                keys.lock(&key),
+                keys.counter(&key),
+                keys.fence(&key),
+                keys.data(&key),
+            ];
+            let ranges = keys.by_key_under("run/");
+            let by_key = written
+                .iter()
+                .map(|name| ranges.iter().any(|start| name.starts_with(start)))
+                .collect::<Vec<_>>();
+            let name = keys.reader(&key, reader);
+            assert!(name.starts_with(&keys.all_readers()));
+            let of = keys.reader_lock_key(&name).unwrap();
+            assert_eq!(of, key.as_str().as_bytes());
+            (by_key, of.starts_with(b"run/"))
+        };
+        for key in ["run/", "run/a", "run/a/1:b/c", "run/ü"] {
+            assert_eq!(swept(key), (vec![true; 4], true), "{key}");
+        }
+        for key in ["run", "ru/n/a", "other/run/a", "1:run/a"] {
+            assert_eq!(swept(key), (vec![false; 4], false), "{key}");
+        }
+        for name in [
+            &b"p/x/read/"[..],
+            b"p/x/read/3:ab/r",
+            b"p/x/read/x:a/r",
+            b"p/y/read/1:a/r",
+        ] {
+            assert_eq!(keys.reader_lock_key(name), None, "{name:?}");
         }
     }
 

@@ -3,6 +3,8 @@
 #![warn(missing_docs)]
 
 mod backend;
+mod backend_config;
+pub mod baseline;
 mod cluster;
 mod config;
 mod error;
@@ -16,6 +18,7 @@ mod storage;
 mod waiters;
 
 pub use backend::{EtcdLockBackend, MAX_TTL};
+pub use backend_config::SCHEMES;
 pub use cluster::EtcdCluster;
 pub use config::{
     DEFAULT_MAX_VALUE_LEN, DEFAULT_PORT, DEFAULT_PREFIX, EtcdConfig, MAX_PREFIX_LEN,

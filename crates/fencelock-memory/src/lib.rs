@@ -3,10 +3,14 @@
 #![warn(missing_docs)]
 
 mod backend;
+mod baseline;
+mod config;
 mod shards;
 mod storage;
 
 pub use backend::MemoryLockBackend;
+pub use baseline::MemoryBaseline;
+pub use config::{MemoryConfig, SCHEMES};
 pub use storage::MemoryStorage;
 
 const BACKEND: &str = "memory";

@@ -294,6 +294,12 @@ impl MySqlConfig {
         vec![HostPort::new(host_of(&self.base), self.port())]
     }
 
+    /// The scheme [`to_url`](Self::to_url) prints, lower case: `mysql` or `mariadb`, as the
+    /// URL was written.
+    pub(crate) fn scheme_name(&self) -> &str {
+        self.base.scheme()
+    }
+
     fn port(&self) -> u16 {
         self.base.port().unwrap_or(DEFAULT_PORT)
     }

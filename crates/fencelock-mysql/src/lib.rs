@@ -3,6 +3,8 @@
 #![warn(missing_docs)]
 
 mod backend;
+mod backend_config;
+pub mod baseline;
 mod codec;
 mod config;
 mod database;
@@ -16,6 +18,7 @@ mod storage;
 mod wakeups;
 
 pub use backend::MySqlLockBackend;
+pub use backend_config::SCHEMES;
 pub use config::{
     DEFAULT_MAX_VALUE_LEN, DEFAULT_PORT, DEFAULT_PREFIX, MAX_PREFIX_LEN, MySqlBackendKind,
     MySqlConfig, validate_prefix,

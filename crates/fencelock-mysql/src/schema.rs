@@ -10,14 +10,50 @@ use crate::error::{BACKEND, map_sqlx_error};
 /// `ER_SP_ALREADY_EXISTS`: another process created the procedure first.
 const PROCEDURE_EXISTS: u16 = 1304;
 
-/// The tables, in creation order.
-const TABLES: &[(&str, &str)] = &[
-    ("locks", include_str!("../sql/locks_table.sql")),
-    ("leases", include_str!("../sql/leases_table.sql")),
-    ("readers", include_str!("../sql/readers_table.sql")),
-    ("storage", include_str!("../sql/storage_table.sql")),
-    ("fences", include_str!("../sql/fences_table.sql")),
+/// One table of an installation.
+struct Table {
+    /// The name, without the prefix.
+    name: &'static str,
+    /// The `CREATE TABLE IF NOT EXISTS` statement.
+    create: &'static str,
+    /// The `VARBINARY` column that holds the lock key or resource of a row: what the cleanup
+    /// of a benchmark run matches its key prefix against.
+    key: &'static str,
+}
+
+/// The tables, in creation order. Every table is here and nowhere else, so install,
+/// uninstall and the cleanup of a run's rows cannot disagree on what exists.
+const TABLES: &[Table] = &[
+    Table {
+        name: "locks",
+        create: include_str!("../sql/locks_table.sql"),
+        key: "lock_key",
+    },
+    Table {
+        name: "leases",
+        create: include_str!("../sql/leases_table.sql"),
+        key: "lock_key",
+    },
+    Table {
+        name: "readers",
+        create: include_str!("../sql/readers_table.sql"),
+        key: "lock_key",
+    },
+    Table {
+        name: "storage",
+        create: include_str!("../sql/storage_table.sql"),
+        key: "resource",
+    },
+    Table {
+        name: "fences",
+        create: include_str!("../sql/fences_table.sql"),
+        key: "resource",
+    },
 ];
+
+/// Deletes one table's rows whose key starts with a prefix (`{table}` and `{column}` filled
+/// in per table).
+const CLEANUP: &str = include_str!("../sql/cleanup.sql");
 
 /// The procedures, by name without prefix, in creation order.
 const PROCEDURES: &[(&str, &str)] = &[
@@ -102,8 +138,8 @@ impl Statements {
     /// created first is left as it is (procedure names carry a version, so a changed body
     /// gets a new name rather than replacing one in use).
     pub(crate) async fn install(&self, pool: &MySqlPool) -> Result<()> {
-        for (_, sql) in TABLES {
-            pool.execute(sqlx::raw_sql(&fill(sql, &self.prefix)))
+        for table in TABLES {
+            pool.execute(sqlx::raw_sql(&fill(table.create, &self.prefix)))
                 .await
                 .map_err(|e| map_sqlx_error(BACKEND, e))?;
         }
@@ -144,8 +180,8 @@ impl Statements {
                 .await
                 .map_err(|e| map_sqlx_error(BACKEND, e))?;
         }
-        for (name, _) in TABLES.iter().rev() {
-            let drop = format!("DROP TABLE IF EXISTS {}{name}", self.prefix);
+        for table in TABLES.iter().rev() {
+            let drop = format!("DROP TABLE IF EXISTS {}{}", self.prefix, table.name);
             pool.execute(sqlx::raw_sql(&drop))
                 .await
                 .map_err(|e| map_sqlx_error(BACKEND, e))?;
@@ -155,10 +191,24 @@ impl Statements {
 
     /// The names of every table and procedure of this prefix, tables first.
     pub(crate) fn object_names(&self) -> Vec<String> {
+        let tables = TABLES.iter().map(|table| table.name);
+        let procedures = PROCEDURES.iter().map(|(name, _)| *name);
+        tables
+            .chain(procedures)
+            .map(|name| format!("{}{name}", self.prefix))
+            .collect()
+    }
+
+    /// One `DELETE` per table, in creation order, removing the rows whose key starts with a
+    /// prefix: binds the prefix's length in bytes, then the prefix.
+    pub(crate) fn cleanup(&self) -> Vec<String> {
         TABLES
             .iter()
-            .chain(PROCEDURES)
-            .map(|(name, _)| format!("{}{name}", self.prefix))
+            .map(|table| {
+                fill(CLEANUP, &self.prefix)
+                    .replace("{table}", table.name)
+                    .replace("{column}", table.key)
+            })
             .collect()
     }
 }
@@ -175,7 +225,8 @@ mod tests {
     #[test]
     fn every_placeholder_is_filled_and_names_fit() {
         let statements = Statements::new("p_").unwrap();
-        for (_, sql) in TABLES.iter().chain(PROCEDURES) {
+        let creates = TABLES.iter().map(|table| table.create);
+        for sql in creates.chain(PROCEDURES.iter().map(|(_, sql)| *sql)) {
             let filled = fill(sql, "p_");
             assert!(!filled.contains('{'), "{filled}");
         }
@@ -185,5 +236,24 @@ mod tests {
             assert!(name.len() <= 64, "{name} is longer than 64 characters");
         }
         assert!(Statements::new("bad-prefix").is_err());
+    }
+
+    #[test]
+    fn the_cleanup_deletes_from_every_table_by_its_binary_key() {
+        let cleanup = Statements::new("p_").unwrap().cleanup();
+        assert_eq!(cleanup.len(), TABLES.len());
+        for (table, delete) in TABLES.iter().zip(&cleanup) {
+            let last = delete.lines().last().unwrap();
+            assert_eq!(
+                last,
+                format!(
+                    "DELETE FROM p_{} WHERE LEFT({}, ?) = ?",
+                    table.name, table.key
+                )
+            );
+            // LEFT counts bytes only on a binary column, which is what the prefix is bound as.
+            let column = format!("{} VARBINARY(", table.key);
+            assert!(table.create.contains(&column), "{}", table.name);
+        }
     }
 }

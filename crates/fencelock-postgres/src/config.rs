@@ -419,6 +419,11 @@ impl PgConfig {
         self.url(true)
     }
 
+    /// The scheme the URL prints (`postgres` or `postgresql`, lower case).
+    pub(crate) fn url_scheme(&self) -> &str {
+        self.base.scheme()
+    }
+
     fn url(&self, redacted: bool) -> String {
         let mut url = self.base.clone();
         if redacted && url.password().is_some() {

@@ -3,6 +3,8 @@
 #![warn(missing_docs)]
 
 mod advisory;
+mod backend_config;
+pub mod baseline;
 mod codec;
 mod config;
 mod database;
@@ -12,12 +14,14 @@ mod exec;
 mod fence;
 mod hash;
 mod lease_table;
+mod session_faults;
 mod statements;
 mod storage;
 mod transaction;
 mod wakeups;
 
 pub use advisory::PgAdvisoryBackend;
+pub use backend_config::SCHEMES;
 pub use config::{
     DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT, DEFAULT_PORT, DEFAULT_SCHEMA, MAX_SCHEMA_LEN,
     PgBackendKind, PgConfig, PgPooler,
@@ -27,6 +31,7 @@ pub use error::map_sqlx_error;
 pub use fence::{DEFAULT_FENCE_COLUMNS, FenceParams, NO_FENCE_SQLSTATE, PgFence, STALE_SQLSTATE};
 pub use hash::{advisory_lock_id, advisory_lock_id_in, raw_lock_key};
 pub use lease_table::PgLeaseBackend;
+pub use session_faults::PgSessionFaults;
 pub use storage::{DEFAULT_MAX_VALUE_LEN, PgStorage};
 pub use transaction::{BoxFuture, FencedTransaction};
 

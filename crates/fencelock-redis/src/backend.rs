@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_core::{
-    Capabilities, FencingToken, Lease, LockInfo, LockKey, LockKinds, OwnerId, Result,
+    Capabilities, FencingToken, Lease, LockInfo, LockKey, LockKinds, LostReason, OwnerId, Result,
     TimeAuthority, TokenGuarantee, WakeUp, valid_until, validate_floor, validate_ttl,
 };
 use redis::aio::ConnectionManager;
@@ -125,6 +125,9 @@ impl RedisConfig {
 /// handing every call to it.
 macro_rules! delegate_lock_backend {
     ($backend:ty) => {
+        // Every method forwarded, defaults included: a method added to the trait and left
+        // out here would silently run the trait's default instead of `Locks`'.
+        #[deny(clippy::missing_trait_methods)]
         #[async_trait::async_trait]
         impl fencelock_core::LockBackend for $backend {
             fn name(&self) -> &'static str {
@@ -168,6 +171,21 @@ macro_rules! delegate_lock_backend {
                 key: &fencelock_core::LockKey,
             ) -> fencelock_core::Result<fencelock_core::LockInfo> {
                 self.locks.inspect(key).await
+            }
+
+            async fn watch_lost(
+                &self,
+                lease: &fencelock_core::Lease,
+            ) -> fencelock_core::LostReason {
+                self.locks.watch_lost(lease).await
+            }
+
+            async fn watch_lost_shared(
+                &self,
+                lease: &fencelock_core::Lease,
+                reader: fencelock_core::OwnerId,
+            ) -> fencelock_core::LostReason {
+                self.locks.watch_lost_shared(lease, reader).await
             }
 
             async fn advance_token(
@@ -366,6 +384,22 @@ impl Locks {
         .instrument(span.clone())
         .await;
         finish(&span, result, "ok")
+    }
+
+    /// Never completes, as the trait's default: Redis sends no news of a lost lock between
+    /// renewals (a lock is a key that expires, no session holds it), so loss is left to the
+    /// renewals and the lease's deadline. Spelled out so that the delegating impls forward
+    /// every method to `Locks` and none runs a default unseen.
+    pub(crate) async fn watch_lost(&self, lease: &Lease) -> LostReason {
+        let _ = lease;
+        std::future::pending().await
+    }
+
+    /// Never completes, as [`watch_lost`](Self::watch_lost) and for the same reason: a
+    /// reader's entry expires on the server, and nothing tells of it between renewals.
+    pub(crate) async fn watch_lost_shared(&self, lease: &Lease, reader: OwnerId) -> LostReason {
+        let _ = (lease, reader);
+        std::future::pending().await
     }
 
     pub(crate) async fn advance_token(

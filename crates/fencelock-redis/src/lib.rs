@@ -24,7 +24,12 @@ mod read_phase;
 mod redlock;
 mod storage;
 
+// The top floor: the crate as one unit for the tools above it.
+pub mod baseline;
+mod schemes;
+
 pub use backend::RedisLockBackend;
+pub use baseline::{RedisBaseline, RedisClusterBaseline};
 pub use cluster::{RedisClusterBackend, RedisClusterConfig};
 pub use codec::MAX_TTL;
 pub use config::{
@@ -32,6 +37,7 @@ pub use config::{
 };
 pub use fence::{RedisFence, Reply, hash_tag};
 pub use redlock::{DEFAULT_NODE_TIMEOUT, Redlock, RedlockConfig};
+pub use schemes::SCHEMES;
 pub use storage::RedisStorage;
 
 /// The `redis` crate this one is built on, so users name its connections and types (for

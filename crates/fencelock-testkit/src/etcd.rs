@@ -1,7 +1,7 @@
 //! `EtcdServer`: real `etcd` processes (one member, or a cluster of several) on free ports of
 //! 127.0.0.1, in a temporary directory, killed and removed on drop.
 //!
-//! The members themselves live in `fencelock-chaos` (its kill fault restarts the same
+//! The members themselves live in `fencelock-servers` (the chaos kill fault restarts the same
 //! members); this wrapper gives tests shorthands that panic with a message saying what to
 //! install instead of returning an error, and passes everything else on.
 //!
@@ -18,12 +18,12 @@
 use std::io;
 use std::path::Path;
 
-pub use fencelock_chaos::etcd::{ETCD_BIN_VAR, free_port};
+pub use fencelock_servers::etcd::{ETCD_BIN_VAR, free_port};
 
-/// `etcd` processes owned by a test; see [`fencelock_chaos::etcd::EtcdServer`]. Dropping it
+/// `etcd` processes owned by a test; see [`fencelock_servers::etcd::EtcdServer`]. Dropping it
 /// kills every member and removes their directory.
 #[derive(Debug)]
-pub struct EtcdServer(fencelock_chaos::etcd::EtcdServer);
+pub struct EtcdServer(fencelock_servers::etcd::EtcdServer);
 
 impl EtcdServer {
     /// One member.
@@ -50,7 +50,7 @@ impl EtcdServer {
     /// [`spawn_cluster`](Self::spawn_cluster), reporting failures. A missing `etcd` is an
     /// [`io::ErrorKind::NotFound`] error that says what to install.
     pub fn try_spawn_cluster(members: usize) -> io::Result<Self> {
-        fencelock_chaos::etcd::EtcdServer::try_spawn_cluster(members).map(EtcdServer)
+        fencelock_servers::etcd::EtcdServer::try_spawn_cluster(members).map(EtcdServer)
     }
 
     /// `etcd://127.0.0.1:<port>,...`: every member, in order.

@@ -2,10 +2,9 @@
 //!
 //! Throwaway Postgres schemas and clusters (which tests may crash and restart), a PgBouncer in
 //! transaction mode, Redis clusters and TLS servers (with certificates made at test time) live
-//! here; the redis-server and etcd member spawners
-//! and the TCP fault proxy live in `fencelock-chaos` (the `fencelock chaos` command uses them at
-//! run time) and are wrapped under the same paths, panicking with what to install instead of
-//! returning errors.
+//! here; the redis-server and etcd member spawners and the TCP fault proxy live in
+//! `fencelock-servers` (the `fencelock chaos` command uses them at run time too) and are
+//! wrapped under the same paths, panicking with what to install instead of returning errors.
 
 pub mod etcd;
 pub mod pg_cluster;
@@ -16,3 +15,4 @@ pub mod proxy;
 pub mod redis;
 pub mod redis_cluster;
 pub mod tls;
+pub mod zookeeper;

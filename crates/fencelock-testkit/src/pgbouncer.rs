@@ -29,7 +29,7 @@ use sqlx::postgres::PgConnectOptions;
 
 use crate::postgres::{pg_addr, pg_options};
 
-pub use fencelock_chaos::redis::free_port;
+pub use fencelock_servers::redis::free_port;
 
 /// The variable that names the `pgbouncer` binary (default: `/usr/sbin/pgbouncer`, then
 /// `pgbouncer` on `PATH`).

@@ -1,5 +1,5 @@
 //! `FaultProxy`: a TCP proxy on 127.0.0.1 whose faults (delay, blackhole, reset) switch at run
-//! time. It lives in `fencelock-chaos`, whose partition fault uses it; tests reach it here.
+//! time. It lives in `fencelock-servers` (the chaos partition fault uses it); tests reach it here.
 //!
 //! ```no_run
 //! # async fn demo(target: std::net::SocketAddr) -> std::io::Result<()> {
@@ -10,4 +10,4 @@
 //! # Ok(()) }
 //! ```
 
-pub use fencelock_chaos::proxy::{FaultProxy, Faults};
+pub use fencelock_servers::proxy::{FaultProxy, Faults};

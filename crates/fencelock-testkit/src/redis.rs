@@ -1,6 +1,6 @@
 //! `RedisServer`: a real `redis-server` process on a free port, killed on drop.
 //!
-//! The server itself lives in `fencelock-chaos` (its kill fault restarts the same servers);
+//! The server itself lives in `fencelock-servers` (the chaos kill fault restarts the same servers);
 //! this wrapper gives tests shorthands that panic with a message saying what to install
 //! instead of returning an error, and passes everything else on.
 //!
@@ -15,11 +15,11 @@
 use std::io;
 use std::net::SocketAddr;
 
-pub use fencelock_chaos::redis::{RedisOptions, free_port};
+pub use fencelock_servers::redis::{RedisOptions, free_port};
 
-/// A `redis-server` process owned by the test; see [`fencelock_chaos::redis::RedisServer`].
+/// A `redis-server` process owned by the test; see [`fencelock_servers::redis::RedisServer`].
 #[derive(Debug)]
-pub struct RedisServer(fencelock_chaos::redis::RedisServer);
+pub struct RedisServer(fencelock_servers::redis::RedisServer);
 
 impl RedisServer {
     /// Starts a server without persistence or password.
@@ -35,7 +35,7 @@ impl RedisServer {
     /// # Panics
     /// If `redis-server` is missing or does not start, with a message saying what to install.
     pub fn spawn_with(options: RedisOptions) -> Self {
-        match fencelock_chaos::redis::RedisServer::try_spawn_with(options) {
+        match fencelock_servers::redis::RedisServer::try_spawn_with(options) {
             Ok(server) => RedisServer(server),
             Err(e) => panic!("cannot start redis-server: {e}"),
         }

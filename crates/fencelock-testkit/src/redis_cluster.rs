@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-pub use fencelock_chaos::redis::free_port;
+pub use fencelock_servers::redis::free_port;
 
 const INSTALL_HINT: &str = "a Redis Cluster test needs `redis-server` and `redis-cli` on PATH \
                             (Debian: apt-get install redis-server, which ships both)";

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-pub use fencelock_chaos::redis::free_port;
+pub use fencelock_servers::redis::free_port;
 
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 

@@ -323,6 +323,11 @@ impl RedisClusterConfig {
         self.allow_eviction
     }
 
+    /// Whether the seeds are reached over TLS (`rediss+cluster://`); they all are or none.
+    pub(crate) fn is_tls(&self) -> bool {
+        self.seeds.first().is_some_and(Endpoint::is_tls)
+    }
+
     pub(crate) fn call_limit(&self) -> Duration {
         self.call_timeout
     }

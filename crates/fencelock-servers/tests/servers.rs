@@ -7,8 +7,8 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use fencelock_chaos::proxy::FaultProxy;
-use fencelock_chaos::redis::{RedisOptions, RedisServer};
+use fencelock_servers::proxy::FaultProxy;
+use fencelock_servers::redis::{RedisOptions, RedisServer};
 
 /// Sends PING on a fresh connection to `addr`; `Some(reply)` when one came within `within`.
 fn ping(addr: SocketAddr, within: Duration) -> Option<String> {

@@ -5,7 +5,7 @@
 //!
 //! ```no_run
 //! # fn demo() -> std::io::Result<()> {
-//! use fencelock_chaos::redis::{RedisOptions, RedisServer};
+//! use fencelock_servers::redis::{RedisOptions, RedisServer};
 //! let server = RedisServer::try_spawn_with(RedisOptions::persistent())?;
 //! let url = server.url();  // redis://127.0.0.1:<port>
 //! server.kill();           // SIGKILL: the server is gone

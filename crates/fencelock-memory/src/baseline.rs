@@ -1,4 +1,4 @@
-//! The memory backend against `tokio::sync::Mutex<HashMap>` tables.
+//! The raw baseline of the memory backend: `tokio::sync::Mutex<HashMap>` tables.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,25 +9,8 @@ use async_trait::async_trait;
 use fencelock_core::LockKey;
 use tokio::sync::Mutex;
 
-use crate::error::Result;
-use crate::fenced_subject::FencedSubject;
-use crate::subject::{Baseline, Op, RawTryLock};
-use crate::suite::Suite;
-
-impl Suite {
-    /// The in-process memory backend, against a `tokio::sync::Mutex<HashMap>` lock table.
-    /// Nothing outlives the process, so it needs no cleanup.
-    pub fn memory() -> Self {
-        let backend = Arc::new(fencelock_memory::MemoryLockBackend::new());
-        let storage = Arc::new(fencelock_memory::MemoryStorage::new());
-        Suite::new(
-            "memory",
-            FencedSubject::new(backend, storage),
-            Arc::new(MemoryBaseline::new()),
-            Vec::new(),
-        )
-    }
-}
+use fencelock_core::Result;
+use fencelock_core::tools::{Baseline, Op, RawTryLock};
 
 /// `tokio::sync::Mutex<HashMap>`: a lock table and a data table in process.
 #[derive(Debug, Default)]

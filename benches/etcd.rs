@@ -1,16 +1,14 @@
-//! fencelock's etcd backend and storage against the raw transaction a user writes on the same
+//! fencelock's etcd backend and storage next to the raw transaction a user writes on the same
 //! cluster (put-if-absent + delete), with etcd's own lock service (v3 `Lock` / `Unlock` on a
-//! session lease) as the peer, through `fencelock_bench::define_bench!` and
-//! [`Suite::etcd`](fencelock_bench::Suite::etcd).
+//! session lease) as the peer, from the etcd crate's own bench kit.
 //!
-//! `cargo bench -p fencelock-etcd --bench etcd`. The cluster is `FENCELOCK_ETCD_URL` when set,
+//! `cargo bench --features etcd --bench etcd`. The cluster is `FENCELOCK_ETCD_URL` when set,
 //! else three members spawned for the run (see `fencelock_testkit::etcd`). Groups are named
 //! `etcd-<members>/<scenario>`.
-#![allow(missing_docs)]
 
+use fencelock::OwnerId;
+use fencelock::etcd::EtcdConfig;
 use fencelock_bench::{BenchError, Suite};
-use fencelock_core::OwnerId;
-use fencelock_etcd::EtcdConfig;
 use fencelock_testkit::etcd::EtcdServer;
 
 async fn setup() -> Result<(Suite, Option<EtcdServer>), BenchError> {
@@ -25,7 +23,7 @@ async fn setup() -> Result<(Suite, Option<EtcdServer>), BenchError> {
     };
     let run = format!("{:08x}", OwnerId::random().as_u128() as u32);
     let config = EtcdConfig::from_url(&url)?.prefix(format!("bench-{run}"));
-    let suite = Suite::etcd(&config).await?;
+    let suite = Suite::connect(&config).await?;
     // The spawned cluster (if any) lives for the run.
     Ok((suite, server))
 }

@@ -6,7 +6,7 @@
 //! ```no_run
 //! # async fn demo(target: std::net::SocketAddr) -> std::io::Result<()> {
 //! use std::time::Duration;
-//! use fencelock_chaos::proxy::FaultProxy;
+//! use fencelock_servers::proxy::FaultProxy;
 //!
 //! let proxy = FaultProxy::start(target).await?;
 //! let via = proxy.addr();                            // connect clients here

@@ -1,50 +1,26 @@
-//! A Redis Cluster: fencelock's cluster backend and storage against raw commands through the
-//! redis crate's async cluster connection to the same cluster.
+//! The raw baseline on a Redis Cluster, through the `redis` crate's async cluster connection,
+//! and the sweep of a run's keys on every master.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
-use fencelock_core::{HostPort, LockKey};
-use fencelock_redis::{RedisClusterBackend, RedisClusterConfig};
+use fencelock_core::tools::{Baseline, Cleanup, Op, RawTryLock};
+use fencelock_core::{HostPort, LockKey, Result};
 use redis::FromRedisValue;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 
-use super::redis::{RedisWriter, scan_pattern, set_nx_px_del};
-use crate::error::{BenchError, Result};
-use crate::fenced_subject::FencedSubject;
-use crate::subject::{Baseline, Cleanup, Op, RawTryLock};
-use crate::suite::Suite;
-
-impl Suite {
-    /// fencelock's [`RedisClusterBackend`](fencelock_redis::RedisClusterBackend) on the
-    /// cluster `config` names (its key prefix and timeouts), with its
-    /// [`RedisStorage`](fencelock_redis::RedisStorage) on the same connection, against raw
-    /// commands through a cluster connection of its own. Named `redis-cluster` in reports.
-    pub async fn redis_cluster(config: &RedisClusterConfig) -> Result<Self> {
-        let backend = config.connect().await?;
-        let storage = Arc::new(backend.storage());
-        let baseline = RedisClusterBaseline::connect(config).await?;
-        let cleanup = RedisClusterCleanup {
-            backend: backend.clone(),
-            conn: baseline.conn.clone(),
-        };
-        Ok(Suite::new(
-            "redis-cluster",
-            FencedSubject::new(Arc::new(backend), storage),
-            Arc::new(baseline),
-            Vec::new(),
-        )
-        .with_cleanup(Arc::new(cleanup)))
-    }
-}
+use super::cleanup::scan_pattern;
+use super::one_node::{RedisWriter, set_nx_px_del};
+use crate::cluster::{RedisClusterBackend, RedisClusterConfig};
+use crate::error::{REDIS_CLUSTER, map_error};
 
 /// Raw commands through the redis crate's async cluster connection: `SET key owner NX PX
 /// ttl` + `DEL key`, plain `SET`, `PING` (to one node). Each command goes to the master of its
 /// key's slot. [`close`](Baseline::close) deletes the keys its writers wrote; its locks are
-/// deleted as they are released (or expire after [`TTL`](crate::TTL) if a run stopped half
-/// way).
+/// deleted as they are released (or expire after [`TTL`](fencelock_core::tools::TTL) if a run
+/// stopped half way).
 #[derive(Clone)]
 pub struct RedisClusterBaseline {
     conn: ClusterConnection,
@@ -64,15 +40,22 @@ impl RedisClusterBaseline {
     pub async fn connect(config: &RedisClusterConfig) -> Result<Self> {
         let client = ClusterClientBuilder::new(config.seed_urls())
             .build()
-            .map_err(|e| BenchError::raw(format!("redis cluster URL {config}"), e))?;
+            .map_err(|e| {
+                map_error(REDIS_CLUSTER, e).in_context(&format!("redis cluster URL {config}"))
+            })?;
         let conn = client
             .get_async_connection()
             .await
-            .map_err(|e| BenchError::raw(format!("connect to {config}"), e))?;
+            .map_err(|e| map_error(REDIS_CLUSTER, e).in_context(&format!("connect to {config}")))?;
         Ok(RedisClusterBaseline {
             conn,
             written: Arc::default(),
         })
+    }
+
+    /// The baseline's cluster connection, for the cleanup of the same kit.
+    pub(super) fn connection(&self) -> ClusterConnection {
+        self.conn.clone()
     }
 }
 
@@ -81,7 +64,7 @@ impl RawTryLock for RedisClusterBaseline {
     const LABEL: &'static str = "raw SET NX PX + DEL";
 
     async fn try_lock_unlock(&self, key: &LockKey) -> Result<bool> {
-        set_nx_px_del(&mut self.conn.clone(), key).await
+        set_nx_px_del(REDIS_CLUSTER, &mut self.conn.clone(), key).await
     }
 }
 
@@ -105,8 +88,9 @@ impl Baseline for RedisClusterBaseline {
                 RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
             )
             .await
-            .map_err(|e| BenchError::raw("PING", e))?;
-        String::from_redis_value(reply).map_err(|e| BenchError::raw("PING", e))?;
+            .map_err(|e| map_error(REDIS_CLUSTER, e).in_context("PING"))?;
+        String::from_redis_value(reply)
+            .map_err(|e| map_error(REDIS_CLUSTER, e.into()).in_context("PING"))?;
         Ok(())
     }
 
@@ -115,11 +99,11 @@ impl Baseline for RedisClusterBaseline {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(resource.as_str().to_owned());
-        Ok(Box::new(RedisWriter {
-            conn: self.conn.clone(),
-            resource: resource.as_str().to_owned(),
-            value: vec![7; 64],
-        }))
+        Ok(Box::new(RedisWriter::new(
+            REDIS_CLUSTER,
+            self.conn.clone(),
+            resource,
+        )))
     }
 
     async fn close(&self) -> Result<()> {
@@ -132,7 +116,7 @@ impl Baseline for RedisClusterBaseline {
                 .arg(&key)
                 .query_async(&mut conn)
                 .await
-                .map_err(|e| BenchError::raw("DEL of the plain writes", e))?;
+                .map_err(|e| map_error(REDIS_CLUSTER, e).in_context("DEL of the plain writes"))?;
         }
         Ok(())
     }
@@ -145,7 +129,7 @@ impl Baseline for RedisClusterBaseline {
 /// scanned with `SCAN ... MATCH`, and what it finds is deleted one key at a time (the names
 /// lie in different slots).
 #[derive(Clone)]
-struct RedisClusterCleanup {
+pub(crate) struct RedisClusterCleanup {
     /// For its key prefix and its reading of the cluster's masters.
     backend: RedisClusterBackend,
     conn: ClusterConnection,
@@ -160,6 +144,11 @@ impl std::fmt::Debug for RedisClusterCleanup {
 }
 
 impl RedisClusterCleanup {
+    /// For the keys of `backend` (its prefix, its masters), through `conn`.
+    pub(crate) fn new(backend: RedisClusterBackend, conn: ClusterConnection) -> Self {
+        RedisClusterCleanup { backend, conn }
+    }
+
     async fn clean_master(&self, master: &HostPort, pattern: &str) -> Result<()> {
         let what = |step: &str| format!("{step} on {master}");
         let mut conn = self.conn.clone();
@@ -180,15 +169,15 @@ impl RedisClusterCleanup {
                     }),
                 )
                 .await
-                .map_err(|e| BenchError::raw(what("SCAN"), e))?;
+                .map_err(|e| map_error(REDIS_CLUSTER, e).in_context(&what("SCAN")))?;
             let (next, names): (u64, Vec<String>) = FromRedisValue::from_redis_value(reply)
-                .map_err(|e| BenchError::raw(what("SCAN"), e))?;
+                .map_err(|e| map_error(REDIS_CLUSTER, e.into()).in_context(&what("SCAN")))?;
             for name in names {
                 let _: i64 = redis::cmd("DEL")
                     .arg(&name)
                     .query_async(&mut conn)
                     .await
-                    .map_err(|e| BenchError::raw(what("DEL"), e))?;
+                    .map_err(|e| map_error(REDIS_CLUSTER, e).in_context(&what("DEL")))?;
             }
             if next == 0 {
                 return Ok(());
@@ -202,6 +191,7 @@ impl RedisClusterCleanup {
 impl Cleanup for RedisClusterCleanup {
     async fn clean(&self, key_prefix: &str) -> Result<()> {
         let pattern = scan_pattern(self.backend.prefix(), key_prefix)?;
+        // Every master is swept even when one fails; the first error is reported.
         let mut outcome = Ok(());
         for master in &self.backend.master_addresses().await? {
             let cleaned = self.clean_master(master, &pattern).await;

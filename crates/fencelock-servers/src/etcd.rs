@@ -13,7 +13,7 @@
 //!
 //! ```no_run
 //! # fn demo() -> std::io::Result<()> {
-//! use fencelock_chaos::etcd::EtcdServer;
+//! use fencelock_servers::etcd::EtcdServer;
 //! let cluster = EtcdServer::try_spawn_cluster(3)?;
 //! let url = cluster.url();   // etcd://127.0.0.1:<p1>,127.0.0.1:<p2>,127.0.0.1:<p3>
 //! cluster.kill(2);           // a minority is gone: the cluster still answers

@@ -1,65 +1,47 @@
-//! etcd: fencelock's backend against the raw transaction a user writes on the same cluster
-//! (put-if-absent + delete), with etcd's own lock service (v3 `Lock` / `Unlock` on a session
-//! lease) as the peer.
+//! What `fencelock bench` measures fencelock's etcd backend against: the raw transaction a
+//! user writes on the same cluster (put-if-absent + delete, [`EtcdBaseline`]), etcd's own lock
+//! service (v3 `Lock` / `Unlock` on a session lease, [`EtcdLockServicePeer`]), and the sweep
+//! of a run's keys ([`EtcdCleanup`]).
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, LockOptions, Txn, TxnOp};
-use fencelock_core::LockKey;
-use fencelock_etcd::EtcdConfig;
+use fencelock_core::tools::{Baseline, Cleanup, Op, RawTryLock, Subject, TTL};
+use fencelock_core::{Error, LockKey, Result, async_trait};
 
-use crate::error::{BenchError, Result};
-use crate::fenced_subject::FencedSubject;
-use crate::subject::{Baseline, Cleanup, Op, RawTryLock, Subject, TTL};
-use crate::suite::Suite;
+use crate::cluster::EtcdCluster;
+use crate::error::{BACKEND, map_etcd_error};
+use crate::keys::Keys;
 
-impl Suite {
-    /// The etcd cluster `config` names, with fencelock's keys under its prefix
-    /// ([`EtcdConfig::prefix_name`]), against raw transactions on the same connection under
-    /// `<prefix>-raw/<run id>/`, and etcd's v3 lock service. Named `etcd-<members>` in reports.
-    pub async fn etcd(config: &EtcdConfig) -> Result<Self> {
-        let members = config.hosts().len();
-        let cluster = config.connect().await?;
-        let fenced = FencedSubject::new(cluster.backend(), Arc::new(cluster.storage()));
-        let run = format!("{:016x}", rand::random::<u64>());
-        let root = format!("{}-raw/{run}/", config.prefix_name());
-        let baseline = EtcdBaseline {
-            client: cluster.client().clone(),
-            root: root.clone(),
-        };
-        let peer = EtcdLockServicePeer::start(cluster.client().clone(), root).await?;
-        let cleanup = EtcdCleanup {
-            client: cluster.client().clone(),
-            prefix: config.prefix_name().to_owned(),
-        };
-        Ok(Suite::new(
-            format!("etcd-{members}"),
-            fenced,
-            Arc::new(baseline),
-            vec![Arc::new(peer)],
-        )
-        .with_cleanup(Arc::new(cleanup)))
+fn raw(what: &str, error: etcd_client::Error) -> Error {
+    map_etcd_error(BACKEND, error).in_context(what)
+}
+
+/// Deletes everything fencelock's backend and storage wrote for a run's keys: locks, token
+/// counters, fences, values and readers (every family of the key layout) under the
+/// installation's prefix.
+pub struct EtcdCleanup {
+    client: Client,
+    keys: Keys,
+}
+
+impl fmt::Debug for EtcdCleanup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdCleanup")
+            .field("keys", &self.keys)
+            .finish_non_exhaustive()
     }
 }
 
-fn raw(what: &str, source: etcd_client::Error) -> BenchError {
-    BenchError::raw(what, source)
-}
-
-/// Deletes fencelock's keys of a run: every family (`lock`, `token`, `fence`, `data`) under
-/// the run's key prefix.
-struct EtcdCleanup {
-    client: Client,
-    prefix: String,
-}
-
-impl std::fmt::Debug for EtcdCleanup {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EtcdCleanup")
-            .field("prefix", &self.prefix)
-            .finish_non_exhaustive()
+impl EtcdCleanup {
+    /// On `cluster`'s connection, for the keys under its config's prefix.
+    pub fn new(cluster: &EtcdCluster) -> Self {
+        EtcdCleanup {
+            client: cluster.client().clone(),
+            keys: Keys::new(cluster.config().prefix_name()),
+        }
     }
 }
 
@@ -67,30 +49,58 @@ impl std::fmt::Debug for EtcdCleanup {
 impl Cleanup for EtcdCleanup {
     async fn clean(&self, key_prefix: &str) -> Result<()> {
         let mut kv = self.client.kv_client();
-        for family in ["lock", "token", "fence", "data"] {
-            kv.delete(
-                format!("{}/{family}/{key_prefix}", self.prefix),
-                Some(DeleteOptions::new().with_prefix()),
+        for start in self.keys.by_key_under(key_prefix) {
+            kv.delete(start, Some(DeleteOptions::new().with_prefix()))
+                .await
+                .map_err(|e| raw("delete the run's keys", e))?;
+        }
+        // A reader key lives on its reader's lease, so only live readers have one: listing
+        // every reader of the installation stays small.
+        let readers = kv
+            .get(
+                self.keys.all_readers(),
+                Some(GetOptions::new().with_prefix().with_keys_only()),
             )
             .await
-            .map_err(|e| raw("delete the run's keys", e))?;
+            .map_err(|e| raw("list the readers", e))?;
+        for reader in readers.kvs() {
+            let of_run = self
+                .keys
+                .reader_lock_key(reader.key())
+                .is_some_and(|key| key.starts_with(key_prefix.as_bytes()));
+            if of_run {
+                kv.delete(reader.key(), None)
+                    .await
+                    .map_err(|e| raw("delete the run's readers", e))?;
+            }
         }
         Ok(())
     }
 }
 
-/// The raw baseline on etcd. What a user writes against etcd without fencelock: a transaction that puts the lock key
-/// if it does not exist (`create_revision == 0`), and a delete; plain puts; a serializable
-/// get as the cheapest request.
+/// The raw baseline on etcd. What a user writes against etcd without fencelock: a
+/// transaction that puts the lock key if it does not exist (`create_revision == 0`), and a
+/// delete; plain puts; a serializable get as the cheapest request.
 #[derive(Clone)]
 pub struct EtcdBaseline {
     client: Client,
     root: String,
 }
 
-impl std::fmt::Debug for EtcdBaseline {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Debug for EtcdBaseline {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EtcdBaseline").finish_non_exhaustive()
+    }
+}
+
+impl EtcdBaseline {
+    /// On `client`, with every key it writes under `root` (which it deletes in
+    /// [`Baseline::close`]): `<root>lock/<key>`, `<root>data/<resource>`.
+    pub fn new(client: Client, root: impl Into<String>) -> Self {
+        EtcdBaseline {
+            client,
+            root: root.into(),
+        }
     }
 }
 
@@ -173,9 +183,9 @@ impl Op for PlainWriter {
     }
 }
 
-/// The peer on etcd. etcd's own lock service, as its clients use it: one session lease kept alive for the run,
-/// `Lock(name, lease)` and `Unlock(key)`. `Lock` waits while the lock is held, so waiting is
-/// bounded by the wait budget.
+/// The peer on etcd. etcd's own lock service, as its clients use it: one session lease kept
+/// alive for the run, `Lock(name, lease)` and `Unlock(key)`. `Lock` waits while the lock is
+/// held, so waiting is bounded by the wait budget.
 #[derive(Clone)]
 pub struct EtcdLockServicePeer {
     client: Client,
@@ -184,15 +194,17 @@ pub struct EtcdLockServicePeer {
     keeper: Arc<tokio::task::AbortHandle>,
 }
 
-impl std::fmt::Debug for EtcdLockServicePeer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Debug for EtcdLockServicePeer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EtcdLockServicePeer")
             .finish_non_exhaustive()
     }
 }
 
 impl EtcdLockServicePeer {
-    async fn start(client: Client, root: String) -> Result<Self> {
+    /// Grants the session lease ([`TTL`]) on `client` and keeps it alive until the last
+    /// clone is dropped; the locks are named `<root>v3lock/<key>`.
+    pub async fn start(client: Client, root: impl Into<String>) -> Result<Self> {
         let mut leases = client.lease_client();
         let ttl = i64::try_from(TTL.as_secs()).unwrap_or(30);
         let lease = leases
@@ -214,7 +226,7 @@ impl EtcdLockServicePeer {
         });
         Ok(EtcdLockServicePeer {
             client,
-            root,
+            root: root.into(),
             lease,
             keeper: Arc::new(task.abort_handle()),
         })
@@ -237,6 +249,7 @@ impl EtcdLockServicePeer {
 
 impl Drop for EtcdLockServicePeer {
     fn drop(&mut self) {
+        // The last clone ends the keep-alive; the lease then expires on the server.
         if Arc::strong_count(&self.keeper) == 1 {
             self.keeper.abort();
         }
@@ -256,8 +269,10 @@ impl Subject for EtcdLockServicePeer {
     async fn lock_release(&self, key: &LockKey, wait: Duration) -> Result<()> {
         tokio::time::timeout(wait, self.lock_unlock(key))
             .await
-            .map_err(|_| {
-                BenchError::Run(format!("v3 Lock on {key} not obtained within {wait:?}"))
+            .map_err(|_| Error::Backend {
+                backend: "bench",
+                message: format!("v3 Lock on {key} not obtained within {wait:?}"),
+                source: None,
             })?
     }
 }

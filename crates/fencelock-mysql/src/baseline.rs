@@ -1,77 +1,44 @@
-//! MySQL and MariaDB: fencelock's `GET_LOCK` backend and storage table against raw
-//! `GET_LOCK` + `RELEASE_LOCK` on the same server.
+//! What `fencelock bench` measures fencelock's `GET_LOCK` backend against: raw `GET_LOCK` +
+//! `RELEASE_LOCK` on the same server ([`MySqlBaseline`]), and the sweep of a run's rows from
+//! fencelock's tables ([`MySqlCleanup`]).
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use fencelock_core::LockKey;
-use fencelock_mysql::{MySqlConfig, lock_name};
+use fencelock_core::tools::{Baseline, Cleanup, Op, RawTryLock};
+use fencelock_core::{LockKey, OwnerId, Result, async_trait};
 use sqlx::Executor;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 
-use crate::error::{BenchError, Result};
-use crate::fenced_subject::FencedSubject;
-use crate::subject::{Baseline, Cleanup, Op, RawTryLock};
-use crate::suite::Suite;
+use crate::config::MySqlConfig;
+use crate::error::{BACKEND, map_sqlx_error};
+use crate::lock_name::lock_name;
+use crate::schema::Statements;
 
 /// Connections of the raw baseline's pool, as many as the PostgreSQL baseline's.
 const POOL_SIZE: u32 = 10;
 
-impl Suite {
-    /// The database `config` names, with the lock backend it chose
-    /// ([`MySqlConfig::backend_kind`]) and fencelock's tables and procedures under its table
-    /// prefix ([`MySqlConfig::prefix_name`], `?prefix=`), against raw `GET_LOCK(name, 0)` +
-    /// `RELEASE_LOCK(name)` on a pool of its own to the same database. Named after the
-    /// backend (`mysql`) in reports.
-    pub async fn mysql(config: &MySqlConfig) -> Result<Self> {
-        let db = config.connect().await?;
-        let backend = db.backend();
-        let name = backend.name();
-        let fenced = FencedSubject::new(backend, Arc::new(db.storage()));
-        let baseline = MySqlBaseline::connect(config).await?;
-        let cleanup = MySqlCleanup::new(baseline.pool.clone(), db.prefix());
-        Ok(
-            Suite::new(name, fenced, Arc::new(baseline), Vec::new())
-                .with_cleanup(Arc::new(cleanup)),
-        )
-    }
+fn raw(what: &str, error: sqlx::Error) -> fencelock_core::Error {
+    map_sqlx_error(BACKEND, error).in_context(what)
 }
 
-/// Deletes one table's rows for a run's keys (`sql/mysql_cleanup.sql`, table and column
-/// filled in).
-const MYSQL_CLEANUP: &str = include_str!("../../sql/mysql_cleanup.sql");
-
-/// fencelock's tables (without the prefix) with the column that holds a lock key or a
-/// resource: token counters, leases, readers, stored values, fence records.
-const FENCELOCK_TABLES: &[(&str, &str)] = &[
-    ("locks", "lock_key"),
-    ("leases", "lock_key"),
-    ("readers", "lock_key"),
-    ("storage", "resource"),
-    ("fences", "resource"),
-];
-
-/// Deletes fencelock's rows for a run's keys from the tables of one prefix.
+/// Deletes fencelock's rows for a run's keys from every table of one installation (one
+/// table prefix): token counters, leases, readers, stored values, fence records.
 #[derive(Debug)]
-struct MySqlCleanup {
+pub struct MySqlCleanup {
     pool: MySqlPool,
     deletes: Vec<String>,
 }
 
 impl MySqlCleanup {
-    /// On `pool`, for fencelock's tables under `prefix` (a checked prefix: letters, digits
-    /// and `_`, so it is pasted into identifiers as it is, as fencelock itself does).
-    fn new(pool: MySqlPool, prefix: &str) -> Self {
-        let deletes = FENCELOCK_TABLES
-            .iter()
-            .map(|(table, column)| {
-                MYSQL_CLEANUP
-                    .replace("{table}", &format!("{prefix}{table}"))
-                    .replace("{column}", column)
-            })
-            .collect();
-        MySqlCleanup { pool, deletes }
+    /// On `pool`, for the tables under `prefix` (the installation's
+    /// [`MySqlDatabase::prefix`](crate::MySqlDatabase::prefix)). A prefix that
+    /// [`validate_prefix`](crate::validate_prefix) refuses is [`Error::InvalidConfig`]: it is
+    /// pasted into table names.
+    ///
+    /// [`Error::InvalidConfig`]: fencelock_core::Error::InvalidConfig
+    pub fn new(pool: MySqlPool, prefix: &str) -> Result<Self> {
+        let deletes = Statements::new(prefix)?.cleanup();
+        Ok(MySqlCleanup { pool, deletes })
     }
 }
 
@@ -85,7 +52,7 @@ impl Cleanup for MySqlCleanup {
                 .bind(prefix)
                 .execute(&self.pool)
                 .await
-                .map_err(|e| BenchError::raw("delete the run's rows", e))?;
+                .map_err(|e| raw("delete the run's rows", e))?;
         }
         Ok(())
     }
@@ -105,17 +72,18 @@ impl MySqlBaseline {
     /// table of the write baseline there, named after the config's table prefix (removed by
     /// [`Baseline::close`]).
     pub async fn connect(config: &MySqlConfig) -> Result<Self> {
+        crate::validate_prefix(config.prefix_name())?;
         let pool = MySqlPoolOptions::new()
             .max_connections(POOL_SIZE)
             .connect_with(config.connect_options()?)
             .await
-            .map_err(|e| BenchError::raw(format!("connect to {config}"), e))?;
-        // The prefix is checked by MySqlConfig (letters, digits, `_`, at most 32): with the
-        // 20 characters added the name stays within MySQL's 64.
+            .map_err(|e| raw(&format!("connect to {config}"), e))?;
+        // The prefix is checked above (letters, digits, `_`, at most 32): with the 20
+        // characters added the name stays within MySQL's 64.
         let table = format!(
             "{}bench_plain_{:08x}",
             config.prefix_name(),
-            rand::random::<u32>()
+            OwnerId::random().as_u128() as u32
         );
         pool.execute(
             format!(
@@ -125,7 +93,7 @@ impl MySqlBaseline {
             .as_str(),
         )
         .await
-        .map_err(|e| BenchError::raw("create the plain table", e))?;
+        .map_err(|e| raw("create the plain table", e))?;
         Ok(MySqlBaseline { pool, table })
     }
 
@@ -141,16 +109,12 @@ impl RawTryLock for MySqlBaseline {
 
     async fn try_lock_unlock(&self, key: &LockKey) -> Result<bool> {
         let name = lock_name(key);
-        let mut conn = self
-            .pool
-            .acquire()
-            .await
-            .map_err(|e| BenchError::raw("pool", e))?;
+        let mut conn = self.pool.acquire().await.map_err(|e| raw("pool", e))?;
         let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 0)")
             .bind(&name)
             .fetch_one(&mut *conn)
             .await
-            .map_err(|e| BenchError::raw("GET_LOCK", e))?;
+            .map_err(|e| raw("GET_LOCK", e))?;
         if got != Some(1) {
             return Ok(false);
         }
@@ -158,7 +122,7 @@ impl RawTryLock for MySqlBaseline {
             .bind(&name)
             .fetch_one(&mut *conn)
             .await
-            .map_err(|e| BenchError::raw("RELEASE_LOCK", e))?;
+            .map_err(|e| raw("RELEASE_LOCK", e))?;
         Ok(true)
     }
 }
@@ -177,7 +141,7 @@ impl Baseline for MySqlBaseline {
         let _: i32 = sqlx::query_scalar("SELECT 1")
             .fetch_one(&self.pool)
             .await
-            .map_err(|e| BenchError::raw("SELECT 1", e))?;
+            .map_err(|e| raw("SELECT 1", e))?;
         Ok(())
     }
 
@@ -198,7 +162,7 @@ impl Baseline for MySqlBaseline {
         self.pool
             .execute(format!("DROP TABLE IF EXISTS {}", self.table).as_str())
             .await
-            .map_err(|e| BenchError::raw("drop the plain table", e))?;
+            .map_err(|e| raw("drop the plain table", e))?;
         self.pool.close().await;
         Ok(())
     }
@@ -220,29 +184,30 @@ impl Op for MySqlWriter {
             .bind(&self.value[..])
             .execute(&self.pool)
             .await
-            .map_err(|e| BenchError::raw("INSERT ON DUPLICATE KEY UPDATE", e))?;
+            .map_err(|e| raw("INSERT ON DUPLICATE KEY UPDATE", e))?;
         Ok(None)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[tokio::test]
-    async fn every_table_gets_its_delete() {
+    async fn a_cleanup_refuses_a_prefix_it_would_paste_unchecked() {
         // A lazy pool never connects: only the statements are looked at.
         let options = MySqlConfig::from_url("mysql://root@127.0.0.1:1/test")
-            .and_then(|c| c.connect_options());
-        let Ok(options) = options else {
-            panic!("a plain MySQL URL is refused: {options:?}");
-        };
-        let cleanup = MySqlCleanup::new(MySqlPoolOptions::new().connect_lazy_with(options), "p_");
+            .unwrap()
+            .connect_options()
+            .unwrap();
+        let pool = MySqlPoolOptions::new().connect_lazy_with(options);
+        let cleanup = MySqlCleanup::new(pool.clone(), "p_").unwrap();
         assert_eq!(
-            cleanup.deletes.last().map(|s| s.lines().last()),
-            Some(Some("DELETE FROM p_fences WHERE LEFT(resource, ?) = ?"))
+            cleanup.deletes.last().and_then(|s| s.lines().last()),
+            Some("DELETE FROM p_fences WHERE LEFT(resource, ?) = ?")
         );
-        assert_eq!(cleanup.deletes.len(), FENCELOCK_TABLES.len());
         assert!(cleanup.deletes.iter().all(|s| !s.contains('{')));
+        assert!(MySqlCleanup::new(pool, "p; DROP TABLE x; --").is_err());
     }
 }

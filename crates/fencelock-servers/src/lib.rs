@@ -1,0 +1,8 @@
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![warn(missing_docs)]
+
+pub mod etcd;
+pub mod proxy;
+pub mod redis;
+pub mod zookeeper;

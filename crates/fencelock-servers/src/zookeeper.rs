@@ -1,0 +1,1 @@
+//! ZooKeeper servers on free ports (none yet).

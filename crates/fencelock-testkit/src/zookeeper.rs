@@ -1,0 +1,1 @@
+//! ZooKeeper servers for tests (none yet).
