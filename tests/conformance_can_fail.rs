@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use fencelock::memory::{MemoryLockBackend, MemoryStorage};
 use fencelock::{
-    Fence, FencedStorage, FencingToken, Lease, LockBackend, LockInfo, LockKey, Result, Snapshot,
-    async_trait, validate_value,
+    Capabilities, Error, Fence, FencedStorage, FencingToken, Lease, LockBackend, LockInfo, LockKey,
+    Result, Snapshot, TokenGuarantee, WakeUp, async_trait, validate_value,
 };
 use fencelock_conformance::{Setup, properties};
 
@@ -117,6 +117,88 @@ impl FencedStorage for SkipsFenceCheck {
     }
 }
 
+/// A memory backend that may claim more than it does, or break one rule, as an author's
+/// backend might: each fault is one flag.
+#[derive(Debug, Clone, Default)]
+struct Claims {
+    inner: MemoryLockBackend,
+    /// Capabilities that say the tokens are durable.
+    durable: bool,
+    /// Capabilities that say a release notifies waiters, while `wait_for_release` sleeps out
+    /// its `max` as a polling backend's default does.
+    notify_but_polls: bool,
+    /// `extend` of the caller's own expired lease takes the lock again instead of
+    /// `LeaseLost`.
+    extend_revives: bool,
+}
+
+#[async_trait]
+impl LockBackend for Claims {
+    fn name(&self) -> &'static str {
+        "claims"
+    }
+    fn capabilities(&self) -> Capabilities {
+        let mut caps = self.inner.capabilities();
+        if self.durable {
+            caps.tokens = TokenGuarantee::Durable;
+        }
+        if self.notify_but_polls {
+            caps.wake_up = WakeUp::Notify;
+        }
+        caps
+    }
+    async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
+        self.inner.try_acquire(key, ttl).await
+    }
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        match self.inner.extend(lease, ttl).await {
+            Err(Error::LeaseLost { .. }) if self.extend_revives => {
+                match self.inner.try_acquire(&lease.key, ttl).await? {
+                    Some(again) => Ok(Lease {
+                        owner: lease.owner,
+                        token: lease.token,
+                        ..again
+                    }),
+                    None => Err(Error::lease_lost(
+                        &lease.key,
+                        fencelock::LostReason::Superseded,
+                    )),
+                }
+            }
+            other => other,
+        }
+    }
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.inner.release(lease).await
+    }
+    async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {
+        if self.notify_but_polls {
+            tokio::time::sleep(max).await;
+            return Ok(());
+        }
+        self.inner.wait_for_release(key, max).await
+    }
+    async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
+        self.inner.inspect(key).await
+    }
+    async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
+        self.inner.advance_token(key, floor).await
+    }
+}
+
+/// A backend claiming durable tokens, reopened by `reopen` from the backend it was made with.
+fn durable(reopen: fn(&Claims) -> Claims) -> Setup {
+    let backend = Claims {
+        durable: true,
+        ..Claims::default()
+    };
+    let kept = backend.clone();
+    setup(backend, MemoryStorage::new()).with_reopen(Box::new(move || {
+        let again: Arc<dyn LockBackend> = Arc::new(reopen(&kept));
+        Box::pin(async move { again })
+    }))
+}
+
 fn setup(backend: impl LockBackend, storage: impl FencedStorage) -> Setup {
     Setup::new(
         Arc::new(backend),
@@ -170,6 +252,12 @@ fails!(unfenced_storage_fails_equal_token: storage_refuses_equal_token_other_own
 fails!(unfenced_storage_fails_lost_update: fenced_reads_prevent_lost_update on unfenced_storage());
 fails!(unfenced_storage_fails_refused_changes_nothing: refused_operation_changes_nothing on unfenced_storage());
 
+fails!(extend_reviving_fails_own_expired: extend_of_own_expired_lease_is_lease_lost on setup(Claims { extend_revives: true, ..Claims::default() }, MemoryStorage::new()));
+fails!(polling_notify_claim_fails_wake_up: notify_wake_up_comes_with_the_release on setup(Claims { notify_but_polls: true, ..Claims::default() }, MemoryStorage::new()));
+// Reopened as a new, empty backend: the counters are gone although the capabilities claim them.
+fails!(lost_counters_fail_durability: durable_tokens_survive_reopening on durable(|_| Claims { durable: true, ..Claims::default() }));
+fails!(unchecked_durability_claim_fails: durable_tokens_survive_reopening on setup(Claims { durable: true, ..Claims::default() }, MemoryStorage::new()));
+
 /// The same properties pass on the honest memory backend, so the failures above are the faults'.
 mod honest_control {
     use super::*;
@@ -185,5 +273,9 @@ mod honest_control {
         properties::double_release(&honest().await).await;
         properties::paused_client_is_refused(&honest().await).await;
         properties::storage_refuses_older_token(&honest().await).await;
+        properties::extend_of_own_expired_lease_is_lease_lost(&honest().await).await;
+        properties::notify_wake_up_comes_with_the_release(&honest().await).await;
+        // Reopened on the same state (a clone shares the memory backend's tables).
+        properties::durable_tokens_survive_reopening(&durable(Claims::clone)).await;
     }
 }

@@ -253,6 +253,7 @@ fn capabilities(shown: &mut Shown, caps: &Capabilities) {
     let (clock_word, clock_text) = match caps.time_authority {
         TimeAuthority::Server => ("server", "the server's clock expires leases"),
         TimeAuthority::Client => ("client", "this process's clock expires leases"),
+        TimeAuthority::Host => ("host", "this host's clock expires leases (one host only)"),
         _ => ("unknown", "unknown"),
     };
     let (wake_word, wake_text) = match caps.wake_up {

@@ -5,7 +5,7 @@
 pub mod properties;
 mod setup;
 
-pub use setup::{BoxFuture, Outage, Setup};
+pub use setup::{BoxFuture, Outage, Reopen, Setup};
 
 /// Expands to one `#[tokio::test]` per property of every group in [`properties`], each named
 /// after its property and running it on a fresh setup obtained by awaiting `$setup` (an

@@ -15,6 +15,11 @@ pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 /// connections, end its sessions. Called at most once per test.
 pub type Outage = Box<dyn Fn() -> BoxFuture<()> + Send + Sync>;
 
+/// Opens the backend again on the same durable state (a new client to the same server, the
+/// same directory reopened), as a restarted process would: the durability properties grant
+/// through it.
+pub type Reopen = Box<dyn Fn() -> BoxFuture<Arc<dyn LockBackend>> + Send + Sync>;
+
 /// One backend under test, fresh for each property.
 pub struct Setup {
     /// The lock backend.
@@ -25,6 +30,9 @@ pub struct Setup {
     pub outage: Outage,
     /// Whatever must live as long as the test: spawned servers, throwaway schemas.
     pub keep_alive: Vec<Box<dyn Any + Send + Sync>>,
+    /// Reopens the backend on the same state. Required when its capabilities claim durable
+    /// tokens: the suite checks the claim through it.
+    pub reopen: Option<Reopen>,
 }
 
 impl fmt::Debug for Setup {
@@ -48,7 +56,14 @@ impl Setup {
             storage,
             outage,
             keep_alive: Vec::new(),
+            reopen: None,
         }
+    }
+
+    /// With `reopen`, which opens the backend again on the same durable state.
+    pub fn with_reopen(mut self, reopen: Reopen) -> Self {
+        self.reopen = Some(reopen);
+        self
     }
 
     /// A setup for [`storage_suite!`](crate::storage_suite): `backend` only supplies fencing

@@ -28,6 +28,11 @@ pub enum TimeAuthority {
     Server,
     /// This process's monotonic clock.
     Client,
+    /// The wall clock of the one host every client of the backend runs on (a lock directory or
+    /// an embedded database on that host): every client reads the same clock, so expiry is
+    /// decided once, but only for clients of that host. A backend that says this must not be
+    /// shared across hosts (a network file system gives each host its own clock).
+    Host,
 }
 
 /// How [`LockBackend::wait_for_release`](crate::LockBackend::wait_for_release) learns that a lock

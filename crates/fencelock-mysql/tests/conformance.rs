@@ -2,6 +2,8 @@
 //! server (`FENCELOCK_MYSQL_URL`, default `mysql://root@127.0.0.1:3306/test`), each property
 //! under a table prefix of its own.
 
+#![allow(clippy::expect_used)]
+
 mod common;
 
 use std::sync::Arc;
@@ -13,6 +15,7 @@ async fn setup() -> Setup {
     let backend = db.lock_backend();
     let storage = db.storage();
     let (target, pools) = (backend.clone(), db.clone());
+    let reopen_config = cleanup.config().clone();
     Setup::new(
         Arc::new(backend),
         Arc::new(storage),
@@ -25,6 +28,15 @@ async fn setup() -> Setup {
             })
         }),
     )
+    // Reopened as a new process would: a database of its own on the same tables.
+    .with_reopen(Box::new(move || {
+        let config = reopen_config.clone();
+        Box::pin(async move {
+            let db = config.connect().await.expect("reopening the test's tables");
+            let backend: Arc<dyn fencelock_core::LockBackend> = Arc::new(db.lock_backend());
+            backend
+        })
+    }))
     .keep(cleanup)
 }
 

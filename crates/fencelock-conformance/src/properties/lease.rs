@@ -107,6 +107,26 @@ declare_properties!(__fencelock_conformance_lease, {
         assert_eq!(info.holder, None, "extend re-created a released lock");
     }
 
+    /// Extending one's own lease after it expired, with nobody else taking the lock in
+    /// between, is `LeaseLost` too: the lock is gone, and extend never re-creates it (a
+    /// backend that revives an expired lease lets its holder write across a gap in which
+    /// another client could have been granted).
+    pub async fn extend_of_own_expired_lease_is_lease_lost(s: &Setup) {
+        let b = &*s.backend;
+        let key = key("own-expired");
+        let old = grant(b, &key, s.short_ttl()).await;
+        sleep(s.past_short_ttl()).await;
+        match b.extend(&old, LONG_TTL).await {
+            Err(Error::LeaseLost { .. }) => {}
+            other => panic!("extend of an expired lease: expected LeaseLost, got {other:?}"),
+        }
+        let info = b.inspect(&key).await.unwrap();
+        assert_eq!(info.holder, None, "extend revived an expired lease");
+        let next = grant(b, &key, LONG_TTL).await;
+        assert!(next.token > old.token);
+        assert!(b.release(&next).await.unwrap());
+    }
+
     /// Releasing a superseded lease is a no-op: it returns false and the new holder keeps the lock.
     pub async fn stale_release_is_a_noop(s: &Setup) {
         let b = &*s.backend;

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fencelock_core::{Error, Locker, LostReason};
+use fencelock_core::{Error, Locker, LostReason, WakeUp};
 use tokio::time::{Instant, sleep, timeout};
 
 use super::support::{LONG_TTL, PATIENCE, grant, key, peek};
@@ -34,6 +34,44 @@ declare_properties!(__fencelock_conformance_locker, {
             .expect("waiter failed");
         assert!(guard.token() > held.token);
         assert!(guard.release().await.unwrap());
+    }
+
+    /// A backend whose capabilities claim notify wake-ups wakes a waiter in
+    /// `wait_for_release` when the lock is released, not when the wait's `max` runs out: a
+    /// backend that claims it while sleeping out `max` (polling) makes every waiter of a
+    /// `Locker` late by its backoff. Returning early is allowed (a wake-up is a hint); the
+    /// waiter calls again until the lock is free.
+    pub async fn notify_wake_up_comes_with_the_release(s: &Setup) {
+        if s.backend.capabilities().wake_up != WakeUp::Notify {
+            return;
+        }
+        let b = &*s.backend;
+        let key = key("notify");
+        let held = grant(b, &key, LONG_TTL).await;
+        let waiter = {
+            let (backend, key) = (s.backend.clone(), key.clone());
+            tokio::spawn(async move {
+                loop {
+                    backend.wait_for_release(&key, LONG_TTL).await.unwrap();
+                    if backend.inspect(&key).await.unwrap().holder.is_none() {
+                        return;
+                    }
+                }
+            })
+        };
+        // Time for the waiter to subscribe before the release it must hear.
+        sleep(Duration::from_millis(500)).await;
+        assert!(b.release(&held).await.unwrap());
+        timeout(PATIENCE, waiter)
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "{} claims notify wake-ups, but a waiter in wait_for_release(max = {LONG_TTL:?}) \
+                     was not woken within {PATIENCE:?} of the release",
+                    b.name()
+                )
+            })
+            .unwrap();
     }
 
     /// A request whose wait budget runs out fails with `Timeout`, after about the budget.
@@ -119,7 +157,9 @@ declare_properties!(__fencelock_conformance_locker, {
         let b = &*s.backend;
         let locker = Locker::new(s.backend.clone());
         let key = key("watchdog");
-        let ttl = Duration::from_millis(600).max(s.short_ttl() * 2);
+        // Long enough that a renewal (every third of the ttl) may take a second on a loaded
+        // machine and still land in time; scaled up on a backend whose shortest ttl is longer.
+        let ttl = Duration::from_secs(3).max(s.short_ttl() * 4);
         let guard = locker.lock(key.as_str()).ttl(ttl).await.unwrap();
         let lost = guard.lost_token();
         let held_until = Instant::now() + ttl * 3 + ttl / 2;

@@ -3,13 +3,54 @@
 
 use std::collections::HashSet;
 
-use fencelock_core::FencingToken;
+use fencelock_core::{FencingToken, TokenGuarantee};
 use tokio::time::sleep;
 
 use super::support::{LONG_TTL, grant, key};
 use crate::Setup;
 
 declare_properties!(__fencelock_conformance_tokens, {
+    /// A backend whose capabilities claim durable tokens keeps its counters when it is opened
+    /// again (a restarted process, a new client to the same server): the next grant's token
+    /// is above every token before. A claim without a [`Setup::reopen`] hook cannot be checked
+    /// and fails, naming the hook.
+    pub async fn durable_tokens_survive_reopening(s: &Setup) {
+        let b = &*s.backend;
+        let durable = matches!(
+            b.capabilities().tokens,
+            TokenGuarantee::Durable
+                | TokenGuarantee::DurableIfServerPersists {
+                    server_persists: Some(true)
+                }
+        );
+        if !durable {
+            return;
+        }
+        let reopen = s.reopen.as_ref().unwrap_or_else(|| {
+            panic!(
+                "{} claims durable tokens, but its Setup has no reopen hook \
+                 (Setup::with_reopen) through which the suite can check the claim",
+                b.name()
+            )
+        });
+        let key = key("reopen");
+        let mut last = None;
+        for _ in 0..3 {
+            let lease = grant(b, &key, LONG_TTL).await;
+            assert!(b.release(&lease).await.unwrap());
+            last = Some(lease.token);
+        }
+        let last = last.unwrap();
+        let reopened = reopen().await;
+        let lease = grant(&*reopened, &key, LONG_TTL).await;
+        assert!(
+            lease.token > last,
+            "token {} after reopening, {last} before: the counter did not survive",
+            lease.token
+        );
+        assert!(reopened.release(&lease).await.unwrap());
+    }
+
     /// Tokens strictly increase over 1,000 grants of one key.
     pub async fn tokens_increase_over_1000_grants(s: &Setup) {
         let b = &*s.backend;

@@ -30,7 +30,8 @@ pub(crate) async fn connect(server: &EtcdServer) -> EtcdCluster {
 /// A conformance setup on a fresh cluster of `members` members; the outage kills them all.
 pub(crate) async fn setup(members: usize) -> Setup {
     let server = spawn(members).await;
-    let cluster = connect(&server).await;
+    let config = config(&server);
+    let cluster = config.connect().await.expect("connect to etcd");
     let victim = server.clone();
     Setup::new(
         cluster.backend(),
@@ -48,5 +49,10 @@ pub(crate) async fn setup(members: usize) -> Setup {
             })
         }),
     )
+    // Reopened as a new process would: a new client to the same cluster and prefix.
+    .with_reopen(Box::new(move || {
+        let config = config.clone();
+        Box::pin(async move { config.connect().await.expect("reconnect to etcd").backend() })
+    }))
     .keep(server)
 }

@@ -63,6 +63,12 @@ impl Cleanup {
         }
     }
 
+    /// The config of the test's prefix.
+    #[allow(dead_code)]
+    pub(crate) fn config(&self) -> &MySqlConfig {
+        &self.config
+    }
+
     /// A table of the test's own (named after the prefix) to drop as well.
     pub(crate) fn table(&mut self, name: &str) -> String {
         let table = format!("{}{name}", self.config.prefix_name());

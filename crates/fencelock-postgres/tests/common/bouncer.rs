@@ -48,6 +48,7 @@ pub async fn lease_setup(pooler: &str) -> Setup {
     let bouncer = bouncer(fencelock_testkit::pgbouncer::DEFAULT_POOL_SIZE).await;
     let (schema, db) = database(&bouncer, pooler).await;
     let outage_bouncer = bouncer.clone();
+    let reopen_url = url(&bouncer, &format!("schema={}&pooler={pooler}", schema.name()));
     Setup::new(
         Arc::new(db.lease_backend()),
         Arc::new(db.storage()),
@@ -60,6 +61,20 @@ pub async fn lease_setup(pooler: &str) -> Setup {
             })
         }),
     )
+    // Reopened as a new process would: a new database through the same PgBouncer.
+    .with_reopen(Box::new(move || {
+        let url = reopen_url.clone();
+        Box::pin(async move {
+            let db = PgConfig::from_url(&url)
+                .expect("a valid URL")
+                .operation_timeout(OP_TIMEOUT)
+                .connect()
+                .await
+                .expect("reopening through PgBouncer");
+            let backend: Arc<dyn fencelock_core::LockBackend> = Arc::new(db.lease_backend());
+            backend
+        })
+    }))
     .keep(bouncer)
     .keep(schema)
 }

@@ -87,21 +87,34 @@ pub async fn proxied_database() -> (PgSchema, Arc<FaultProxy>, PgDatabase) {
     (schema, proxy, db)
 }
 
-fn setup(
-    schema: PgSchema,
-    proxy: Arc<FaultProxy>,
-    db: &PgDatabase,
-    backend: Arc<dyn fencelock_core::LockBackend>,
-) -> Setup {
+/// Picks the backend under test out of a connected database.
+type Pick = fn(&PgDatabase) -> Arc<dyn fencelock_core::LockBackend>;
+
+fn setup(schema: PgSchema, proxy: Arc<FaultProxy>, db: &PgDatabase, pick: Pick) -> Setup {
     let outage_proxy = proxy.clone();
+    let name = schema.name().to_owned();
     Setup::new(
-        backend,
+        pick(db),
         Arc::new(db.storage()),
         Box::new(move || {
             let proxy = outage_proxy.clone();
             Box::pin(async move { proxy.set_blackhole(true) })
         }),
     )
+    // Reopened as a new process would: a database of its own on the same schema, reached
+    // directly (the proxy may be black-holed by then).
+    .with_reopen(Box::new(move || {
+        let name = name.clone();
+        Box::pin(async move {
+            let db = PgConfig::from_options(pg_options())
+                .schema(&name)
+                .operation_timeout(OP_TIMEOUT)
+                .connect()
+                .await
+                .expect("reopening the test schema");
+            pick(&db)
+        })
+    }))
     .keep(proxy)
     .keep(schema)
 }
@@ -109,15 +122,13 @@ fn setup(
 /// The lease-table backend behind a fault proxy, in a fresh schema.
 pub async fn lease_setup() -> Setup {
     let (schema, proxy, db) = proxied_database().await;
-    let backend = Arc::new(db.lease_backend());
-    setup(schema, proxy, &db, backend)
+    setup(schema, proxy, &db, |db| Arc::new(db.lease_backend()))
 }
 
 /// The advisory-lock backend behind a fault proxy, in a fresh schema.
 pub async fn advisory_setup() -> Setup {
     let (schema, proxy, db) = proxied_database().await;
-    let backend = Arc::new(db.advisory_backend());
-    setup(schema, proxy, &db, backend)
+    setup(schema, proxy, &db, |db| Arc::new(db.advisory_backend()))
 }
 
 /// The storage properties on the application's own table fenced by `fencelock_admit`, tokens
