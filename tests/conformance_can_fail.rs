@@ -186,6 +186,77 @@ impl LockBackend for Claims {
     }
 }
 
+/// Fault: claims fairness, and queues its waiters, but grants the newest one first.
+#[derive(Debug, Default)]
+struct Lifo {
+    inner: MemoryLockBackend,
+    queues: Mutex<HashMap<LockKey, Vec<fencelock::OwnerId>>>,
+}
+
+#[async_trait]
+impl LockBackend for Lifo {
+    fn name(&self) -> &'static str {
+        "lifo"
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities().with_fair(true)
+    }
+    async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
+        self.inner.try_acquire(key, ttl).await
+    }
+    async fn try_acquire_queued(
+        &self,
+        key: &LockKey,
+        ttl: Duration,
+        waiter: fencelock::OwnerId,
+    ) -> Result<Option<Lease>> {
+        let newest = {
+            let mut queues = self.queues.lock().unwrap();
+            let queue = queues.entry(key.clone()).or_default();
+            if !queue.contains(&waiter) {
+                queue.push(waiter);
+            }
+            queue.last() == Some(&waiter)
+        };
+        if !newest {
+            return Ok(None);
+        }
+        let granted = self.inner.try_acquire(key, ttl).await?;
+        if granted.is_some() {
+            self.leave_queue(key, waiter).await?;
+        }
+        Ok(granted)
+    }
+    async fn wait_for_turn(
+        &self,
+        key: &LockKey,
+        _waiter: fencelock::OwnerId,
+        max: Duration,
+    ) -> Result<()> {
+        self.inner
+            .wait_for_release(key, max.min(Duration::from_millis(20)))
+            .await
+    }
+    async fn leave_queue(&self, key: &LockKey, waiter: fencelock::OwnerId) -> Result<()> {
+        if let Some(queue) = self.queues.lock().unwrap().get_mut(key) {
+            queue.retain(|w| *w != waiter);
+        }
+        Ok(())
+    }
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        self.inner.extend(lease, ttl).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.inner.release(lease).await
+    }
+    async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
+        self.inner.inspect(key).await
+    }
+    async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
+        self.inner.advance_token(key, floor).await
+    }
+}
+
 /// A backend claiming durable tokens, reopened by `reopen` from the backend it was made with.
 fn durable(reopen: fn(&Claims) -> Claims) -> Setup {
     let backend = Claims {
@@ -256,6 +327,7 @@ fails!(extend_reviving_fails_own_expired: extend_of_own_expired_lease_is_lease_l
 fails!(polling_notify_claim_fails_wake_up: notify_wake_up_comes_with_the_release on setup(Claims { notify_but_polls: true, ..Claims::default() }, MemoryStorage::new()));
 // Reopened as a new, empty backend: the counters are gone although the capabilities claim them.
 fails!(lost_counters_fail_durability: durable_tokens_survive_reopening on durable(|_| Claims { durable: true, ..Claims::default() }));
+fails!(lifo_fails_arrival_order: fair_waiters_are_granted_in_arrival_order on setup(Lifo::default(), MemoryStorage::new()));
 fails!(unchecked_durability_claim_fails: durable_tokens_survive_reopening on setup(Claims { durable: true, ..Claims::default() }, MemoryStorage::new()));
 
 /// The same properties pass on the honest memory backend, so the failures above are the faults'.

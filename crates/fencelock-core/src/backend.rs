@@ -82,6 +82,39 @@ pub trait LockBackend: Send + Sync + Debug + 'static {
         Ok(())
     }
 
+    /// [`try_acquire`](Self::try_acquire) for a request that keeps trying: `waiter` is drawn
+    /// once per request and presented with each of its tries. A backend that hands a released
+    /// lock to its waiters in arrival order ([`Capabilities::fair`]) keeps `waiter`'s place
+    /// in a queue between tries and grants a free lock only to the first live waiter of that
+    /// queue; a place lapses when its waiter stops trying for the backend's place ttl (a
+    /// waiter that vanished) and is given up at once by [`leave_queue`](Self::leave_queue).
+    /// The default ignores `waiter`.
+    async fn try_acquire_queued(
+        &self,
+        key: &LockKey,
+        ttl: Duration,
+        waiter: OwnerId,
+    ) -> Result<Option<Lease>> {
+        let _ = waiter;
+        self.try_acquire(key, ttl).await
+    }
+
+    /// Waits until it may be `waiter`'s turn for `key` (the lock was handed to it, or its
+    /// holder's time ran out), at most `max`; a fair backend also returns in time for the
+    /// next try to keep the waiter's place. A hint, like
+    /// [`wait_for_release`](Self::wait_for_release), which is the default.
+    async fn wait_for_turn(&self, key: &LockKey, waiter: OwnerId, max: Duration) -> Result<()> {
+        let _ = waiter;
+        self.wait_for_release(key, max).await
+    }
+
+    /// Gives up `waiter`'s place in the queue of `key`, if it has one: a request that timed
+    /// out, failed or was cancelled. Never affects a grant. The default does nothing.
+    async fn leave_queue(&self, key: &LockKey, waiter: OwnerId) -> Result<()> {
+        let _ = (key, waiter);
+        Ok(())
+    }
+
     /// The current holder, its token and remaining time, and the key's last token. During a
     /// read phase the holder is the phase's shared fence.
     async fn inspect(&self, key: &LockKey) -> Result<LockInfo>;
@@ -212,6 +245,20 @@ macro_rules! forward_lock_backend {
             }
             async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {
                 (**self).wait_for_release(key, max).await
+            }
+            async fn try_acquire_queued(
+                &self,
+                key: &LockKey,
+                ttl: Duration,
+                waiter: OwnerId,
+            ) -> Result<Option<Lease>> {
+                (**self).try_acquire_queued(key, ttl, waiter).await
+            }
+            async fn wait_for_turn(&self, key: &LockKey, waiter: OwnerId, max: Duration) -> Result<()> {
+                (**self).wait_for_turn(key, waiter, max).await
+            }
+            async fn leave_queue(&self, key: &LockKey, waiter: OwnerId) -> Result<()> {
+                (**self).leave_queue(key, waiter).await
             }
             async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
                 (**self).inspect(key).await

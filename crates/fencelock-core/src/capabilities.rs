@@ -101,6 +101,11 @@ pub struct Capabilities {
     pub locks_survive_restart: bool,
     /// The kinds of lock offered; [`LockKinds::GENERIC`] unless the backend says more.
     pub kinds: LockKinds,
+    /// Whether a released exclusive lock goes to its waiters in arrival order (the waiters of
+    /// [`Locker`](crate::Locker) requests, through
+    /// [`try_acquire_queued`](crate::LockBackend::try_acquire_queued)), each release waking
+    /// only the next; false when waiters race for it.
+    pub fair: bool,
 }
 
 impl Capabilities {
@@ -120,6 +125,7 @@ impl Capabilities {
             max_ttl,
             locks_survive_restart: false,
             kinds: LockKinds::GENERIC,
+            fair: false,
         }
     }
 
@@ -131,6 +137,12 @@ impl Capabilities {
         } else {
             MIN_TTL
         };
+        self
+    }
+
+    /// Sets [`fair`](Self::fair).
+    pub const fn with_fair(mut self, fair: bool) -> Self {
+        self.fair = fair;
         self
     }
 

@@ -13,6 +13,7 @@ use tracing::Instrument;
 use crate::backend::{LockBackend, validate_ttl};
 use crate::backoff::Backoff;
 use crate::error::{Error, Result};
+use crate::fence::OwnerId;
 use crate::guard::LockGuard;
 use crate::key::LockKey;
 use crate::metrics;
@@ -218,9 +219,14 @@ fn shared_backend<B: LockBackend>(backend: B) -> Arc<dyn LockBackend> {
 /// A lock request built by [`Locker::lock`]; `.await` it for a [`LockGuard`].
 ///
 /// Waiting alternates tries with [`LockBackend::wait_for_release`] bounded by a backoff pause
-/// with full jitter, until the wait budget is spent ([`Error::Timeout`]). Retryable backend
-/// errors are retried within the budget. Dropping the future cancels the wait; a grant in
-/// flight at that moment lapses after its ttl.
+/// with full jitter, until the wait budget is spent ([`Error::Timeout`]). On a backend that
+/// queues its waiters ([`Capabilities::fair`](crate::Capabilities::fair)) the request instead
+/// keeps one place in the key's queue through its tries
+/// ([`LockBackend::try_acquire_queued`]) and sleeps until its turn
+/// ([`LockBackend::wait_for_turn`]); a request that ends without the lock gives its place up
+/// ([`LockBackend::leave_queue`]). Retryable backend errors are retried within the budget.
+/// Dropping the future cancels the wait and gives the place up in a task; a grant in flight
+/// at that moment lapses after its ttl.
 #[must_use = "a lock request does nothing until awaited"]
 #[derive(Debug)]
 pub struct LockRequest {
@@ -278,12 +284,28 @@ impl LockRequest {
             key = %key,
             ttl_ms = options.ttl.as_millis() as u64,
         );
+        // A request that waits on a fair backend queues; one that tries once never does.
+        let queued = self.backend.capabilities().fair && !options.wait.is_zero();
+        let mut place = QueuePlace {
+            backend: self.backend.clone(),
+            key: key.clone(),
+            waiter: OwnerId::random(),
+            taken: false,
+        };
         let outcome = async move {
             let mut attempt = 0u32;
             loop {
-                let outcome = self.backend.try_acquire(&key, options.ttl).await;
+                let outcome = if queued {
+                    place.taken = true;
+                    self.backend
+                        .try_acquire_queued(&key, options.ttl, place.waiter)
+                        .await
+                } else {
+                    self.backend.try_acquire(&key, options.ttl).await
+                };
                 match outcome {
                     Ok(Some(lease)) => {
+                        place.granted();
                         tracing::debug!(
                             token = lease.token.get(),
                             waited_ms = started.elapsed().as_millis() as u64,
@@ -303,28 +325,38 @@ impl LockRequest {
                     }
                     Err(e) => {
                         metrics::backend_error(name, "acquire", &e);
+                        place.leave().await;
                         return Err(e);
                     }
                 }
                 let now = Instant::now();
                 if !before_deadline(now) {
                     tracing::debug!(outcome = "timeout", "not acquired");
+                    place.leave().await;
                     return Err(Error::Timeout {
                         key: key.to_string(),
                         waited: now - started,
                     });
                 }
-                let mut pause = options.backoff.pause(attempt);
-                if let Some(deadline) = deadline {
-                    pause = pause.min(deadline - now);
-                }
+                let left = deadline.map_or(Duration::MAX, |deadline| deadline - now);
+                let mut pause = options.backoff.pause(attempt).min(left);
                 attempt = attempt.saturating_add(1);
-                if let Err(e) = self.backend.wait_for_release(&key, pause).await {
+                let waited = if queued {
+                    // The backend wakes the waiter at its turn, and returns in time for the
+                    // next try to keep the place: no backoff between tries.
+                    pause = left;
+                    self.backend.wait_for_turn(&key, place.waiter, left).await
+                } else {
+                    self.backend.wait_for_release(&key, pause).await
+                };
+                if let Err(e) = waited {
                     metrics::backend_error(name, "wait_for_release", &e);
                     if !e.is_retryable() {
+                        place.leave().await;
                         return Err(e);
                     }
-                    tokio::time::sleep_until(Instant::now() + pause).await;
+                    let retry = options.backoff.pause(attempt).min(pause);
+                    tokio::time::sleep_until(Instant::now() + retry).await;
                 }
             }
         }
@@ -332,6 +364,48 @@ impl LockRequest {
         .await;
         metrics::waited(name, started.elapsed(), outcome.as_ref().map(|_| ()));
         outcome
+    }
+}
+
+/// A request's place in a fair backend's queue: given up when the request ends without the
+/// lock, in a task when its future is dropped half way.
+struct QueuePlace {
+    backend: Arc<dyn LockBackend>,
+    key: LockKey,
+    waiter: OwnerId,
+    /// Whether a queued try was sent since the last grant, so the backend may hold a place.
+    taken: bool,
+}
+
+impl QueuePlace {
+    /// A grant took the waiter out of the queue: nothing to give up.
+    fn granted(&mut self) {
+        self.taken = false;
+    }
+
+    async fn leave(&mut self) {
+        if std::mem::take(&mut self.taken)
+            && let Err(e) = self.backend.leave_queue(&self.key, self.waiter).await
+        {
+            // The place lapses by itself after the backend's place ttl.
+            tracing::debug!(error = %e, "leaving the queue failed");
+        }
+    }
+}
+
+impl Drop for QueuePlace {
+    fn drop(&mut self) {
+        if !self.taken {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (backend, key, waiter) = (self.backend.clone(), self.key.clone(), self.waiter);
+            runtime.spawn(async move {
+                if let Err(e) = backend.leave_queue(&key, waiter).await {
+                    tracing::debug!(error = %e, "leaving the queue failed");
+                }
+            });
+        }
     }
 }
 

@@ -20,7 +20,7 @@ use crate::fence::RedisFence;
 use crate::outcome::{extended, finish, finish_grant, released};
 use crate::scripts::SCRIPTS;
 use crate::storage::RedisStorage;
-use crate::waiters::{Waiters, poll_release};
+use crate::waiters::{PLACE_TTL, Waiters, poll_release};
 
 /// A [`LockBackend`](fencelock_core::LockBackend) on one Redis server.
 ///
@@ -72,7 +72,8 @@ impl RedisLockBackend {
             MAX_TTL,
         )
         .with_kinds(LockKinds::GENERIC.with_shared())
-        .with_locks_survive_restart(server_persists == Some(true));
+        .with_locks_survive_restart(server_persists == Some(true))
+        .with_fair(true);
         RedisLockBackend {
             locks: Locks {
                 wake: Wake::Notify(Arc::new(Waiters::new(conn.clone()))),
@@ -164,6 +165,32 @@ macro_rules! delegate_lock_backend {
                 max: std::time::Duration,
             ) -> fencelock_core::Result<()> {
                 self.locks.wait_for_release(key, max).await
+            }
+
+            async fn try_acquire_queued(
+                &self,
+                key: &fencelock_core::LockKey,
+                ttl: std::time::Duration,
+                waiter: fencelock_core::OwnerId,
+            ) -> fencelock_core::Result<Option<fencelock_core::Lease>> {
+                self.locks.try_acquire_queued(key, ttl, waiter).await
+            }
+
+            async fn wait_for_turn(
+                &self,
+                key: &fencelock_core::LockKey,
+                waiter: fencelock_core::OwnerId,
+                max: std::time::Duration,
+            ) -> fencelock_core::Result<()> {
+                self.locks.wait_for_turn(key, waiter, max).await
+            }
+
+            async fn leave_queue(
+                &self,
+                key: &fencelock_core::LockKey,
+                waiter: fencelock_core::OwnerId,
+            ) -> fencelock_core::Result<()> {
+                self.locks.leave_queue(key, waiter).await
             }
 
             async fn inspect(
@@ -264,6 +291,39 @@ impl Locks {
     }
 
     pub(crate) async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
+        self.acquire(key, ttl, None).await
+    }
+
+    /// A try that keeps `waiter`'s place in the key's queue (one server); on a cluster, a
+    /// plain try.
+    pub(crate) async fn try_acquire_queued(
+        &self,
+        key: &LockKey,
+        ttl: Duration,
+        waiter: OwnerId,
+    ) -> Result<Option<Lease>> {
+        match &self.wake {
+            Wake::Notify(waiters) => {
+                validate_ttl(ttl, &self.capabilities)?;
+                waiters.before_try(key, waiter);
+                let granted = self.acquire(key, ttl, Some((waiters, waiter))).await;
+                if matches!(granted, Ok(Some(_))) {
+                    waiters.forget(waiter);
+                }
+                granted
+            }
+            Wake::Poll => self.acquire(key, ttl, None).await,
+        }
+    }
+
+    /// The acquire script: on one server with the key's queue (a plain try never overtakes a
+    /// queued waiter), as `waiter` when given.
+    async fn acquire(
+        &self,
+        key: &LockKey,
+        ttl: Duration,
+        waiter: Option<(&Arc<Waiters>, OwnerId)>,
+    ) -> Result<Option<Lease>> {
         validate_ttl(ttl, &self.capabilities)?;
         let backend = self.conn.backend;
         let span = tracing::debug_span!("try_acquire", backend, key = %key, ?ttl, token = Empty, outcome = Empty);
@@ -275,14 +335,36 @@ impl Locks {
                 .key(self.conn.keys.token(key))
                 .arg(owner.to_string())
                 .arg(ttl_millis(ttl));
+            if matches!(self.wake, Wake::Notify(_)) {
+                invocation
+                    .key(self.conn.keys.queue(key))
+                    .key(self.conn.keys.places(key))
+                    .arg(waiter.map(|(_, w)| w.to_string()).unwrap_or_default())
+                    .arg(PLACE_TTL.as_millis() as u64);
+            }
             let mut conn = self.conn.link.clone();
             let sent_at = Instant::now();
-            let reply: Option<String> = self
+            let reply: redis::Value = self
                 .conn
                 .call("acquire", invocation.invoke_async(&mut conn))
                 .await?;
-            let Some(token) = reply else {
-                return Ok(None);
+            let token = match reply {
+                redis::Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+                redis::Value::SimpleString(text) => text,
+                redis::Value::Nil => return Ok(None),
+                redis::Value::Int(holder_ms) => {
+                    if let Some((waiters, waiter)) = waiter {
+                        waiters.refused(waiter, holder_ms);
+                    }
+                    return Ok(None);
+                }
+                other => {
+                    return Err(fencelock_core::Error::Backend {
+                        backend: self.conn.backend,
+                        message: format!("the acquire script answered {other:?}"),
+                        source: None,
+                    });
+                }
             };
             let token = parse_token(self.conn.backend, &token)?;
             Ok(Some(Lease {
@@ -296,6 +378,42 @@ impl Locks {
         .instrument(span.clone())
         .await;
         finish_grant(&span, result)
+    }
+
+    /// Waits for `waiter`'s turn (one server), or polls the lock (a cluster).
+    pub(crate) async fn wait_for_turn(
+        &self,
+        key: &LockKey,
+        waiter: OwnerId,
+        max: Duration,
+    ) -> Result<()> {
+        let span =
+            tracing::debug_span!("wait_for_turn", backend = self.conn.backend, key = %key, ?max);
+        match &self.wake {
+            Wake::Notify(waiters) => waiters.wait_turn(key, waiter, max).instrument(span).await,
+            Wake::Poll => poll_release(&self.conn, key, max).instrument(span).await,
+        }
+    }
+
+    /// Gives up `waiter`'s place in the key's queue (one server).
+    pub(crate) async fn leave_queue(&self, key: &LockKey, waiter: OwnerId) -> Result<()> {
+        let Wake::Notify(waiters) = &self.wake else {
+            return Ok(());
+        };
+        waiters.forget(waiter);
+        let mut invocation = SCRIPTS.leave.prepare_invoke();
+        invocation
+            .key(self.conn.keys.lock(key))
+            .key(self.conn.keys.queue(key))
+            .key(self.conn.keys.places(key))
+            .arg(waiter.to_string())
+            .arg(self.conn.keys.channel(key));
+        let mut conn = self.conn.link.clone();
+        let _: i64 = self
+            .conn
+            .call("leave", invocation.invoke_async(&mut conn))
+            .await?;
+        Ok(())
     }
 
     pub(crate) async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
@@ -324,8 +442,13 @@ impl Locks {
         let span = tracing::debug_span!("release", backend = self.conn.backend, key = %lease.key, token = lease.token.get(), outcome = Empty);
         let result = async {
             let mut invocation = SCRIPTS.release.prepare_invoke();
+            invocation.key(self.conn.keys.lock(&lease.key));
+            if matches!(self.wake, Wake::Notify(_)) {
+                invocation
+                    .key(self.conn.keys.queue(&lease.key))
+                    .key(self.conn.keys.places(&lease.key));
+            }
             invocation
-                .key(self.conn.keys.lock(&lease.key))
                 .arg(lock_value(lease.owner, lease.token))
                 .arg(self.conn.keys.channel(&lease.key));
             let mut conn = self.conn.link.clone();

@@ -77,6 +77,18 @@ impl KeySpace {
         self.name(key, "readers")
     }
 
+    /// `{prefix}:{<key>}:queue`: the waiters queued for the lock (one server only), a sorted
+    /// set of waiter ids by arrival (the server's clock, in ms), expiring with its last place.
+    pub(crate) fn queue(&self, key: &LockKey) -> String {
+        self.name(key, "queue")
+    }
+
+    /// `{prefix}:{<key>}:places`: when each queued waiter's place lapses unless it tries
+    /// again, a sorted set of waiter ids by the server's clock in ms.
+    pub(crate) fn places(&self, key: &LockKey) -> String {
+        self.name(key, "places")
+    }
+
     /// `{prefix}:{<key>}:released`: the pub/sub channel a release publishes on.
     pub(crate) fn channel(&self, key: &LockKey) -> String {
         self.name(key, "released")

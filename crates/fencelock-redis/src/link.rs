@@ -146,7 +146,12 @@ mod tests {
             })
             .collect();
         assert_eq!(args[0], b"EVAL");
-        assert_eq!(args[1], include_str!("../scripts/release.lua").as_bytes());
+        let text = format!(
+            "{}\n{}",
+            include_str!("../scripts/queue.lua"),
+            include_str!("../scripts/release.lua")
+        );
+        assert_eq!(args[1], text.as_bytes());
         assert_eq!(
             args[2..],
             [

@@ -1,7 +1,9 @@
 //! The Lua scripts, loaded from `scripts/*.lua`. `Script::invoke_async` sends EVALSHA and
 //! falls back to loading the script on `NOSCRIPT` (after a restart or `SCRIPT FLUSH`).
 //!
-//! The fenced scripts (`storage_apply.lua`, `fence_apply.lua`) are `admit.lua` followed by
+//! The scripts that grant, release and leave the queue are `queue.lua` followed by their own
+//! text, so the queue's upkeep is written once. The fenced scripts (`storage_apply.lua`,
+//! `fence_apply.lua`) are `admit.lua` followed by
 //! their own text, so the fence rule of DESIGN section 2 is written once in Lua; the
 //! shared-lock scripts are `read_phase.lua` followed by theirs, so the read phase's upkeep
 //! (the server's clock, forgetting expired readers, the phase's expiry) is written once too.
@@ -16,6 +18,7 @@ pub(crate) struct Scripts {
     pub(crate) acquire: Script,
     pub(crate) extend: Script,
     pub(crate) release: Script,
+    pub(crate) leave: Script,
     pub(crate) inspect: Script,
     pub(crate) acquire_shared: Script,
     pub(crate) extend_shared: Script,
@@ -41,7 +44,14 @@ impl Scripts {
 }
 
 /// The acquire script's text, for callers that send it whole with `EVAL`.
-pub(crate) const ACQUIRE: &str = include_str!("../scripts/acquire.lua");
+pub(crate) static ACQUIRE: LazyLock<String> = LazyLock::new(|| queued(include_str!("../scripts/acquire.lua")));
+
+/// The waiters' queue helpers, prepended to the scripts that grant, release or leave.
+const QUEUE: &str = include_str!("../scripts/queue.lua");
+
+fn queued(body: &str) -> String {
+    format!("{QUEUE}\n{body}")
+}
 
 /// `admit()`, the fence rule, prepended to every fenced script.
 const ADMIT: &str = include_str!("../scripts/admit.lua");
@@ -65,9 +75,10 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         script
     };
     Scripts {
-        acquire: script(ACQUIRE.to_owned()),
+        acquire: script(ACQUIRE.clone()),
         extend: script(include_str!("../scripts/extend.lua").to_owned()),
-        release: script(include_str!("../scripts/release.lua").to_owned()),
+        release: script(queued(include_str!("../scripts/release.lua"))),
+        leave: script(queued(include_str!("../scripts/leave.lua"))),
         inspect: script(include_str!("../scripts/inspect.lua").to_owned()),
         acquire_shared: script(shared(include_str!("../scripts/acquire_shared.lua"))),
         extend_shared: script(shared(include_str!("../scripts/extend_shared.lua"))),

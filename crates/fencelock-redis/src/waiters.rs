@@ -1,12 +1,19 @@
-//! Wake-ups for [`LockBackend::wait_for_release`](fencelock_core::LockBackend::wait_for_release):
-//! one shared pub/sub connection per backend, one `Notify` per watched channel.
+//! Wake-ups for [`LockBackend::wait_for_release`](fencelock_core::LockBackend::wait_for_release)
+//! and [`wait_for_turn`](fencelock_core::LockBackend::wait_for_turn): one shared pub/sub
+//! connection per backend, one `Notify` per waiting request.
+//!
+//! A channel is subscribed once per process, by its first waiter, and stays subscribed while
+//! any request waits on it, so a waiter that finds it subscribed costs no round trip. A
+//! release publishes the id of the queued waiter whose turn it is (one server's queue, see
+//! `scripts/acquire.lua`), and only that waiter wakes; a release that names no waiter (a lock
+//! value, from Redlock nodes and read phases) wakes every waiter of the channel.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
-use fencelock_core::{LockKey, Result};
+use fencelock_core::{LockKey, OwnerId, Result};
 use futures_util::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::Notify;
@@ -14,17 +21,21 @@ use tokio::time::Instant;
 
 use crate::connection::Connection;
 
+/// How long a queued waiter sleeps at most before it tries again, which keeps its place
+/// (a place lapses after [`PLACE_TTL`] without a try).
+pub(crate) const TURN_REFRESH: Duration = Duration::from_millis(500);
+
+/// How long a queued waiter's place outlives its last try: a waiter that vanished (its
+/// process died between tries) keeps a free lock from the waiters behind it this long at most.
+pub(crate) const PLACE_TTL: Duration = Duration::from_secs(2);
+
 /// The subscriber connection and the waiters per channel.
-///
-/// Every waiter registers its channel, arms its `Notify`, then subscribes (idempotent on the
-/// server, confirmed before returning), and only then asks the server whether the lock is
-/// still held, so a release between the check and the wait still wakes it. All `SUBSCRIBE` /
-/// `UNSUBSCRIBE` commands go through one mutex and re-check the registrations under it, so a
-/// late unsubscribe never removes a channel a new waiter depends on.
 pub(crate) struct Waiters {
     conn: Connection,
-    channels: Mutex<HashMap<String, Channel>>,
-    subscriber: tokio::sync::Mutex<Option<Subscriber>>,
+    state: Mutex<State>,
+    /// Serialises SUBSCRIBE and UNSUBSCRIBE (and opening the connection), so an unsubscribe
+    /// of an idle channel never overtakes the subscribe of a waiter that came back to it.
+    commands: tokio::sync::Mutex<()>,
     generation: AtomicU64,
 }
 
@@ -34,9 +45,35 @@ impl std::fmt::Debug for Waiters {
     }
 }
 
+#[derive(Default)]
+struct State {
+    channels: HashMap<String, Channel>,
+    /// The registration of each queued waiter, from its first try to its grant or leave.
+    queued: HashMap<OwnerId, Queued>,
+    subscriber: Option<Subscriber>,
+    next_id: u64,
+}
+
+#[derive(Default)]
 struct Channel {
-    waiters: usize,
+    entries: HashMap<u64, Entry>,
+    /// The subscriber generation on which SUBSCRIBE was confirmed.
+    subscribed: Option<u64>,
+}
+
+struct Entry {
+    /// The queued waiter this entry wakes for; `None` wakes on every release.
+    waiter: Option<String>,
     notify: Arc<Notify>,
+}
+
+struct Queued {
+    registration: Registration,
+    /// Whether the channel was subscribed when the last try was sent: if so, a release after
+    /// that try reaches this waiter, and it may sleep.
+    covered: bool,
+    /// When the holder's time ran out, as the last refused try said.
+    holder_until: Option<Instant>,
 }
 
 struct Subscriber {
@@ -63,30 +100,32 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// One waiter's interest in a channel; dropping it unregisters, and the last one out
+/// One waiting request's entry in a channel; dropping it unregisters, and the last one out
 /// unsubscribes in the background.
 struct Registration {
     waiters: Arc<Waiters>,
     channel: String,
+    id: u64,
     notify: Arc<Notify>,
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
+        // Only a channel this process subscribed needs an UNSUBSCRIBE when its last waiter
+        // leaves; one whose waiters never waited (granted at the first try) costs nothing.
         let idle = {
-            let mut channels = self
-                .waiters
-                .channels
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            match channels.get_mut(&self.channel) {
-                Some(entry) if entry.waiters > 1 => {
-                    entry.waiters -= 1;
-                    false
-                }
-                Some(_) => {
-                    channels.remove(&self.channel);
-                    true
+            let mut state = self.waiters.state();
+            match state.channels.get_mut(&self.channel) {
+                Some(channel) => {
+                    channel.entries.remove(&self.id);
+                    if channel.entries.is_empty() {
+                        state
+                            .channels
+                            .remove(&self.channel)
+                            .is_some_and(|channel| channel.subscribed.is_some())
+                    } else {
+                        false
+                    }
                 }
                 None => false,
             }
@@ -103,10 +142,14 @@ impl Waiters {
     pub(crate) fn new(conn: Connection) -> Self {
         Waiters {
             conn,
-            channels: Mutex::new(HashMap::new()),
-            subscriber: tokio::sync::Mutex::new(None),
+            state: Mutex::new(State::default()),
+            commands: tokio::sync::Mutex::new(()),
             generation: AtomicU64::new(0),
         }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Waits until the lock on `key` may have been released, at most `max`. Returns early
@@ -125,11 +168,9 @@ impl Waiters {
     }
 
     async fn wait_inner(self: &Arc<Self>, key: &LockKey, deadline: Option<Instant>) -> Result<()> {
-        let registration = self.register(self.conn.keys.channel(key));
-        let notified = registration.notify.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if let Err(e) = self.subscribe(&registration.channel).await {
+        let channel = self.conn.keys.channel(key);
+        let registration = self.register(&channel, None);
+        if let Err(e) = self.subscribe(&channel).await {
             // Without a subscription the holder's ttl still bounds the wait.
             tracing::debug!(error = %e, "release channel subscription failed");
         }
@@ -154,94 +195,256 @@ impl Waiters {
             _ => match deadline {
                 Some(d) => d,
                 None => {
-                    notified.await;
+                    registration.notify.notified().await;
                     return Ok(());
                 }
             },
         };
         tokio::select! {
-            _ = notified => {}
+            _ = registration.notify.notified() => {}
             _ = tokio::time::sleep_until(until) => {}
         }
         Ok(())
     }
 
-    fn register(self: &Arc<Self>, channel: String) -> Registration {
-        let notify = {
-            let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
-            let entry = channels.entry(channel.clone()).or_insert_with(|| Channel {
-                waiters: 0,
-                notify: Arc::new(Notify::new()),
-            });
-            entry.waiters += 1;
-            Arc::clone(&entry.notify)
+    /// Before a queued try of `waiter` on `key`: registers the waiter (once per request) so
+    /// that a release after the try wakes it, and notes whether the channel is subscribed.
+    pub(crate) fn before_try(self: &Arc<Self>, key: &LockKey, waiter: OwnerId) {
+        let channel = self.conn.keys.channel(key);
+        let exists = self.state().queued.contains_key(&waiter);
+        if !exists {
+            let registration = self.register(&channel, Some(waiter.to_string()));
+            self.state().queued.insert(
+                waiter,
+                Queued {
+                    registration,
+                    covered: false,
+                    holder_until: None,
+                },
+            );
+        }
+        let mut state = self.state();
+        let generation = state.subscriber.as_ref().map(|s| s.generation);
+        let subscribed =
+            generation.is_some() && state.channels.get(&channel).map(|c| c.subscribed) == Some(generation);
+        if let Some(queued) = state.queued.get_mut(&waiter) {
+            queued.covered = subscribed;
+        }
+    }
+
+    /// A queued try of `waiter` was refused; `holder_ms` is the holder's time left (negative
+    /// when unknown).
+    pub(crate) fn refused(&self, waiter: OwnerId, holder_ms: i64) {
+        if let Some(queued) = self.state().queued.get_mut(&waiter) {
+            queued.holder_until = u64::try_from(holder_ms)
+                .ok()
+                .map(|ms| Instant::now() + Duration::from_millis(ms));
+        }
+    }
+
+    /// `waiter`'s request ended (granted, or gave its place up): it is no longer woken.
+    pub(crate) fn forget(&self, waiter: OwnerId) {
+        // Dropped outside the lock: the registration's drop takes it.
+        let queued = self.state().queued.remove(&waiter);
+        drop(queued);
+    }
+
+    /// Waits until it may be `waiter`'s turn on `key`: a release names it, the holder's time
+    /// runs out, or [`TURN_REFRESH`] passes (the next try keeps the place); at most `max`.
+    /// When the channel was not yet subscribed at the last try, subscribes and returns at once,
+    /// so the next try is covered by the subscription.
+    pub(crate) async fn wait_turn(
+        self: &Arc<Self>,
+        key: &LockKey,
+        waiter: OwnerId,
+        max: Duration,
+    ) -> Result<()> {
+        let channel = self.conn.keys.channel(key);
+        let (notify, covered, holder_until) = {
+            let state = self.state();
+            match state.queued.get(&waiter) {
+                Some(queued) => (
+                    Some(Arc::clone(&queued.registration.notify)),
+                    queued.covered,
+                    queued.holder_until,
+                ),
+                None => (None, false, None),
+            }
+        };
+        let Some(notify) = notify else {
+            // No try registered this waiter (it was forgotten): the next try registers it.
+            return Ok(());
+        };
+        if !covered {
+            if let Err(e) = self.subscribe(&channel).await {
+                tracing::debug!(error = %e, "release channel subscription failed");
+                tokio::time::sleep(TURN_REFRESH.min(max)).await;
+            }
+            return Ok(());
+        }
+        let now = Instant::now();
+        let mut until = now + TURN_REFRESH.min(max);
+        if let Some(holder_until) = holder_until {
+            until = until.min(holder_until.max(now));
+        }
+        tokio::select! {
+            _ = notify.notified() => {}
+            _ = tokio::time::sleep_until(until) => {}
+        }
+        Ok(())
+    }
+
+    fn register(self: &Arc<Self>, channel: &str, waiter: Option<String>) -> Registration {
+        let notify = Arc::new(Notify::new());
+        let id = {
+            let mut state = self.state();
+            state.next_id += 1;
+            let id = state.next_id;
+            state
+                .channels
+                .entry(channel.to_owned())
+                .or_default()
+                .entries
+                .insert(
+                    id,
+                    Entry {
+                        waiter,
+                        notify: Arc::clone(&notify),
+                    },
+                );
+            id
         };
         Registration {
             waiters: Arc::clone(self),
-            channel,
+            channel: channel.to_owned(),
+            id,
             notify,
         }
     }
 
-    /// Subscribes to `channel` on the shared connection, connecting it first if needed.
-    async fn subscribe(self: &Arc<Self>, channel: &str) -> Result<()> {
-        let mut subscriber = self.subscriber.lock().await;
-        if subscriber.is_none() {
-            let (sink, stream) = self.conn.pubsub().await?.split();
-            let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
-            let reader = tokio::spawn(read(Arc::downgrade(self), stream, generation));
-            *subscriber = Some(Subscriber {
-                generation,
-                sink,
-                reader: AbortOnDrop(Some(reader.abort_handle())),
-            });
+    /// The current subscriber's sink and generation, if it has one and `channel` is not yet
+    /// subscribed on it.
+    fn needs_subscribe(&self, channel: &str) -> Option<Option<(PubSubSink, u64)>> {
+        let state = self.state();
+        let generation = state.subscriber.as_ref().map(|s| s.generation);
+        let subscribed = state.channels.get(channel).and_then(|c| c.subscribed);
+        if generation.is_some() && subscribed == generation {
+            return None;
         }
-        let Some(active) = subscriber.as_mut() else {
+        Some(
+            state
+                .subscriber
+                .as_ref()
+                .map(|s| (s.sink.clone(), s.generation)),
+        )
+    }
+
+    /// Subscribes to `channel` on the shared connection (connecting it first if needed),
+    /// unless it already is.
+    async fn subscribe(self: &Arc<Self>, channel: &str) -> Result<()> {
+        if self.needs_subscribe(channel).is_none() {
             return Ok(());
+        }
+        let _turn = self.commands.lock().await;
+        let (mut sink, generation) = match self.needs_subscribe(channel) {
+            None => return Ok(()),
+            Some(Some(active)) => active,
+            Some(None) => self.open().await?,
         };
         let result = self
             .conn
-            .call("SUBSCRIBE", active.sink.subscribe(channel))
+            .call("SUBSCRIBE", sink.subscribe(channel))
             .await;
-        if result.is_err() {
+        let mut state = self.state();
+        match &result {
+            Ok(()) => {
+                if let Some(entry) = state.channels.get_mut(channel) {
+                    entry.subscribed = Some(generation);
+                }
+            }
             // A connection that failed a command is not trusted again.
-            *subscriber = None;
+            Err(_) => forget_subscriber(&mut state, generation, true),
         }
         result
     }
 
+    /// Opens the pub/sub connection and its reader task.
+    async fn open(self: &Arc<Self>) -> Result<(PubSubSink, u64)> {
+        let (sink, stream) = self.conn.pubsub().await?.split();
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        let reader = tokio::spawn(read(Arc::downgrade(self), stream, generation));
+        self.state().subscriber = Some(Subscriber {
+            generation,
+            sink: sink.clone(),
+            reader: AbortOnDrop(Some(reader.abort_handle())),
+        });
+        Ok((sink, generation))
+    }
+
     async fn unsubscribe_if_idle(&self, channel: &str) {
-        let mut subscriber = self.subscriber.lock().await;
-        let watched = self
-            .channels
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .contains_key(channel);
-        if watched {
-            return;
-        }
-        if let Some(active) = subscriber.as_mut() {
+        let _turn = self.commands.lock().await;
+        let sink = {
+            let state = self.state();
+            if state.channels.contains_key(channel) {
+                return;
+            }
+            state.subscriber.as_ref().map(|s| (s.sink.clone(), s.generation))
+        };
+        if let Some((mut sink, generation)) = sink {
             let result = self
                 .conn
-                .call("UNSUBSCRIBE", active.sink.unsubscribe(channel))
+                .call("UNSUBSCRIBE", sink.unsubscribe(channel))
                 .await;
             if result.is_err() {
-                *subscriber = None;
+                forget_subscriber(&mut self.state(), generation, true);
             }
         }
     }
 
-    fn wake(&self, channel: &str) {
-        let channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(entry) = channels.get(channel) {
-            entry.notify.notify_waiters();
+    /// A release on `channel` named `next`: wakes that queued waiter and every waiter that
+    /// waits for any release; a message that names no waiter (a lock value has a `:`) wakes
+    /// them all.
+    fn wake(&self, channel: &str, next: &str) {
+        let everyone = next.contains(':');
+        let state = self.state();
+        if let Some(channel) = state.channels.get(channel) {
+            for entry in channel.entries.values() {
+                let named = entry.waiter.as_deref().is_none_or(|waiter| waiter == next);
+                if everyone || named {
+                    entry.notify.notify_one();
+                }
+            }
         }
     }
 
-    fn wake_all(&self) {
-        let channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
-        for entry in channels.values() {
-            entry.notify.notify_waiters();
+    /// The subscriber connection of `generation` ended: its subscriptions are gone.
+    fn lost_connection(&self, generation: u64) {
+        let mut state = self.state();
+        // Called from the reader task itself, which must not abort itself.
+        forget_subscriber(&mut state, generation, false);
+        for channel in state.channels.values() {
+            for entry in channel.entries.values() {
+                entry.notify.notify_one();
+            }
+        }
+    }
+}
+
+/// Drops the subscriber of `generation` (not a newer one), ending its reader task when `abort`
+/// (the reader task itself passes false), and forgets what it subscribed.
+fn forget_subscriber(state: &mut State, generation: u64, abort: bool) {
+    if state
+        .subscriber
+        .as_ref()
+        .is_some_and(|s| s.generation == generation)
+        && let Some(old) = state.subscriber.take()
+        && !abort
+    {
+        old.reader.disarm();
+    }
+    for channel in state.channels.values_mut() {
+        if channel.subscribed == Some(generation) {
+            channel.subscribed = None;
         }
     }
 }
@@ -253,24 +456,12 @@ async fn read(waiters: Weak<Waiters>, mut stream: PubSubStream, generation: u64)
         let Some(waiters) = waiters.upgrade() else {
             return;
         };
-        waiters.wake(message.get_channel_name());
+        let next: String = message.get_payload().unwrap_or_default();
+        waiters.wake(message.get_channel_name(), &next);
     }
-    let Some(waiters) = waiters.upgrade() else {
-        return;
-    };
-    {
-        let mut subscriber = waiters.subscriber.lock().await;
-        if subscriber
-            .as_ref()
-            .is_some_and(|s| s.generation == generation)
-        {
-            // Dropping it would abort this very task, so disarm the handle first.
-            if let Some(old) = subscriber.take() {
-                old.reader.disarm();
-            }
-        }
+    if let Some(waiters) = waiters.upgrade() {
+        waiters.lost_connection(generation);
     }
-    waiters.wake_all();
 }
 
 /// How often [`poll_release`] asks whether a lock is still held.

@@ -74,6 +74,93 @@ declare_properties!(__fencelock_conformance_locker, {
             .unwrap();
     }
 
+    /// A backend that claims to be fair hands a released lock to its waiters in the order they
+    /// arrived: waiters that queue one after the other behind a holder are granted in that
+    /// order.
+    pub async fn fair_waiters_are_granted_in_arrival_order(s: &Setup) {
+        if !s.backend.capabilities().fair {
+            return;
+        }
+        let b = &*s.backend;
+        let key = key("fair");
+        let held = grant(b, &key, LONG_TTL).await;
+        let locker = Locker::new(s.backend.clone());
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut waiters = Vec::new();
+        for place in 0..4 {
+            let (locker, key, order) = (locker.clone(), key.clone(), order.clone());
+            waiters.push(tokio::spawn(async move {
+                let guard = locker
+                    .lock(key.as_str())
+                    .ttl(LONG_TTL)
+                    .wait(PATIENCE * 3)
+                    .await
+                    .expect("a queued waiter was not granted");
+                order.lock().unwrap().push(place);
+                sleep(Duration::from_millis(20)).await;
+                assert!(guard.release().await.unwrap());
+            }));
+            // Each waiter has queued before the next one arrives, even on a loaded machine.
+            sleep(Duration::from_millis(400)).await;
+        }
+        assert!(b.release(&held).await.unwrap());
+        for waiter in waiters {
+            timeout(PATIENCE * 4, waiter)
+                .await
+                .expect("the queued waiters were not all granted")
+                .unwrap();
+        }
+        assert_eq!(
+            *order.lock().unwrap(),
+            [0, 1, 2, 3],
+            "{} claims fairness, but its waiters were granted out of arrival order",
+            b.name()
+        );
+    }
+
+    /// A waiter whose request was dropped (cancelled) while it waited never ends up holding
+    /// the lock, and does not keep it from the waiter behind it for longer than the backend's
+    /// place ttl: the next waiter is granted soon after the release.
+    pub async fn cancelled_waiter_never_holds_the_lock(s: &Setup) {
+        let b = &*s.backend;
+        let key = key("cancelled");
+        let held = grant(b, &key, LONG_TTL).await;
+        let locker = Locker::new(s.backend.clone());
+        let cancelled = tokio::spawn(
+            locker
+                .lock(key.as_str())
+                .ttl(LONG_TTL)
+                .wait(PATIENCE * 3)
+                .into_future(),
+        );
+        sleep(Duration::from_millis(400)).await;
+        cancelled.abort();
+        assert!(
+            cancelled.await.is_err_and(|e| e.is_cancelled()),
+            "the waiter to cancel got a held lock"
+        );
+        let next = tokio::spawn(
+            locker
+                .lock(key.as_str())
+                .ttl(LONG_TTL)
+                .wait(PATIENCE * 3)
+                .into_future(),
+        );
+        sleep(Duration::from_millis(400)).await;
+        assert!(b.release(&held).await.unwrap());
+        let guard = timeout(PATIENCE, next)
+            .await
+            .expect("the waiter behind a cancelled one was not granted within 10 s of the release")
+            .unwrap()
+            .expect("the waiter behind a cancelled one failed");
+        assert_eq!(
+            b.inspect(&key).await.unwrap().holder,
+            Some(guard.fence()),
+            "the lock is held by someone other than the waiter that was granted"
+        );
+        assert!(guard.release().await.unwrap());
+    }
+
     /// A request whose wait budget runs out fails with `Timeout`, after about the budget.
     pub async fn wait_budget_spent_is_timeout(s: &Setup) {
         let b = &*s.backend;

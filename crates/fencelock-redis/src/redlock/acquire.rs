@@ -57,7 +57,7 @@ pub(crate) async fn acquire(
     // loading the script, which would let a release sent meanwhile run before this grant and
     // leave the grant behind. One EVAL keeps the connection's order.
     let call = NodeCall {
-        code: Code::Eval(ACQUIRE),
+        code: Code::Eval(ACQUIRE.as_str()),
         key: key.clone(),
         keys: &[KeyName::Lock, KeyName::Token],
         args: vec![owner.to_string().into(), ttl_millis(ttl).to_string().into()],
