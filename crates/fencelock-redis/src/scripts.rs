@@ -44,7 +44,8 @@ impl Scripts {
 }
 
 /// The acquire script's text, for callers that send it whole with `EVAL`.
-pub(crate) static ACQUIRE: LazyLock<String> = LazyLock::new(|| queued(include_str!("../scripts/acquire.lua")));
+pub(crate) static ACQUIRE: LazyLock<String> =
+    LazyLock::new(|| queued(include_str!("../scripts/acquire.lua")));
 
 /// The waiters' queue helpers, prepended to the scripts that grant, release or leave.
 const QUEUE: &str = include_str!("../scripts/queue.lua");

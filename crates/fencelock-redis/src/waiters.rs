@@ -225,8 +225,8 @@ impl Waiters {
         }
         let mut state = self.state();
         let generation = state.subscriber.as_ref().map(|s| s.generation);
-        let subscribed =
-            generation.is_some() && state.channels.get(&channel).map(|c| c.subscribed) == Some(generation);
+        let subscribed = generation.is_some()
+            && state.channels.get(&channel).map(|c| c.subscribed) == Some(generation);
         if let Some(queued) = state.queued.get_mut(&waiter) {
             queued.covered = subscribed;
         }
@@ -351,10 +351,7 @@ impl Waiters {
             Some(Some(active)) => active,
             Some(None) => self.open().await?,
         };
-        let result = self
-            .conn
-            .call("SUBSCRIBE", sink.subscribe(channel))
-            .await;
+        let result = self.conn.call("SUBSCRIBE", sink.subscribe(channel)).await;
         let mut state = self.state();
         match &result {
             Ok(()) => {
@@ -388,7 +385,10 @@ impl Waiters {
             if state.channels.contains_key(channel) {
                 return;
             }
-            state.subscriber.as_ref().map(|s| (s.sink.clone(), s.generation))
+            state
+                .subscriber
+                .as_ref()
+                .map(|s| (s.sink.clone(), s.generation))
         };
         if let Some((mut sink, generation)) = sink {
             let result = self
