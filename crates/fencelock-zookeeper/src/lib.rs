@@ -1,5 +1,26 @@
 #![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
-/// The schemes this crate owns (none yet).
-pub const SCHEMES: &[fencelock_core::Scheme] = &[];
+mod backend;
+mod backend_config;
+pub mod baseline;
+mod config;
+mod error;
+mod layout;
+mod queue;
+mod recipe;
+mod session;
+mod storage;
+
+pub use backend::{MAX_TOKEN, ZkLockBackend};
+pub use backend_config::SCHEMES;
+pub use config::{
+    DEFAULT_PORT, DEFAULT_PREFIX, DEFAULT_SESSION_TIMEOUT, MAX_PREFIX_LEN, ZkConfig,
+    validate_prefix,
+};
+pub use error::map_zk_error;
+pub use storage::{MAX_VALUE_LEN, ZkStorage};
+
+/// Re-exported so users get the `zookeeper-client` this crate was built with.
+pub use zookeeper_client;

@@ -1,0 +1,568 @@
+//! `ZkLockBackend`: the lock recipe on sequential ephemeral znodes, with per-key token
+//! counters and ttls judged on the leader's clock.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use fencelock_core::{
+    Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LostReason, OwnerId,
+    Result, TimeAuthority, TokenGuarantee, WakeUp, async_trait, valid_until, validate_floor,
+    validate_ttl,
+};
+use tokio::time::Instant;
+use zookeeper_client as zk;
+
+use crate::error::{BACKEND, mapped, protocol, within};
+use crate::layout::{
+    NodeData, grant_data, lock_node_prefix, parse_counter, parse_lock_node, parse_node_data,
+};
+use crate::queue::Place;
+use crate::recipe::Judged;
+use crate::session::{Session, Sessions};
+
+/// The largest token: counters are stored as decimal `i64` so other ZooKeeper clients read
+/// them as Java `long`s.
+pub const MAX_TOKEN: u64 = i64::MAX as u64;
+
+/// How many times a grant retries the counter's compare-and-set when another grant moved it.
+pub(crate) const CAS_TRIES: usize = 64;
+
+/// What this process knows of one of its grants.
+#[derive(Debug, Clone)]
+pub(crate) struct Grant {
+    pub(crate) path: String,
+    pub(crate) version: i32,
+    /// The leader's clock (ms) at the grant node's last write.
+    pub(crate) mtime: i64,
+    pub(crate) ttl_ms: u64,
+    pub(crate) session: Arc<Session>,
+}
+
+/// fencelock's lock on a ZooKeeper ensemble. Cheap to clone (one shared session).
+#[derive(Debug, Clone)]
+pub struct ZkLockBackend {
+    pub(crate) sessions: Arc<Sessions>,
+    grants: Arc<Mutex<HashMap<(LockKey, OwnerId), Grant>>>,
+    /// The queued waiters' places, by key and waiter.
+    places: Arc<Mutex<HashMap<(LockKey, OwnerId), Place>>>,
+}
+
+impl ZkLockBackend {
+    pub(crate) fn new(sessions: Arc<Sessions>) -> Self {
+        ZkLockBackend {
+            sessions,
+            grants: Arc::default(),
+            places: Arc::default(),
+        }
+    }
+
+    /// The session timeout the ensemble negotiated: the longest ttl.
+    pub fn session_timeout(&self) -> Duration {
+        self.sessions.negotiated
+    }
+
+    pub(crate) fn grants(&self) -> std::sync::MutexGuard<'_, HashMap<(LockKey, OwnerId), Grant>> {
+        self.grants.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn places(&self) -> std::sync::MutexGuard<'_, HashMap<(LockKey, OwnerId), Place>> {
+        self.places.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) async fn call<T>(
+        &self,
+        what: &str,
+        request: impl std::future::Future<Output = std::result::Result<T, zk::Error>>,
+    ) -> Result<std::result::Result<T, zk::Error>> {
+        within(self.sessions.op_timeout, what, request).await
+    }
+
+    /// The key node's counter and version, the node created when missing.
+    pub(crate) async fn counter(&self, session: &Session, dir: &str) -> Result<(u64, i32)> {
+        for _ in 0..CAS_TRIES {
+            match self
+                .call("read the token counter", session.client.get_data(dir))
+                .await?
+            {
+                Ok((data, stat)) => {
+                    let counter = parse_counter(&data)
+                        .ok_or_else(|| protocol(&format!("token counter of {dir}")))?;
+                    return Ok((counter, stat.version));
+                }
+                Err(zk::Error::NoNode) => {
+                    let options = zk::CreateMode::Persistent.with_acls(self.sessions.acls());
+                    match self
+                        .call(
+                            "create the key node",
+                            session.client.create(dir, b"0", &options),
+                        )
+                        .await?
+                    {
+                        Ok(_) | Err(zk::Error::NodeExists) => {}
+                        Err(e) => return Err(mapped(e, "create the key node")),
+                    }
+                }
+                Err(e) => return Err(mapped(e, "read the token counter")),
+            }
+        }
+        Err(protocol("the key node keeps disappearing"))
+    }
+
+    /// The grant of `lease` this process made, or the one found on the ensemble by owner.
+    async fn find(&self, lease: &Lease) -> Result<Option<Grant>> {
+        if let Some(grant) = self
+            .grants()
+            .get(&(lease.key.clone(), lease.owner))
+            .cloned()
+        {
+            return Ok(Some(grant));
+        }
+        let session = self.sessions.get().await?;
+        let dir = self.sessions.layout.key_dir(lease.key.as_str());
+        let children = match self
+            .call("list the key", session.client.list_children(&dir))
+            .await?
+        {
+            Ok(children) => children,
+            Err(zk::Error::NoNode) => return Ok(None),
+            Err(e) => return Err(mapped(e, "list the key")),
+        };
+        let prefix = lock_node_prefix(lease.owner);
+        let Some(name) = children.iter().find(|c| c.starts_with(&prefix)) else {
+            return Ok(None);
+        };
+        let path = format!("{dir}/{name}");
+        match self
+            .call("read the grant", session.client.get_data(&path))
+            .await?
+        {
+            Ok((data, stat)) => {
+                let (token, ttl_ms) = match parse_node_data(&data) {
+                    Some(NodeData::Grant { token, ttl_ms }) => (token, ttl_ms),
+                    // A place in the queue is no lease.
+                    Some(NodeData::Waiting { .. }) => return Ok(None),
+                    None => return Err(protocol("grant node data")),
+                };
+                if token != lease.token || stat.ephemeral_owner != session.id() {
+                    return Ok(None);
+                }
+                Ok(Some(Grant {
+                    path,
+                    version: stat.version,
+                    mtime: stat.mtime,
+                    ttl_ms,
+                    session,
+                }))
+            }
+            Err(zk::Error::NoNode) => Ok(None),
+            Err(e) => Err(mapped(e, "read the grant")),
+        }
+    }
+
+    /// The lock nodes of `dir` (grants, contenders, waiting places), lowest sequence first.
+    pub(crate) async fn queue(
+        &self,
+        session: &Session,
+        dir: &str,
+    ) -> Result<Vec<(String, OwnerId)>> {
+        let children = match self
+            .call("list the key", session.client.list_children(dir))
+            .await?
+        {
+            Ok(children) => children,
+            Err(zk::Error::NoNode) => Vec::new(),
+            Err(e) => return Err(mapped(e, "list the key")),
+        };
+        let mut nodes: Vec<(i64, String, OwnerId)> = children
+            .into_iter()
+            .filter_map(|name| parse_lock_node(&name).map(|(owner, seq)| (seq, name, owner)))
+            .collect();
+        nodes.sort();
+        Ok(nodes
+            .into_iter()
+            .map(|(_, name, owner)| (format!("{dir}/{name}"), owner))
+            .collect())
+    }
+
+    /// The leader's clock now (ms): the mtime of a write to the clock node.
+    async fn server_now(&self, session: &Session) -> Result<i64> {
+        let clock = self.sessions.layout.clock();
+        let stat = self
+            .call(
+                "read the leader's clock",
+                session.client.set_data(&clock, b"", None),
+            )
+            .await?
+            .map_err(|e| mapped(e, "read the leader's clock"))?;
+        Ok(stat.mtime)
+    }
+}
+
+/// Removes a grant attempt's node when the attempt is dropped half way.
+struct Withdraw {
+    session: Arc<Session>,
+    dir: String,
+    prefix: String,
+    armed: bool,
+}
+
+impl Drop for Withdraw {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let session = self.session.clone();
+        let dir = std::mem::take(&mut self.dir);
+        let prefix = std::mem::take(&mut self.prefix);
+        runtime.spawn(async move {
+            // The node's name carries this attempt's owner, so only its own node matches.
+            let Ok(Ok(children)) =
+                tokio::time::timeout(Duration::from_secs(10), session.client.list_children(&dir))
+                    .await
+            else {
+                return;
+            };
+            for child in children.iter().filter(|c| c.starts_with(&prefix)) {
+                let path = format!("{dir}/{child}");
+                let _ = tokio::time::timeout(
+                    Duration::from_secs(10),
+                    session.client.delete(&path, None),
+                )
+                .await;
+            }
+        });
+    }
+}
+
+pub(crate) fn ms(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Whether a node last written at `mtime` with `ttl_ms` has expired at `now` (all the
+/// leader's clock, ms).
+pub(crate) fn expired(mtime: i64, ttl_ms: u64, now: i64) -> bool {
+    let ttl = i64::try_from(ttl_ms).unwrap_or(i64::MAX);
+    mtime.saturating_add(ttl) < now
+}
+
+#[async_trait]
+impl LockBackend for ZkLockBackend {
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        // A lease never outlives the session that carries its znode: max_ttl is the
+        // negotiated session timeout.
+        Capabilities::new(
+            TokenGuarantee::Durable,
+            TimeAuthority::Server,
+            WakeUp::Notify,
+            self.sessions.negotiated,
+        )
+        .with_min_ttl(Duration::from_millis(100))
+        .with_fair(true)
+    }
+
+    async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
+        validate_ttl(ttl, &self.capabilities())?;
+        let session = self.sessions.get().await?;
+        let dir = self.sessions.layout.key_dir(key.as_str());
+        let owner = OwnerId::random();
+        let ttl_ms = ms(ttl);
+        let sent = Instant::now();
+        // A caller that drops this future after the node may exist must not leave it in the
+        // queue (it would block everyone until its ttl passed): the guard removes it.
+        let mut withdraw = Withdraw {
+            session: session.clone(),
+            dir: dir.clone(),
+            prefix: lock_node_prefix(owner),
+            armed: true,
+        };
+        let (path, token, now) = self
+            .enter(&session, key, &dir, owner, |token| {
+                grant_data(token, ttl_ms)
+            })
+            .await?;
+        match self.judge(&session, &dir, &path, now).await? {
+            Judged::Lowest => {}
+            // A lower live node: a holder, or a queued waiter this try must not overtake.
+            Judged::Behind => {
+                let _ = self
+                    .call("withdraw", session.client.delete(&path, None))
+                    .await;
+                withdraw.armed = false;
+                return Ok(None);
+            }
+            Judged::Gone => {
+                // Our node is gone: the session ended under us.
+                return Err(Error::Unavailable {
+                    backend: BACKEND,
+                    message: "the session ended during the grant".into(),
+                    source: None,
+                });
+            }
+        }
+        withdraw.armed = false;
+        self.grants().insert(
+            (key.clone(), owner),
+            Grant {
+                path,
+                version: 0,
+                mtime: now,
+                ttl_ms,
+                session,
+            },
+        );
+        Ok(Some(Lease {
+            key: key.clone(),
+            owner,
+            token,
+            ttl,
+            valid_until: valid_until(sent, ttl),
+        }))
+    }
+
+    async fn try_acquire_queued(
+        &self,
+        key: &LockKey,
+        ttl: Duration,
+        waiter: OwnerId,
+    ) -> Result<Option<Lease>> {
+        self.try_queued(key, ttl, waiter).await
+    }
+
+    async fn wait_for_turn(&self, key: &LockKey, waiter: OwnerId, max: Duration) -> Result<()> {
+        self.wait_turn(key, waiter, max).await
+    }
+
+    async fn leave_queue(&self, key: &LockKey, waiter: OwnerId) -> Result<()> {
+        self.leave(key, waiter).await
+    }
+
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        validate_ttl(ttl, &self.capabilities())?;
+        let lost = |reason| Error::lease_lost(&lease.key, reason);
+        let Some(grant) = self.find(lease).await? else {
+            return Err(lost(LostReason::NotHeld));
+        };
+        let map_key = (lease.key.clone(), lease.owner);
+        if grant.session.lost.is_cancelled() {
+            self.grants().remove(&map_key);
+            return Err(lost(LostReason::SessionEnded));
+        }
+        let sent = Instant::now();
+        let data = grant_data(lease.token, ms(ttl));
+        let written = self
+            .call(
+                "extend",
+                grant
+                    .session
+                    .client
+                    .set_data(&grant.path, &data, Some(grant.version)),
+            )
+            .await?;
+        let stat = match written {
+            Ok(stat) => stat,
+            Err(zk::Error::NoNode | zk::Error::BadVersion) => {
+                self.grants().remove(&map_key);
+                return Err(lost(LostReason::NotHeld));
+            }
+            Err(zk::Error::SessionExpired) => {
+                self.grants().remove(&map_key);
+                return Err(lost(LostReason::SessionEnded));
+            }
+            Err(e) => return Err(mapped(e, "extend")),
+        };
+        if expired(grant.mtime, grant.ttl_ms, stat.mtime) {
+            // The lease had lapsed before this renewal: never revive it.
+            let _ = self
+                .call(
+                    "drop a lapsed grant",
+                    grant.session.client.delete(&grant.path, Some(stat.version)),
+                )
+                .await;
+            self.grants().remove(&map_key);
+            return Err(lost(LostReason::NotHeld));
+        }
+        self.grants().insert(
+            map_key,
+            Grant {
+                version: stat.version,
+                mtime: stat.mtime,
+                ttl_ms: ms(ttl),
+                ..grant
+            },
+        );
+        Ok(Lease {
+            ttl,
+            valid_until: valid_until(sent, ttl),
+            ..lease.clone()
+        })
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let Some(grant) = self.find(lease).await? else {
+            return Ok(false);
+        };
+        // The path is this grant's alone (owner and sequence in its name), so deleting it
+        // can never free another holder's lock, whatever happened to the connection.
+        let deleted = self
+            .call("release", grant.session.client.delete(&grant.path, None))
+            .await?;
+        let map_key = (lease.key.clone(), lease.owner);
+        match deleted {
+            Ok(()) => {
+                self.grants().remove(&map_key);
+                Ok(true)
+            }
+            Err(zk::Error::NoNode | zk::Error::SessionExpired) => {
+                self.grants().remove(&map_key);
+                Ok(false)
+            }
+            Err(e) => Err(mapped(e, "release")),
+        }
+    }
+
+    async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {
+        let session = self.sessions.get().await?;
+        let dir = self.sessions.layout.key_dir(key.as_str());
+        let queue = self.queue(&session, &dir).await?;
+        let Some((holder, _)) = queue.first() else {
+            return Ok(());
+        };
+        // Watch only the holder's node: its deletion is the release (or its session's end).
+        let watched = self
+            .call(
+                "watch the holder",
+                session.client.check_and_watch_stat(holder),
+            )
+            .await?;
+        match watched {
+            Ok((Some(_), watcher)) => {
+                let _ = tokio::time::timeout(max, watcher.changed()).await;
+                Ok(())
+            }
+            Ok((None, _)) => Ok(()),
+            Err(e) => Err(mapped(e, "watch the holder")),
+        }
+    }
+
+    async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
+        let session = self.sessions.get().await?;
+        let dir = self.sessions.layout.key_dir(key.as_str());
+        let last_token = match self.call("inspect", session.client.get_data(&dir)).await? {
+            Ok((data, _)) => parse_counter(&data).and_then(FencingToken::new),
+            Err(zk::Error::NoNode) => None,
+            Err(e) => return Err(mapped(e, "inspect")),
+        };
+        let mut info = LockInfo {
+            key: key.clone(),
+            holder: None,
+            remaining: None,
+            last_token,
+            unfenced_holder: None,
+        };
+        let queue = self.queue(&session, &dir).await?;
+        let Some((holder, owner)) = queue.first() else {
+            return Ok(info);
+        };
+        let (data, stat) = match self
+            .call("inspect", session.client.get_data(holder))
+            .await?
+        {
+            Ok(found) => found,
+            Err(zk::Error::NoNode) => return Ok(info),
+            Err(e) => return Err(mapped(e, "inspect")),
+        };
+        let (token, ttl_ms) = match parse_node_data(&data) {
+            Some(NodeData::Grant { token, ttl_ms }) => (token, ttl_ms),
+            // A waiter at the head of the queue holds nothing yet.
+            Some(NodeData::Waiting { .. }) => return Ok(info),
+            None => return Err(protocol("grant node")),
+        };
+        let now = self.server_now(&session).await?;
+        if !expired(stat.mtime, ttl_ms, now) {
+            let left = stat
+                .mtime
+                .saturating_add(i64::try_from(ttl_ms).unwrap_or(i64::MAX))
+                .saturating_sub(now);
+            info.holder = Some(fencelock_core::Fence::new(token, *owner));
+            info.remaining = Some(Duration::from_millis(
+                u64::try_from(left).unwrap_or(0).max(1),
+            ));
+        }
+        Ok(info)
+    }
+
+    async fn watch_lost(&self, lease: &Lease) -> LostReason {
+        let Some(grant) = self
+            .grants()
+            .get(&(lease.key.clone(), lease.owner))
+            .cloned()
+        else {
+            return std::future::pending().await;
+        };
+        loop {
+            let watched = grant.session.client.check_and_watch_stat(&grant.path);
+            tokio::select! {
+                () = grant.session.lost.cancelled() => return LostReason::SessionEnded,
+                watched = watched => match watched {
+                    Ok((None, _)) => return LostReason::NotHeld,
+                    Ok((Some(_), watcher)) => {
+                        tokio::select! {
+                            () = grant.session.lost.cancelled() => return LostReason::SessionEnded,
+                            event = watcher.changed() => {
+                                if event.event_type == zk::EventType::NodeDeleted {
+                                    return LostReason::NotHeld;
+                                }
+                            }
+                        }
+                    }
+                    // A connection loss is not a loss of the lock: look again shortly.
+                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                },
+            }
+        }
+    }
+
+    async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
+        validate_floor(floor, MAX_TOKEN, "a ZooKeeper counter")?;
+        let session = self.sessions.get().await?;
+        let dir = self.sessions.layout.key_dir(key.as_str());
+        for _ in 0..CAS_TRIES {
+            let (counter, version) = self.counter(&session, &dir).await?;
+            if counter >= floor.get() {
+                // Places keep the tokens they drew on entering: those at or below the floor
+                // queue again, so the next grant is above it.
+                self.drop_places_at_or_below(&session, &dir, floor).await?;
+                return FencingToken::new(counter).ok_or_else(|| protocol("counter"));
+            }
+            match self
+                .call(
+                    "advance the token",
+                    session
+                        .client
+                        .set_data(&dir, floor.to_string().as_bytes(), Some(version)),
+                )
+                .await?
+            {
+                Ok(_) => {
+                    self.drop_places_at_or_below(&session, &dir, floor).await?;
+                    return Ok(floor);
+                }
+                Err(zk::Error::BadVersion) => continue,
+                Err(e) => return Err(mapped(e, "advance the token")),
+            }
+        }
+        Err(Error::Conflict {
+            backend: BACKEND,
+            message: format!("the token counter of {key:?} kept moving"),
+            source: None,
+        })
+    }
+}

@@ -1,0 +1,60 @@
+//! Spawned ZooKeeper servers and connections to them, for the tests of this crate.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencelock_conformance::Setup;
+use fencelock_core::OwnerId;
+use fencelock_testkit::zookeeper::ZkServer;
+use fencelock_zookeeper::ZkConfig;
+
+/// Starts `members` ZooKeeper servers (off the async threads: it waits for them). A missing
+/// install panics, saying to run scripts/test-deps.
+pub(crate) async fn spawn(members: usize) -> Arc<ZkServer> {
+    tokio::task::spawn_blocking(move || Arc::new(ZkServer::spawn_ensemble(members)))
+        .await
+        .expect("spawning ZooKeeper panicked")
+}
+
+/// The config of `server` with a prefix of its own and a 30 s session (the suite's longest
+/// ttl).
+pub(crate) fn config(server: &ZkServer) -> ZkConfig {
+    ZkConfig::from_url(&server.url())
+        .unwrap()
+        .prefix(format!("test-{}", OwnerId::random()))
+        .session_timeout(Duration::from_secs(30))
+}
+
+/// A conformance setup on fresh servers; the outage kills them all.
+pub(crate) async fn setup(members: usize) -> Setup {
+    let server = spawn(members).await;
+    let config = config(&server);
+    let backend = config.connect().await.expect("connect to ZooKeeper");
+    let victim = server.clone();
+    Setup::new(
+        Arc::new(backend.clone()),
+        Arc::new(backend.storage()),
+        Box::new(move || {
+            let victim = victim.clone();
+            Box::pin(async move {
+                tokio::task::spawn_blocking(move || {
+                    for index in 0..victim.len() {
+                        victim.kill(index);
+                    }
+                })
+                .await
+                .expect("killing ZooKeeper panicked");
+            })
+        }),
+    )
+    // Reopened as a new process would: a new session to the same ensemble and prefix.
+    .with_reopen(Box::new(move || {
+        let config = config.clone();
+        Box::pin(async move {
+            let backend = config.connect().await.expect("reconnect to ZooKeeper");
+            Arc::new(backend) as Arc<dyn fencelock_core::LockBackend>
+        })
+    }))
+    .keep(server)
+}

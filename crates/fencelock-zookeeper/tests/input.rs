@@ -1,0 +1,78 @@
+//! Bad input on real ZooKeeper: an unreachable ensemble, a chroot that does not exist, wrong
+//! digest credentials, keys at and past the length limit.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use fencelock_core::{Error, LockBackend, LockKey};
+use fencelock_testkit::zookeeper::free_port;
+use fencelock_zookeeper::ZkConfig;
+use tokio::time::Instant;
+
+#[tokio::test]
+async fn an_unreachable_ensemble_is_unavailable_soon() {
+    let url = format!(
+        "zookeeper://127.0.0.1:{}?session_timeout=2s",
+        free_port().unwrap()
+    );
+    let started = Instant::now();
+    match ZkConfig::from_url(&url).unwrap().connect().await {
+        Err(Error::Unavailable { .. }) => {}
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_chroot_and_wrong_credentials_are_invalid_config() {
+    let server = common::spawn(1).await;
+    let url = format!("{}/no/such/chroot", server.url());
+    match ZkConfig::from_url(&url).unwrap().connect().await {
+        Err(Error::InvalidConfig { message, .. }) => {
+            assert!(message.contains("chroot"), "{message}")
+        }
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+    let hosts = server.url().trim_start_matches("zookeeper://").to_owned();
+    let prefix = format!("auth-{}", fencelock_core::OwnerId::random());
+    let right =
+        ZkConfig::from_url(&format!("zookeeper://app:right@{hosts}?prefix={prefix}")).unwrap();
+    right.connect().await.unwrap();
+    let wrong =
+        ZkConfig::from_url(&format!("zookeeper://app:wrong@{hosts}?prefix={prefix}")).unwrap();
+    match wrong.connect().await {
+        Err(Error::InvalidConfig { message, .. }) => {
+            assert!(!message.contains("wrong"), "the password leaked: {message}");
+        }
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_at_the_length_limit_work_and_longer_ones_are_refused() {
+    let server = common::spawn(1).await;
+    let backend = common::config(&server).connect().await.unwrap();
+    for key in [
+        "x".repeat(LockKey::MAX_LEN),
+        "€".repeat(170),
+        "a/../b/./c".into(),
+    ] {
+        let key = LockKey::new(key).unwrap();
+        let lease = backend
+            .try_acquire(&key, Duration::from_secs(5))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            backend.inspect(&key).await.unwrap().holder,
+            Some(lease.fence())
+        );
+        assert!(backend.release(&lease).await.unwrap());
+    }
+    assert!(matches!(
+        LockKey::new("x".repeat(LockKey::MAX_LEN + 1)),
+        Err(Error::InvalidKey { .. })
+    ));
+}

@@ -1,0 +1,85 @@
+//! The fair queue on real ZooKeeper: a waiter whose process vanished (its session alive, its
+//! tries stopped) holds the next waiter up for about the place ttl, not its session timeout.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencelock_core::{LockBackend, LockKey, Locker, OwnerId};
+use tokio::time::{Instant, sleep, timeout};
+
+/// The backend's place ttl (`queue::PLACE_TTL`).
+const PLACE_TTL: Duration = Duration::from_secs(3);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_waiter_delays_the_next_by_about_the_place_ttl() {
+    let server = common::spawn(1).await;
+    let config = common::config(&server);
+    let live = config.connect().await.unwrap();
+    // The vanished process: a session of its own that stays open but never tries again.
+    let vanished = config.connect().await.unwrap();
+    let key = LockKey::new(format!("queue/vanished/{}", OwnerId::random())).unwrap();
+    let ttl = Duration::from_secs(20);
+    let held = live
+        .try_acquire(&key, ttl)
+        .await
+        .unwrap()
+        .expect("free key");
+    let gone = OwnerId::random();
+    assert!(
+        vanished
+            .try_acquire_queued(&key, ttl, gone)
+            .await
+            .unwrap()
+            .is_none(),
+        "a queued waiter got a held lock"
+    );
+    let locker = Locker::new(Arc::new(live.clone()));
+    let next = tokio::spawn(
+        locker
+            .lock(key.as_str())
+            .ttl(ttl)
+            .wait(Duration::from_secs(30))
+            .into_future(),
+    );
+    sleep(Duration::from_millis(300)).await;
+    assert!(live.release(&held).await.unwrap());
+    let released = Instant::now();
+    // While the vanished waiter's place is live, a plain try does not overtake it.
+    assert!(
+        live.try_acquire(&key, ttl).await.unwrap().is_none(),
+        "a plain try overtook a live queued waiter"
+    );
+    let guard = timeout(Duration::from_secs(15), next)
+        .await
+        .expect("the waiter behind a vanished one was not granted")
+        .unwrap()
+        .expect("the waiter behind a vanished one failed");
+    let delay = released.elapsed();
+    // The place was last written about 0.3 s before the release; it lapses PLACE_TTL after
+    // that, and the next waiter tries at least every 0.75 s.
+    assert!(
+        delay <= PLACE_TTL + Duration::from_secs(2),
+        "the vanished waiter held the queue up for {delay:?}"
+    );
+    assert!(
+        delay >= Duration::from_secs(1),
+        "the vanished waiter's place was passed over while live ({delay:?})"
+    );
+    assert_eq!(
+        live.inspect(&key).await.unwrap().holder,
+        Some(guard.fence())
+    );
+    // The vanished waiter, trying again, finds its place gone and queues at the back.
+    assert!(
+        vanished
+            .try_acquire_queued(&key, ttl, gone)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    vanished.leave_queue(&key, gone).await.unwrap();
+    assert!(guard.release().await.unwrap());
+}
