@@ -1,12 +1,18 @@
 //! A backend spec from `--backend` or `FENCELOCK_BACKEND`: parsed by a value parser whose
 //! errors never show the password, which is kept aside so that no later error shows it either.
+//!
+//! The passwords come from the parsed config itself: its [`to_url`](BackendConfig::to_url)
+//! and [`redacted_url`](BackendConfig::redacted_url) differ exactly where a password stands
+//! (the contract of the trait), those of URLs nested in options included. Only text that no
+//! parser accepted, or a config whose two URLs do not line up that way, falls back to
+//! [`fencelock::url::passwords`], which reads them off the text.
 
 use std::ffi::OsStr;
 use std::fmt;
 
 use clap::builder::TypedValueParser;
 use clap::error::ErrorKind;
-use fencelock::spec::BackendSpec;
+use fencelock::spec::{BackendConfig, BackendSpec};
 use percent_encoding::percent_decode_str;
 
 /// The environment variable read when `--backend` is not given.
@@ -23,10 +29,17 @@ pub struct Spec {
 impl Spec {
     /// Parses `text`; the error names what is wrong, with the password hidden.
     pub fn parse(text: &str) -> Result<Self, String> {
-        let secrets = secrets_of(text);
         match BackendSpec::parse(text) {
-            Ok(spec) => Ok(Spec { spec, secrets }),
-            Err(e) => Err(redact(&e.to_string(), &secrets)),
+            Ok(spec) => {
+                let secrets = secrets_of(spec.config())
+                    .filter(|found| !found.is_empty() || fencelock::url::passwords(text).is_empty())
+                    // The config cannot say (or says nothing while the text has a password):
+                    // read the text, so that no form the user typed slips through.
+                    .unwrap_or_else(|| fallback(text, spec.config()));
+                Ok(Spec { spec, secrets })
+            }
+            // No config exists to ask: the text is all there is.
+            Err(e) => Err(redact(&e.to_string(), &fencelock::url::passwords(text))),
         }
     }
 
@@ -81,36 +94,57 @@ impl TypedValueParser for SpecParser {
     }
 }
 
-/// Every password `url` carries, as written and percent-decoded, including those of URLs
-/// nested in its query (`redlock://...?storage=redis%3A%2F%2F...`).
-pub(crate) fn secrets_of(url: &str) -> Vec<String> {
-    let mut texts = vec![url.to_owned()];
-    for _ in 0..2 {
-        let last = texts.last().map(String::as_str).unwrap_or_default();
-        let decoded = percent_decode_str(last).decode_utf8_lossy().into_owned();
-        texts.push(decoded);
-    }
-    let mut secrets = Vec::new();
-    for text in &texts {
-        for (at, _) in text.match_indices("://") {
-            let rest = &text[at + 3..];
-            let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-            let Some((userinfo, _)) = authority.rsplit_once('@') else {
-                continue;
-            };
-            let Some((_, password)) = userinfo.split_once(':') else {
-                continue;
-            };
-            let decoded = percent_decode_str(password).decode_utf8_lossy();
-            secrets.push(password.to_owned());
-            secrets.push(decoded.into_owned());
+/// Every password `config` holds, as its URL writes it and percent-decoded (twice, for a URL
+/// nested in an option): the parts of [`to_url`](BackendConfig::to_url) that
+/// [`redacted_url`](BackendConfig::redacted_url) shows as `***`. `None` when the two do not
+/// line up that way.
+pub(crate) fn secrets_of(config: &dyn BackendConfig) -> Option<Vec<String>> {
+    let hidden = hidden_parts(&config.to_url(), &config.redacted_url())?;
+    Some(with_decoded(hidden))
+}
+
+/// The parts of `full` that stand where `redacted` has `***`, in order.
+fn hidden_parts(full: &str, redacted: &str) -> Option<Vec<String>> {
+    let pieces: Vec<&str> = redacted.split("***").collect();
+    let (first, rest) = pieces.split_first()?;
+    let Some((last, middle)) = rest.split_last() else {
+        return (full == redacted).then(Vec::new);
+    };
+    let mut left = full.strip_prefix(first)?;
+    let mut hidden = Vec::new();
+    for piece in middle {
+        // Two `***` side by side cannot be told apart.
+        if piece.is_empty() {
+            return None;
         }
+        let at = left.find(piece)?;
+        hidden.push(left[..at].to_owned());
+        left = &left[at + piece.len()..];
     }
-    secrets.retain(|s| !s.is_empty());
-    // Longest first, so that no part of a longer secret is left behind.
-    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
-    secrets.dedup();
-    secrets
+    hidden.push(left.strip_suffix(last)?.to_owned());
+    Some(hidden)
+}
+
+/// The fallback: the passwords of the text the user typed and of the config's URL.
+fn fallback(text: &str, config: &dyn BackendConfig) -> Vec<String> {
+    let mut secrets = fencelock::url::passwords(text);
+    secrets.extend(fencelock::url::passwords(&config.to_url()));
+    with_decoded(secrets)
+}
+
+/// `secrets` and their percent-decoded forms (once and twice), without empty ones, longest
+/// first so that no part of a longer secret is left behind.
+fn with_decoded(secrets: Vec<String>) -> Vec<String> {
+    let mut all = Vec::new();
+    for secret in secrets {
+        let once = percent_decode_str(&secret).decode_utf8_lossy().into_owned();
+        let twice = percent_decode_str(&once).decode_utf8_lossy().into_owned();
+        all.extend([secret, once, twice]);
+    }
+    all.retain(|s| !s.is_empty());
+    all.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    all.dedup();
+    all
 }
 
 /// `text` with every secret replaced by `***`.
@@ -124,14 +158,47 @@ pub(crate) fn redact(text: &str, secrets: &[String]) -> String {
 mod tests {
     use super::*;
 
+    fn secrets(text: &str) -> Vec<String> {
+        Spec::parse(text).unwrap().secrets
+    }
+
     #[test]
-    fn passwords_are_found_in_every_form() {
-        assert_eq!(secrets_of("redis://:s3cret@h:1"), ["s3cret"]);
-        assert_eq!(secrets_of("postgres://u:p%40ss@h/db"), ["p%40ss", "p@ss"]);
+    fn passwords_come_from_the_parsed_config() {
+        assert_eq!(secrets("redis://:s3cret@h:1"), ["s3cret"]);
+        assert_eq!(secrets("postgres://u:p%40ss@h/db"), ["p%40ss", "p@ss"]);
         let nested = "redlock://a:1,b:2?storage=redis%3A%2F%2F%3Ainner%40c%3A3";
-        assert!(secrets_of(nested).contains(&"inner".to_owned()));
-        assert!(secrets_of("redis://user@h:1").is_empty());
-        assert!(secrets_of("memory://").is_empty());
+        assert_eq!(secrets(nested), ["inner"]);
+        let both = "redlock://:outer@a:1,b:2?storage=redis%3A%2F%2F%3Ain%2540ner%40c%3A3";
+        let found = secrets(both);
+        for secret in ["outer", "in%40ner", "in@ner"] {
+            assert!(found.contains(&secret.to_owned()), "{found:?}");
+        }
+        if cfg!(feature = "etcd") {
+            // etcd renders the decoded password again: `-` needs no escape.
+            assert_eq!(secrets("etcd://u:pw%2Dx@h"), ["pw-x"]);
+        }
+        assert!(secrets("redis://user@h:1").is_empty());
+        assert!(secrets("memory://").is_empty());
+    }
+
+    #[test]
+    fn the_two_urls_line_up_or_nothing_is_claimed() {
+        let parts = |full, redacted| hidden_parts(full, redacted);
+        assert_eq!(
+            parts("a://:pw@h", "a://:***@h"),
+            Some(vec!["pw".to_owned()])
+        );
+        assert_eq!(
+            parts(
+                "a://:x@h?s=b%3A%2F%2F%3Ay%40d",
+                "a://:***@h?s=b%3A%2F%2F%3A***%40d"
+            ),
+            Some(vec!["x".to_owned(), "y".to_owned()])
+        );
+        assert_eq!(parts("a://h", "a://h"), Some(vec![]));
+        assert_eq!(parts("a://h", "b://h"), None);
+        assert_eq!(parts("a://:pw@h", "a://:***@g"), None);
+        assert_eq!(parts("a://:pw@h", "a://:******@h"), None);
     }
 
     #[test]
@@ -142,6 +209,7 @@ mod tests {
             "nosuch://u:s3cret@h",
             "postgres://u:s3cret@h/db?backend=leese",
             "redlock://u:s3cret@a:1,,b:2",
+            "redlock://a:1?storage=redis%3A%2F%2F%3As3cret%40c%3A99999",
         ] {
             let err = Spec::parse(text).unwrap_err();
             assert!(!err.contains("s3cret"), "{text}: {err}");
@@ -150,7 +218,7 @@ mod tests {
 
     #[test]
     fn redaction_replaces_every_occurrence() {
-        let secrets = secrets_of("redis://:pw@h");
-        assert_eq!(redact("a pw b pw", &secrets), "a *** b ***");
+        let spec = Spec::parse("redis://:pw@h").unwrap();
+        assert_eq!(spec.redact("a pw b pw"), "a *** b ***");
     }
 }

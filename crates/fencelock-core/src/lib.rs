@@ -21,6 +21,7 @@ mod registry;
 mod storage;
 mod storage_ext;
 pub mod tools;
+pub mod url;
 mod watchdog;
 
 pub use backend::{LockBackend, MIN_TTL, validate_floor, validate_ttl};

@@ -4,9 +4,11 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use fencelock_core::url::{
+    Known, Options, decode_part, parse_host, parse_hosts, redact, safe_to_echo,
+};
 use fencelock_core::{Error, HostPort, Result};
-use percent_encoding::{AsciiSet, CONTROLS, percent_decode_str, utf8_percent_encode};
-use url::Url;
+use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 use url::form_urlencoded;
 
 use crate::cluster::EtcdCluster;
@@ -51,25 +53,6 @@ const USERINFO: &AsciiSet = &CONTROLS
     .add(b'}')
     .add(b',');
 
-/// One member's address as the URL writes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Member {
-    /// A host name, an IPv4 address, or an IPv6 address without brackets.
-    host: String,
-    port: u16,
-}
-
-impl Member {
-    fn host_port(&self) -> HostPort {
-        HostPort::new(self.host.clone(), self.port)
-    }
-
-    /// `host:port`, an IPv6 address in brackets.
-    fn authority(&self) -> String {
-        self.host_port().to_string()
-    }
-}
-
 /// How to reach an etcd cluster, and where in its key space fencelock keeps its keys.
 ///
 /// The URL grammar (`from_url` / `to_url`):
@@ -108,7 +91,7 @@ impl Member {
 /// ```
 #[derive(Clone, PartialEq, Eq)]
 pub struct EtcdConfig {
-    members: Vec<Member>,
+    members: Vec<HostPort>,
     /// Decoded user name and password.
     credentials: Option<(String, String)>,
     prefix: String,
@@ -183,45 +166,14 @@ impl EtcdConfig {
         if hosts.is_empty() {
             return Err(fail("names no host".to_owned()));
         }
-        let count = hosts.split(',').count();
-        let mut members: Vec<Member> = Vec::with_capacity(count);
-        for (index, host) in hosts.split(',').enumerate() {
-            let which = if count == 1 {
-                String::new()
-            } else {
-                format!("member {} of {count} ", index + 1)
-            };
-            let member = parse_member(host).map_err(|what| fail(format!("{which}{what}")))?;
-            if members.contains(&member) {
-                return Err(fail(format!(
-                    "member {} is listed twice",
-                    member.authority()
-                )));
-            }
-            members.push(member);
-        }
-        // The options are decoded leniently below (invalid UTF-8 becoming U+FFFD), which would
-        // put the keys under a prefix other than the one written.
-        if percent_decode_str(query).decode_utf8().is_err() {
-            return Err(fail(
-                "the options are not UTF-8 once percent-decoded".to_owned(),
-            ));
-        }
-        let mut prefix = None;
-        for (name, value) in form_urlencoded::parse(query.as_bytes()) {
-            match &*name {
-                "prefix" if prefix.is_none() => {
-                    validate_prefix(&value)?;
-                    prefix = Some(value.into_owned());
-                }
-                "prefix" => return Err(fail("repeats the option `prefix`".to_owned())),
-                other => {
-                    let shown_name: String = other.chars().take(32).collect();
-                    return Err(fail(format!(
-                        "unknown option `{shown_name}` (the only option is `prefix`)"
-                    )));
-                }
-            }
+        let context = format!("etcd URL {shown:?}");
+        let members =
+            parse_hosts(hosts, DEFAULT_PORT, "member").map_err(|e| e.in_context(&context))?;
+        let options =
+            Options::parse(query, &[Known::new("prefix")]).map_err(|e| e.in_context(&context))?;
+        let prefix = options.get("prefix").map(str::to_owned);
+        if let Some(prefix) = &prefix {
+            validate_prefix(prefix)?;
         }
         Ok(EtcdConfig {
             members,
@@ -257,7 +209,7 @@ impl EtcdConfig {
             }
             url.push('@');
         }
-        let hosts: Vec<String> = self.members.iter().map(Member::authority).collect();
+        let hosts: Vec<String> = self.members.iter().map(HostPort::to_string).collect();
         url.push_str(&hosts.join(","));
         if self.prefix != DEFAULT_PREFIX {
             url.push('?');
@@ -272,7 +224,7 @@ impl EtcdConfig {
 
     /// Every member this config reaches, in URL order, default port filled in.
     pub fn hosts(&self) -> Vec<HostPort> {
-        self.members.iter().map(Member::host_port).collect()
+        self.members.clone()
     }
 
     /// The same config pointed at other members: `hosts` must hold as many as the config
@@ -285,18 +237,13 @@ impl EtcdConfig {
                 hosts.len()
             )));
         }
-        let mut members: Vec<Member> = Vec::with_capacity(hosts.len());
+        let mut members = Vec::with_capacity(hosts.len());
         for target in hosts {
-            let member = parse_member(&target.to_string())
-                .map_err(|what| Error::config(format!("etcd member {target}: {what}")))?;
-            if members.contains(&member) {
-                return Err(Error::config(format!(
-                    "etcd member {} is given twice",
-                    member.authority()
-                )));
-            }
+            let member = parse_host(&target.to_string(), DEFAULT_PORT)
+                .map_err(|e| e.in_context(&format!("etcd member {target}")))?;
             members.push(member);
         }
+        fencelock_core::url::distinct(&members, "etcd member")?;
         self.members = members;
         Ok(self)
     }
@@ -343,10 +290,7 @@ impl EtcdConfig {
 
     /// The endpoints as the client library takes them (`http://host:port`).
     pub(crate) fn endpoints(&self) -> Vec<String> {
-        self.members
-            .iter()
-            .map(|m| format!("http://{}", m.authority()))
-            .collect()
+        self.members.iter().map(|m| format!("http://{m}")).collect()
     }
 
     /// The decoded user name and password.
@@ -356,7 +300,7 @@ impl EtcdConfig {
 
     /// The members, `host:port` each, comma-separated: how errors name the cluster.
     pub(crate) fn members_label(&self) -> String {
-        let hosts: Vec<String> = self.members.iter().map(Member::authority).collect();
+        let hosts: Vec<String> = self.members.iter().map(HostPort::to_string).collect();
         hosts.join(",")
     }
 
@@ -418,10 +362,10 @@ fn parse_credentials(userinfo: &str) -> std::result::Result<(String, String), St
         return Err("names a user without a password (write etcd://user:password@host)".into());
     };
     let decode = |part: &str, what: &str| {
-        percent_decode_str(part)
-            .decode_utf8()
-            .map(|s| s.into_owned())
-            .map_err(|_| format!("the {what} is not UTF-8 once percent-decoded"))
+        decode_part(what, part).map_err(|e| match e {
+            Error::InvalidConfig { message, .. } => message,
+            other => other.to_string(),
+        })
     };
     let user = decode(user, "user name")?;
     let password = decode(password, "password")?;
@@ -432,89 +376,6 @@ fn parse_credentials(userinfo: &str) -> std::result::Result<(String, String), St
         return Err("names a user with an empty password".into());
     }
     Ok((user, password))
-}
-
-/// One `host[:port]`, checked as a URL's host would be.
-fn parse_member(text: &str) -> std::result::Result<Member, String> {
-    if text.is_empty() {
-        return Err("names no host".to_owned());
-    }
-    let url = match Url::parse(&format!("http://{text}")) {
-        Ok(url) => url,
-        Err(url::ParseError::InvalidPort) => {
-            let port = text.rsplit_once(':').map(|(_, port)| port).unwrap_or("");
-            return Err(
-                if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) {
-                    format!("port {port} is out of range (1 to 65535)")
-                } else {
-                    format!("port {port:?} is not a number")
-                },
-            );
-        }
-        Err(url::ParseError::EmptyHost) => return Err("names no host".to_owned()),
-        Err(e) => return Err(format!("`{text}` is not host[:port]: {e}")),
-    };
-    // The parsed URL must be exactly `http://host[:port]/`: no credentials or path smuggled
-    // in through the member text.
-    if !url.username().is_empty() || url.password().is_some() || url.path() != "/" {
-        return Err(format!("`{text}` is not host[:port]"));
-    }
-    let host = match url.host() {
-        Some(url::Host::Domain(name)) if !name.is_empty() => name.to_owned(),
-        Some(url::Host::Ipv4(addr)) => addr.to_string(),
-        Some(url::Host::Ipv6(addr)) => addr.to_string(),
-        _ => return Err("names no host".to_owned()),
-    };
-    // `Url` drops the scheme's default port (80, however written); etcd has its own default.
-    let port = match url.port() {
-        Some(port) => port,
-        None if explicit_port(text) => 80,
-        None => DEFAULT_PORT,
-    };
-    if port == 0 {
-        return Err("port 0 is out of range (1 to 65535)".to_owned());
-    }
-    Ok(Member { host, port })
-}
-
-/// Whether `text` (`host[:port]`) ends with a port.
-fn explicit_port(text: &str) -> bool {
-    text.rsplit_once(':')
-        .is_some_and(|(_, port)| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()))
-}
-
-/// Whether the parts of `input` after its credentials can be quoted without quoting part of
-/// a password: not when an `@` follows the first `/`, `?` or `#` after the scheme (then the
-/// credentials may hold one of those unescaped).
-fn safe_to_echo(input: &str) -> bool {
-    let rest = input.split_once("://").map_or(input, |(_, rest)| rest);
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    !rest[end..].contains('@')
-}
-
-/// `input` with any password replaced by `***`, for messages about a URL that may not parse.
-/// When an `@` follows the first `/`, `?` or `#` (a password holding one of those unescaped),
-/// everything after the scheme is hidden.
-fn redact(input: &str) -> String {
-    let Some((scheme, rest)) = input.split_once("://") else {
-        return if input.contains('@') {
-            "<URL hidden: it may hold a password>".to_owned()
-        } else {
-            input.to_owned()
-        };
-    };
-    if !safe_to_echo(input) {
-        return format!("{scheme}://***");
-    }
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    match authority.rsplit_once('@') {
-        None => input.to_owned(),
-        Some((userinfo, hosts)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:***@{hosts}{tail}"),
-            None => format!("{scheme}://{userinfo}@{hosts}{tail}"),
-        },
-    }
 }
 
 #[cfg(test)]
@@ -615,7 +476,7 @@ mod tests {
         let cases = [
             ("etcd://h:99999", "port 99999 is out of range"),
             ("etcd://h:0", "port 0 is out of range"),
-            ("etcd://h:x1", "port \"x1\" is not a number"),
+            ("etcd://h:x1", "port `x1` is not a number"),
             (
                 "etcd://a,b:99999",
                 "member 2 of 2 port 99999 is out of range",
@@ -627,7 +488,14 @@ mod tests {
             ("etcd://h?foo=1", "unknown option `foo`"),
             ("etcd://h?prefix=a&prefix=b", "repeats the option `prefix`"),
             ("etcd://h?prefix=", "is empty"),
-            ("etcd://h?prefix=a%00b", "control character"),
+            (
+                "etcd://h?prefix=a%00b",
+                "option `prefix` holds a NUL character",
+            ),
+            ("etcd://u%00:pw@h", "the user name holds a NUL"),
+            ("etcd://u:p%00w@h", "the password holds a NUL"),
+            ("etcd://h?prefix=a&PREFIX=b", "unknown option `PREFIX`"),
+            ("etcd://h,H:2379", "member h:2379 is listed twice"),
             ("etcd://h?prefix=a%ffb", "not UTF-8 once percent-decoded"),
             ("etcd://h#frag", "no fragment"),
             ("etcd://user@h", "a user without a password"),

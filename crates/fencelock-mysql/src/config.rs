@@ -4,13 +4,17 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use fencelock_core::url::{Known, Options, decode_part, redact};
 use fencelock_core::{Error, HostPort, Result};
 use sqlx::ConnectOptions;
 use sqlx::mysql::MySqlConnectOptions;
 use url::{Host, Url};
 
 use crate::database::MySqlDatabase;
-use crate::redact::{parse_error, redact_raw, shown};
+use crate::redact::{parse_error, shown};
+
+/// The options a MySQL URL takes.
+const KNOWN_OPTIONS: &[Known] = &[Known::new("backend"), Known::new("prefix")];
 
 /// The table prefix used when none is configured.
 pub const DEFAULT_PREFIX: &str = "fencelock_";
@@ -172,7 +176,7 @@ impl MySqlConfig {
         if !scheme.is_some_and(|s| Self::SCHEMES.iter().any(|k| s.eq_ignore_ascii_case(k))) {
             return Err(Error::config(format!(
                 "{} is not a MySQL URL: expected mysql://user@host[:port]/database",
-                redact_raw(url)
+                redact(url)
             )));
         }
         let parsed = Url::parse(url).map_err(|e| parse_error(url, e))?;
@@ -207,39 +211,21 @@ impl MySqlConfig {
             )));
         }
         // The handshake ends these strings with a NUL: one inside cuts them short, and the
-        // server reads the rest as the next field.
+        // server reads the rest as the next field. Text that is not UTF-8 is refused too.
+        let context = format!("MySQL URL {shown}");
         for (what, raw) in [
             ("user name", parsed.username()),
+            ("password", parsed.password().unwrap_or_default()),
             ("database name", database),
         ] {
-            if raw.contains("%00") {
-                return Err(Error::config(format!(
-                    "MySQL URL {shown}: the {what} holds a NUL character (%00), which MySQL \
-                     cannot take"
-                )));
-            }
+            decode_part(what, raw).map_err(|e| e.in_context(&context))?;
         }
-        let mut backend = None;
-        let mut prefix = None;
-        for (name, value) in parsed.query_pairs() {
-            match &*name {
-                "backend" if backend.is_none() => backend = Some(value.parse()?),
-                "prefix" if prefix.is_none() => {
-                    validate_prefix(&value)?;
-                    prefix = Some(value.into_owned());
-                }
-                "backend" | "prefix" => {
-                    return Err(Error::config(format!(
-                        "MySQL URL {shown} repeats option `{name}`"
-                    )));
-                }
-                other => {
-                    return Err(Error::config(format!(
-                        "MySQL URL {shown}: unknown option `{other}` (the options are \
-                         `backend` and `prefix`)"
-                    )));
-                }
-            }
+        let options = Options::parse(parsed.query().unwrap_or_default(), KNOWN_OPTIONS)
+            .map_err(|e| e.in_context(&context))?;
+        let backend = options.get("backend").map(str::parse).transpose()?;
+        let prefix = options.get("prefix").map(str::to_owned);
+        if let Some(prefix) = &prefix {
+            validate_prefix(prefix)?;
         }
         let mut base = parsed;
         base.set_query(None);
@@ -538,7 +524,7 @@ mod tests {
         let cases = [
             ("mysql://root@db:99999/test", "port 99999 is out of range"),
             ("mysql://root@db:0/test", "port 0 is out of range"),
-            ("mysql://root@db:x1/test", "port \"x1\" is not a number"),
+            ("mysql://root@db:x1/test", "port `x1` is not a number"),
             ("mysql://root@/test", "names no host"),
             ("mysql://db/test", "names no user"),
             ("mysql://root@db", "names no database"),
@@ -547,9 +533,23 @@ mod tests {
             ("mysql://root@db/test?foo=1", "unknown option `foo`"),
             ("mysql://ro%00ot@db/test", "the user name holds a NUL"),
             ("mysql://root@db/te%00st", "the database name holds a NUL"),
+            ("mysql://root:p%00w@db/test", "the password holds a NUL"),
+            ("mysql://ro%ffot@db/test", "the user name is not UTF-8"),
+            (
+                "mysql://root@db/test?prefix=a%ff",
+                "option `prefix` is not UTF-8",
+            ),
+            (
+                "mysql://root@db/test?prefix=a%00",
+                "option `prefix` holds a NUL",
+            ),
+            (
+                "mysql://root@db/test?backend=get_lock&backend=get_lock",
+                "repeats the option `backend`",
+            ),
             (
                 "mysql://root@db/test?prefix=a_&prefix=b_",
-                "repeats option `prefix`",
+                "repeats the option `prefix`",
             ),
             (
                 "mysql://root@db/test?backend=lease",

@@ -9,8 +9,8 @@ use fencelock_core::{Error, FenceRule, HostPort, Result};
 use redis::Client;
 
 use crate::keys::{DEFAULT_PREFIX, KeySpace};
-use crate::redact::redact;
 use crate::redis_url::{Endpoint, UrlOptions, parse_endpoint};
+use fencelock_core::url::redact;
 
 /// The default bound on one call to the server.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -504,6 +504,14 @@ mod tests {
                 "unknown option `protocol`",
             ),
             ("redis://host#frag", "takes no fragment"),
+            ("redis://u%00@h", "the user name holds a NUL"),
+            ("redis://u:s3cr3t%00@h", "the password holds a NUL"),
+            ("redis://u:s3cr3t%ff@h", "the password is not UTF-8"),
+            (
+                "redis://h?allow_eviction=%ff",
+                "option `allow_eviction` is not UTF-8",
+            ),
+            ("redis://h?allow_eviction=%00", "holds a NUL"),
             ("redis://host?tls_ca=/ca.pem", "needs a rediss://"),
             (
                 "redis://host?allow_eviction=yes",

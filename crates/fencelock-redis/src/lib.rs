@@ -8,7 +8,6 @@ mod error;
 mod keys;
 mod link;
 mod outcome;
-mod redact;
 mod redis_url;
 mod scripts;
 mod slot;

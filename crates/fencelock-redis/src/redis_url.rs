@@ -3,10 +3,14 @@
 
 use std::path::PathBuf;
 
+use fencelock_core::url::{Known, Options, decode_part, port_problem};
 use fencelock_core::{Error, HostPort};
 use url::Url;
 
-use crate::redact::{redact, safe_to_echo};
+use fencelock_core::url::{redact, safe_to_echo};
+
+/// The options a `redis://` URL takes.
+const KNOWN_OPTIONS: &[Known] = &[Known::new("allow_eviction"), Known::new("tls_ca")];
 
 /// The port a URL without one means.
 pub(crate) const DEFAULT_PORT: u16 = 6379;
@@ -88,6 +92,14 @@ impl Problem {
         }
     }
 
+    /// The message of a core refusal (an [`Error::InvalidConfig`]) as a problem.
+    pub(crate) fn from_error(error: Error) -> Self {
+        match error {
+            Error::InvalidConfig { message, .. } => Problem::new(message),
+            other => Problem::new(other.to_string()),
+        }
+    }
+
     /// The error for `kind` URL `input`, shown redacted.
     pub(crate) fn into_error(self, kind: &str, input: &str) -> Error {
         Error::InvalidConfig {
@@ -149,37 +161,35 @@ pub(crate) fn parse_endpoint(input: &str) -> std::result::Result<(Endpoint, UrlO
     if url.fragment().is_some() {
         return Err(Problem::new("takes no fragment"));
     }
+    let query = url.query().unwrap_or_default();
+    if !query.is_empty() && !safe_to_echo(input) {
+        return Err(Problem::new(
+            "takes only the options `allow_eviction` and `tls_ca`; a password holding \
+             `/`, `?` or `#` must be percent-encoded",
+        ));
+    }
+    let given = Options::parse(query, KNOWN_OPTIONS).map_err(Problem::from_error)?;
     let mut options = UrlOptions::default();
-    let mut seen = Vec::new();
-    for (name, value) in url.query_pairs() {
-        if !safe_to_echo(input) {
+    if let Some(value) = given.get("allow_eviction") {
+        options.allow_eviction = parse_flag("allow_eviction", value)?;
+    }
+    match given.get("tls_ca") {
+        Some(_) if !tls => {
+            return Err(Problem::new("option `tls_ca` needs a rediss:// (TLS) URL"));
+        }
+        Some("") => {
             return Err(Problem::new(
-                "takes only the options `allow_eviction` and `tls_ca`; a password holding \
-                 `/`, `?` or `#` must be percent-encoded",
+                "option `tls_ca` is empty (it names a PEM file of CA certificates)",
             ));
         }
-        if seen.contains(&name) {
-            return Err(Problem::new(format!("repeats the option `{name}`")));
-        }
-        match &*name {
-            "allow_eviction" => options.allow_eviction = parse_flag(&name, &value)?,
-            "tls_ca" if !tls => {
-                return Err(Problem::new("option `tls_ca` needs a rediss:// (TLS) URL"));
-            }
-            "tls_ca" if value.is_empty() => {
-                return Err(Problem::new(
-                    "option `tls_ca` is empty (it names a PEM file of CA certificates)",
-                ));
-            }
-            "tls_ca" => options.tls_ca = Some(PathBuf::from(&*value)),
-            other => {
-                return Err(Problem::new(format!(
-                    "unknown option `{other}` (redis URLs take `allow_eviction` and, with \
-                     rediss://, `tls_ca`)"
-                )));
-            }
-        }
-        seen.push(name);
+        Some(path) => options.tls_ca = Some(PathBuf::from(path)),
+        None => {}
+    }
+    // The server reads these as given: a NUL or text that is not UTF-8 is refused now
+    // rather than sent (or mangled by the driver's lenient decoding).
+    decode_part("user name", url.username()).map_err(Problem::from_error)?;
+    if let Some(password) = url.password() {
+        decode_part("password", password).map_err(Problem::from_error)?;
     }
     let endpoint = Endpoint {
         tls,
@@ -227,26 +237,5 @@ fn unparsable(input: &str, e: url::ParseError) -> Problem {
     Problem {
         what,
         source: Some(e),
-    }
-}
-
-/// What is wrong with the port of `input`, which the `url` crate refused.
-fn port_problem(input: &str) -> String {
-    if !safe_to_echo(input) {
-        return "the port is not a number from 1 to 65535; a password holding `/`, `?` or `#` \
-                must be percent-encoded"
-            .to_owned();
-    }
-    let rest = input.split_once("://").map_or(input, |(_, rest)| rest);
-    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let port = match host_port.rsplit_once(']') {
-        Some((_, after)) => after.strip_prefix(':').unwrap_or(after),
-        None => host_port.rsplit_once(':').map_or("", |(_, port)| port),
-    };
-    if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) {
-        format!("port {port} is out of range (1 to 65535)")
-    } else {
-        format!("port `{port}` is not a number from 1 to 65535")
     }
 }

@@ -1,16 +1,16 @@
 //! `RedisClusterConfig`: how to reach a Redis Cluster (its seed nodes) and how to name keys
 //! there. It owns the `redis+cluster://` URL scheme.
 
-use std::collections::HashSet;
 use std::fmt;
 use std::time::Duration;
 
+use fencelock_core::url::{Known, Options, distinct};
 use fencelock_core::{Error, FenceRule, HostPort, Result};
 
 use crate::config::{DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_VALUE_LEN};
 use crate::keys::{DEFAULT_PREFIX, KeySpace};
-use crate::redact::{redact, safe_to_echo};
 use crate::redis_url::{Endpoint, parse_endpoint, parse_flag};
+use fencelock_core::url::{redact, safe_to_echo};
 
 /// How to reach a Redis Cluster and how to name keys there. Build it, then
 /// [`connect`](Self::connect) a [`RedisClusterBackend`](crate::RedisClusterBackend) (its
@@ -157,34 +157,27 @@ impl RedisClusterConfig {
             })?;
             seeds.push(endpoint);
         }
-        let mut seen = HashSet::new();
-        if let Some(twice) = seeds.iter().find(|s| !seen.insert(s.host_port())) {
-            return Err(fail(format!("node {} is listed twice", twice.host_port())));
-        }
-        let mut allow_eviction = None;
-        for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
-            match &*name {
-                "allow_eviction" if allow_eviction.is_none() => {
-                    allow_eviction =
-                        Some(parse_flag(&name, &value).map_err(|problem| fail(problem.what))?);
-                }
-                "allow_eviction" => {
-                    return Err(fail("repeats the option `allow_eviction`".to_owned()));
-                }
-                other if echo => {
-                    return Err(fail(format!(
-                        "unknown option `{other}` (redis cluster URLs take only `allow_eviction`)"
-                    )));
-                }
-                _ => {
-                    return Err(fail(
-                        "takes only the option `allow_eviction`; a password holding `/`, `?` \
-                         or `#` must be percent-encoded"
-                            .to_owned(),
-                    ));
-                }
+        let hosts: Vec<HostPort> = seeds.iter().map(Endpoint::host_port).collect();
+        distinct(&hosts, "node")
+            .map_err(|e| e.in_context(&format!("redis cluster URL {shown:?}")))?;
+        // A password with an unescaped `/`, `?` or `#` may make part of itself look like an
+        // option: then the refusal names none.
+        let options = Options::parse(query, &[Known::new("allow_eviction")]).map_err(|e| {
+            if echo {
+                e.in_context(&format!("redis cluster URL {shown:?}"))
+            } else {
+                fail(
+                    "takes only the option `allow_eviction`; a password holding `/`, `?` or \
+                     `#` must be percent-encoded"
+                        .to_owned(),
+                )
             }
-        }
+        })?;
+        let allow_eviction = options
+            .get("allow_eviction")
+            .map(|value| parse_flag("allow_eviction", value))
+            .transpose()
+            .map_err(|problem| fail(problem.what))?;
         Ok(RedisClusterConfig {
             seeds,
             prefix: DEFAULT_PREFIX.to_owned(),
@@ -267,13 +260,7 @@ impl RedisClusterConfig {
             })?;
             seed.move_to(checked);
         }
-        let mut seen = HashSet::new();
-        if let Some(twice) = self.seeds.iter().find(|s| !seen.insert(s.host_port())) {
-            return Err(Error::config(format!(
-                "redis cluster node {} is listed twice",
-                twice.host_port()
-            )));
-        }
+        distinct(&self.hosts(), "node").map_err(|e| e.in_context("redis cluster"))?;
         Ok(self)
     }
 
@@ -510,6 +497,7 @@ mod tests {
                 "node 2 of 2 (`h2:abc`) port `abc`",
             ),
             ("redis+cluster://h1:1,h1:1", "node h1:1 is listed twice"),
+            ("redis+cluster://h1:1,H1:1", "node h1:1 is listed twice"),
             ("redis+cluster://h1:6379,h1", "listed twice"),
             ("redis+cluster://h1/0", "takes no database"),
             ("redis+cluster://h1?prefix=x", "unknown option `prefix`"),

@@ -1,18 +1,18 @@
 //! `RedlockConfig`: which independent Redis servers make a Redlock, how long each may take,
 //! and where the fenced data lives. It owns the `redlock://` URL scheme.
 
-use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fencelock_core::url::{Known, Options};
 use fencelock_core::{Error, HostPort, Result};
 
 use super::node::Node;
 use crate::config::{DEFAULT_CONNECT_TIMEOUT, RedisConfig};
 use crate::keys::DEFAULT_PREFIX;
-use crate::redact::{redact, safe_to_echo};
 use crate::redis_url::{parse_endpoint, parse_flag};
+use fencelock_core::url::{redact, safe_to_echo};
 
 /// The default bound on one node's answer to one call.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(500);
@@ -82,6 +82,9 @@ impl fmt::Display for RedlockConfig {
 }
 
 const SCHEME: &str = "redlock://";
+
+/// The options a `redlock://` URL takes.
+const KNOWN_OPTIONS: &[Known] = &[Known::new("storage"), Known::new("allow_eviction")];
 
 impl RedlockConfig {
     /// The URL scheme this config reads: `redlock`.
@@ -179,45 +182,36 @@ impl RedlockConfig {
             })?;
             nodes.push(RedisConfig::from_endpoint(endpoint, options));
         }
-        if let Err(label) = distinct(&nodes) {
-            return Err(fail(format!(
-                "node {label} is listed twice; each node must be a different server"
-            )));
-        }
-        let mut storage = None;
-        let mut allow_eviction = None;
-        for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
-            match &*name {
-                "storage" if storage.is_none() => {
-                    let (endpoint, options) =
-                        parse_endpoint(&value).map_err(|problem| Error::InvalidConfig {
-                            message: format!(
-                                "redlock URL {shown:?}: storage {:?} {}",
-                                redact(&value),
-                                problem.what
-                            ),
-                            source: problem.source.map(|e| Box::new(e) as _),
-                        })?;
-                    storage = Some(RedisConfig::from_endpoint(endpoint, options));
-                }
-                "storage" => return Err(fail("repeats `storage`".to_owned())),
-                "allow_eviction" if allow_eviction.is_none() => {
-                    allow_eviction =
-                        Some(parse_flag(&name, &value).map_err(|problem| fail(problem.what))?);
-                }
-                "allow_eviction" => return Err(fail("repeats `allow_eviction`".to_owned())),
-                other if echo => {
-                    return Err(fail(format!(
-                        "unknown option `{other}` (only `storage` and `allow_eviction`)"
-                    )));
-                }
-                _ => {
-                    return Err(fail(
-                        "takes only the options `storage` and `allow_eviction`".to_owned(),
-                    ));
-                }
+        distinct(&nodes).map_err(|e| e.in_context(&format!("redlock URL {shown:?}")))?;
+        // A password with an unescaped `/`, `?` or `#` may make part of itself look like an
+        // option: then the refusal names none.
+        let options = Options::parse(query, KNOWN_OPTIONS).map_err(|e| {
+            if echo {
+                e.in_context(&format!("redlock URL {shown:?}"))
+            } else {
+                fail("takes only the options `storage` and `allow_eviction`".to_owned())
             }
-        }
+        })?;
+        let storage = match options.get("storage") {
+            Some(value) => {
+                let (endpoint, options) =
+                    parse_endpoint(value).map_err(|problem| Error::InvalidConfig {
+                        message: format!(
+                            "redlock URL {shown:?}: storage {:?} {}",
+                            redact(value),
+                            problem.what
+                        ),
+                        source: problem.source.map(|e| Box::new(e) as _),
+                    })?;
+                Some(RedisConfig::from_endpoint(endpoint, options))
+            }
+            None => None,
+        };
+        let allow_eviction = options
+            .get("allow_eviction")
+            .map(|value| parse_flag("allow_eviction", value))
+            .transpose()
+            .map_err(|problem| fail(problem.what))?;
         // The first node is the default: say nothing about it, so the URL round-trips.
         let storage = storage.filter(|s| Some(s) != nodes.first());
         Ok(Self::with_nodes(nodes, storage).allow_eviction(allow_eviction.unwrap_or(false)))
@@ -406,11 +400,7 @@ impl RedlockConfig {
             config.validate()?;
             nodes.push(config);
         }
-        if let Err(label) = distinct(&nodes) {
-            return Err(Error::config(format!(
-                "redlock node {label} is listed twice; each node must be a different server"
-            )));
-        }
+        distinct(&nodes).map_err(|e| e.in_context("redlock"))?;
         Ok(nodes
             .into_iter()
             .map(|config| Arc::new(Node::new(label(&config), config)))
@@ -430,16 +420,10 @@ fn label(config: &RedisConfig) -> String {
 }
 
 /// Checks that no server is listed twice (two databases of one server fail together: still
-/// one node); the label of the first repeated one otherwise.
-fn distinct(nodes: &[RedisConfig]) -> std::result::Result<(), String> {
-    let mut seen = HashSet::new();
-    for node in nodes {
-        let label = label(node);
-        if !seen.insert(label.clone()) {
-            return Err(label);
-        }
-    }
-    Ok(())
+/// one node).
+fn distinct(nodes: &[RedisConfig]) -> Result<()> {
+    let hosts: Vec<HostPort> = nodes.iter().flat_map(RedisConfig::hosts).collect();
+    fencelock_core::url::distinct(&hosts, "node")
 }
 
 #[cfg(test)]
@@ -591,7 +575,7 @@ mod tests {
             ),
             (
                 "redlock://h1,h2?storage=redis://x&storage=redis://y",
-                "repeats `storage`",
+                "repeats the option `storage`",
             ),
             ("redlock://h1,h2#frag", "takes no fragment"),
             (
@@ -600,7 +584,7 @@ mod tests {
             ),
             (
                 "redlock://h1?allow_eviction=true&allow_eviction=true",
-                "repeats `allow_eviction`",
+                "repeats the option `allow_eviction`",
             ),
             (
                 "redlock://h1?storage=redis%3A%2F%2Fd%3Fallow_eviction%3D1",
@@ -611,6 +595,11 @@ mod tests {
                 "one set of credentials",
             ),
             ("redlock://h1,H1:6379", "node h1:6379 is listed twice"),
+            ("redlock://u%00:s3cr3t@h1,h2", "the user name holds a NUL"),
+            (
+                "redlock://h1?storage=redis%3A%2F%2Fu%2500%40d",
+                "the user name holds a NUL",
+            ),
             ("redlock://h1:6379/0,h1:6379/1", "is not a database number"),
             ("redlock://u:pa/s3cr3t@h1,h2", "must be percent-encoded"),
             ("redlock://u:pa?s3cr3t@h1,h2", "must be percent-encoded"),
