@@ -4,21 +4,19 @@
 -- counter, records the holder and arms idle_session_timeout so that the server ends this
 -- session (freeing the lock) if the client goes silent for longer than the ttl.
 -- Every table written here is UNLOGGED: the commit waits for no WAL flush (DESIGN 5.3).
--- Same next-token rule and signals as lease_acquire.sql: granted the lock but no token, with
--- `live` NULL or `exhausted`, the caller unlocks, starts a new epoch and tries again.
+-- Same next-token rule (fencelock_next_token, migration 8) and signals as lease_acquire.sql:
+-- granted the lock but no token, with `live` NULL or `exhausted`, the caller unlocks, starts a
+-- new epoch and tries again.
 WITH live AS (
     SELECT e.epoch FROM {schema}.fencelock_epoch_live e WHERE e.one
 ), locked AS (
     SELECT pg_try_advisory_lock($1) AS got
 ), counter AS (
     INSERT INTO {schema}.fencelock_counters AS c (key, last_token)
-    SELECT $2, live.epoch * 4294967296 + 1 FROM locked, live WHERE locked.got
+    SELECT $2, {schema}.fencelock_next_token(NULL, live.epoch) FROM locked, live WHERE locked.got
     ON CONFLICT (key) DO UPDATE
-        SET last_token = CASE WHEN c.last_token >> 32 >= EXCLUDED.last_token >> 32
-                              THEN c.last_token + 1
-                              ELSE EXCLUDED.last_token END
-        WHERE c.last_token >> 32 < EXCLUDED.last_token >> 32
-           OR (c.last_token & 4294967295) < 4294967295
+        SET last_token = {schema}.fencelock_next_token(c.last_token, EXCLUDED.last_token >> 32)
+        WHERE NOT {schema}.fencelock_token_exhausted(c.last_token, EXCLUDED.last_token >> 32)
     RETURNING last_token
 ), holder AS (
     INSERT INTO {schema}.fencelock_advisory_holders AS h (key, lock_id, owner, token, pid, expires_at)
@@ -40,8 +38,6 @@ SELECT (SELECT got FROM locked) AS got,
        (SELECT epoch FROM live) AS live,
        CASE WHEN t.token IS NULL THEN EXISTS (
            SELECT 1 FROM {schema}.fencelock_counters c, live
-            WHERE c.key = $2
-              AND c.last_token >> 32 >= live.epoch
-              AND (c.last_token & 4294967295) = 4294967295
+            WHERE c.key = $2 AND {schema}.fencelock_token_exhausted(c.last_token, live.epoch)
        ) ELSE false END AS exhausted
   FROM (SELECT (SELECT token FROM holder) AS token) t

@@ -6,8 +6,9 @@
 -- `free` is a plain read first: while the lock is held, a try neither locks the counter row
 -- nor writes anything, so many waiters retrying a held lock do not queue on that row lock.
 -- Every table written here is UNLOGGED: the commit waits for no WAL flush (DESIGN 5.3).
--- The next token, under the counter row's lock: the row's last token + 1 when the row is at
--- the live epoch (or later) and its counter is not used up, else live epoch * 2^32 + 1.
+-- The next token, under the counter row's lock, by fencelock_next_token (migration 8; the
+-- inserted row is the live epoch's first token, so EXCLUDED.last_token >> 32 is the live
+-- epoch), refused while the key's counter is used up (fencelock_token_exhausted).
 -- Returns the token when granted; otherwise `live` (NULL: no live epoch, the volatile state
 -- was lost) and `exhausted` (the key's counter is used up in the live epoch) say whether the
 -- caller must start a new epoch (fencelock_new_epoch) and try again.
@@ -27,17 +28,14 @@ WITH bounded AS (
      )
 ), counter AS (
     INSERT INTO {schema}.fencelock_counters AS c (key, last_token)
-    SELECT $1, free.epoch * 4294967296 + 1 FROM free
+    SELECT $1, {schema}.fencelock_next_token(NULL, free.epoch) FROM free
     ON CONFLICT (key) DO UPDATE
-        SET last_token = CASE WHEN c.last_token >> 32 >= EXCLUDED.last_token >> 32
-                              THEN c.last_token + 1
-                              ELSE EXCLUDED.last_token END
+        SET last_token = {schema}.fencelock_next_token(c.last_token, EXCLUDED.last_token >> 32)
         WHERE NOT EXISTS (
             SELECT 1 FROM {schema}.fencelock_leases l
              WHERE l.key = $1 AND l.expires_at > clock_timestamp()
         )
-          AND (c.last_token >> 32 < EXCLUDED.last_token >> 32
-               OR (c.last_token & 4294967295) < 4294967295)
+          AND NOT {schema}.fencelock_token_exhausted(c.last_token, EXCLUDED.last_token >> 32)
     RETURNING last_token
 ), granted AS (
     INSERT INTO {schema}.fencelock_leases AS l (key, owner, token, expires_at)
@@ -55,8 +53,6 @@ SELECT g.token,
        (SELECT epoch FROM live) AS live,
        CASE WHEN g.token IS NULL THEN EXISTS (
            SELECT 1 FROM {schema}.fencelock_counters c, live
-            WHERE c.key = $1
-              AND c.last_token >> 32 >= live.epoch
-              AND (c.last_token & 4294967295) = 4294967295
+            WHERE c.key = $1 AND {schema}.fencelock_token_exhausted(c.last_token, live.epoch)
        ) ELSE false END AS exhausted
   FROM (SELECT (SELECT token FROM granted) AS token) g

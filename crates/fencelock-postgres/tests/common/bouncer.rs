@@ -48,7 +48,10 @@ pub async fn lease_setup(pooler: &str) -> Setup {
     let bouncer = bouncer(fencelock_testkit::pgbouncer::DEFAULT_POOL_SIZE).await;
     let (schema, db) = database(&bouncer, pooler).await;
     let outage_bouncer = bouncer.clone();
-    let reopen_url = url(&bouncer, &format!("schema={}&pooler={pooler}", schema.name()));
+    let reopen_url = url(
+        &bouncer,
+        &format!("schema={}&pooler={pooler}", schema.name()),
+    );
     Setup::new(
         Arc::new(db.lease_backend()),
         Arc::new(db.storage()),
