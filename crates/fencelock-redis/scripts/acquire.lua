@@ -9,12 +9,10 @@
 -- GET (not EXISTS) so that a lock key of the wrong type is a WRONGTYPE error, not "held".
 local queued = KEYS[3] ~= nil
 local waiter = ARGV[3] or ''
-local now = 0
 local head = nil
 if queued then
-  now = now_ms()
   -- A place whose waiter stopped trying lapses, so a vanished waiter holds no one up.
-  head = queue_head(KEYS[3], KEYS[4], now)
+  head = queue_head(KEYS[3], KEYS[4])
 end
 local held = redis.call('GET', KEYS[1])
 if not held and (head == nil or head == waiter) then
@@ -37,6 +35,7 @@ if not queued then
 end
 if waiter ~= '' then
   -- The place keeps its arrival; each try pushes back when it lapses.
+  local now = now_ms()
   redis.call('ZADD', KEYS[3], 'NX', now, waiter)
   redis.call('ZADD', KEYS[4], now + tonumber(ARGV[4]), waiter)
   redis.call('PEXPIRE', KEYS[3], ARGV[4])

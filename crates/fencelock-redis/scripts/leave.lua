@@ -3,7 +3,7 @@
 -- KEYS[1] lock key, KEYS[2] queue, KEYS[3] places
 -- ARGV[1] waiter (32 hex digits), ARGV[2] release channel
 -- Returns 1 when the waiter had a place, 0 when it had none.
-local head = queue_head(KEYS[2], KEYS[3], now_ms())
+local head = queue_head(KEYS[2], KEYS[3])
 local had = redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 if head == ARGV[1] and not redis.call('GET', KEYS[1]) then

@@ -9,8 +9,13 @@ local function now_ms()
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
--- Forgets every place that lapsed by `now`, then returns the first live waiter (or nil).
-local function queue_head(queue, places, now)
+-- Forgets every place that lapsed, then returns the first live waiter (or nil). A key nobody
+-- waits for has no queue, and costs one EXISTS.
+local function queue_head(queue, places)
+  if redis.call('EXISTS', queue) == 0 then
+    return nil
+  end
+  local now = now_ms()
   local lapsed = redis.call('ZRANGEBYSCORE', places, '-inf', now)
   for _, gone in ipairs(lapsed) do
     redis.call('ZREM', queue, gone)

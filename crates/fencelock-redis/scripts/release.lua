@@ -10,7 +10,7 @@ end
 redis.call('DEL', KEYS[1])
 local next = nil
 if KEYS[2] ~= nil then
-  next = queue_head(KEYS[2], KEYS[3], now_ms())
+  next = queue_head(KEYS[2], KEYS[3])
 end
 redis.call('PUBLISH', ARGV[2], next or ARGV[1])
 return 1
