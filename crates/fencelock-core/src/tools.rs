@@ -3,8 +3,8 @@
 //! [`Cleanup`]; chaos runs end server sessions through [`SessionFaults`].
 //!
 //! The tools never learn a backend's private tables or keys: the backend hands them these
-//! objects from [`BackendConfig::bench_kit`](crate::BackendConfig::bench_kit) and
-//! [`BackendConfig::session_faults`](crate::BackendConfig::session_faults).
+//! objects from [`BackendConfig::bench_kit`] and
+//! [`BackendConfig::session_faults`].
 
 use std::fmt;
 use std::future::Future;
@@ -172,7 +172,7 @@ pub enum Peer {
 }
 
 /// What a benchmark measures on one backend, from the backend itself
-/// ([`BackendConfig::bench_kit`](crate::BackendConfig::bench_kit)).
+/// ([`BackendConfig::bench_kit`]).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct BenchKit {

@@ -144,7 +144,7 @@ impl PgConfig {
     }
 
     /// The schema that holds fencelock's tables (default `fencelock`): lowercase ASCII letters,
-    /// digits and `_`, not starting with a digit, at most [`MAX_SCHEMA_LEN`] bytes (checked by
+    /// digits and `_`, not starting with a digit, at most [`MAX_SCHEMA_LEN`](crate::MAX_SCHEMA_LEN) bytes (checked by
     /// [`connect`](Self::connect); `from_url` checks `?schema=` at once). It is created if
     /// missing.
     pub fn schema(mut self, schema: impl Into<String>) -> Self {
@@ -191,7 +191,7 @@ impl PgConfig {
     /// How long a transaction of [`PgStorage::transaction`](crate::PgStorage::transaction) may
     /// sit idle (the client sending nothing: paused, stuck, waiting on something else) before
     /// the server ends its session, rolling it back and freeing its lock (default
-    /// [`DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT`], 30 s; zero: never). In the URL:
+    /// [`DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT`](crate::DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT), 30 s; zero: never). In the URL:
     /// `?idle_in_transaction_timeout=30s` (a whole number of `ms`, `s` or `min`). Set as
     /// `idle_in_transaction_session_timeout` for that transaction only; TCP keepalives cannot
     /// do this, since a paused process's kernel still answers them. Whole milliseconds.

@@ -30,7 +30,7 @@ const BACKEND: &str = "postgres";
 /// factory of the lock backends, the storage and the fence for the application's own tables
 /// ([`PgFence`]). Cheap to clone.
 ///
-/// Made by [`PgConfig::connect`] (fencelock's own pool) or by [`PgDatabase::from_pool`] (the
+/// Made by [`PgConfig::connect`](crate::PgConfig::connect) (fencelock's own pool) or by [`PgDatabase::from_pool`] (the
 /// application's pool, migrations run explicitly with [`migrate`](Self::migrate)).
 #[derive(Clone)]
 pub struct PgDatabase {
@@ -75,7 +75,7 @@ impl fmt::Debug for PgDatabase {
 
 impl PgDatabase {
     /// How long a transaction may sit idle before the server ends it
-    /// ([`PgConfig::idle_in_transaction_timeout`]; zero: never).
+    /// ([`PgConfig::idle_in_transaction_timeout`](crate::PgConfig::idle_in_transaction_timeout); zero: never).
     pub fn idle_in_transaction_timeout(&self) -> Duration {
         self.inner.idle_in_transaction
     }
@@ -119,7 +119,7 @@ impl PgDatabase {
         PgAdvisoryBackend::new(self)
     }
 
-    /// The lock backend the config chose ([`PgConfig::backend_kind`], `?backend=`).
+    /// The lock backend the config chose ([`PgConfig::backend_kind`](crate::PgConfig::backend_kind), `?backend=`).
     pub fn backend(&self) -> Arc<dyn LockBackend> {
         self.lock_backend(self.inner.backend)
     }

@@ -111,7 +111,7 @@ impl PgDatabase {
     /// fencelock on the application's own pool, its tables in `schema` (see
     /// [`PgConfig::schema`] for valid names). Nothing is sent to the server: run
     /// [`migrate`](Self::migrate) once (at start-up, or let an operator apply the migrations)
-    /// before using it. The lease backend, the storage, transactions and [`PgFence`] use
+    /// before using it. The lease backend, the storage, transactions and [`PgFence`](crate::PgFence) use
     /// `pool`; the advisory backend's held sessions, the release listener and the transaction
     /// API's token statements (run outside the caller's transaction) open their own
     /// connections with `pool`'s connect options. Default lock backend: lease; per-call
@@ -190,7 +190,7 @@ impl PgDatabase {
         self.rebuilt(pooler, self.inner.idle_in_transaction)
     }
 
-    /// The same database, its transactions ([`PgStorage::transaction`]) ended by the server
+    /// The same database, its transactions ([`PgStorage::transaction`](crate::PgStorage::transaction)) ended by the server
     /// when idle in the transaction for longer than `timeout` (zero: never); see
     /// [`PgConfig::idle_in_transaction_timeout`]. For [`from_pool`](Self::from_pool), where
     /// there is no URL; call it before anything else uses the database.
