@@ -90,12 +90,14 @@ impl MySqlDatabase {
             // Connections are tested when they come back (sqlx pings on release), so a
             // second test on the way out would only add a round trip to every operation.
             .test_before_acquire(false)
+            .after_connect(|conn, _| Box::pin(autocommit(conn)))
             .connect_lazy_with(options.clone());
         let sessions = MySqlPoolOptions::new()
             .max_connections(config.session_pool_size)
             .acquire_timeout(timeout)
             .idle_timeout(IDLE_TIMEOUT)
             .test_before_acquire(false)
+            .after_connect(|conn, _| Box::pin(autocommit(conn)))
             .connect_lazy_with(options);
         let max_value_len = value_limit(config.max_value_len, packet)?;
         // 1 flushes the redo log at every commit; MariaDB's 3 does too, with group commit.
@@ -256,4 +258,15 @@ mod tests {
         assert!(err.to_string().contains("max_allowed_packet"), "{err}");
         assert!(value_limit(Some(1000), packet(16)).is_err());
     }
+}
+
+/// Turns autocommit on for one of fencelock's own sessions, whatever the server's default
+/// (`--autocommit=0`) or an init command says. Every statement fencelock sends is meant to
+/// commit by itself: with autocommit off, a grant's bump of the token counter would stay in an
+/// open transaction, invisible to every other session, still holding the counter row's lock,
+/// and rolled back when that session is killed, so the next grant could repeat the token.
+async fn autocommit(conn: &mut sqlx::MySqlConnection) -> std::result::Result<(), sqlx::Error> {
+    sqlx::Executor::execute(conn, "SET SESSION autocommit = 1")
+        .await
+        .map(|_| ())
 }

@@ -16,6 +16,8 @@ struct PrivateServer {
     dir: PathBuf,
     port: u16,
     child: Option<Child>,
+    /// Server options beyond the test's defaults (`--autocommit=0`).
+    extra: Vec<&'static str>,
 }
 
 fn program(names: &[&str]) -> String {
@@ -35,6 +37,13 @@ fn program(names: &[&str]) -> String {
 
 impl PrivateServer {
     fn start() -> Self {
+        Self::start_with(Vec::new())
+    }
+
+    fn start_with(extra: Vec<&'static str>) -> Self {
+        // Two installs at once trip over each other; the servers themselves run side by side.
+        static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _turn = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
         let dir = std::env::temp_dir().join(format!("fencelock-mysql-{}", OwnerId::random()));
         std::fs::create_dir_all(&dir).unwrap();
         let install = Command::new(program(&["mariadb-install-db", "mysql_install_db"]))
@@ -61,6 +70,7 @@ impl PrivateServer {
             dir,
             port,
             child: None,
+            extra,
         };
         server.run();
         server
@@ -82,6 +92,7 @@ impl PrivateServer {
             .arg("--skip-name-resolve")
             .arg("--innodb-buffer-pool-size=16M")
             .arg("--innodb-flush-log-at-trx-commit=1")
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -191,4 +202,64 @@ async fn tokens_and_fences_survive_a_crash_and_held_locks_do_not() {
     storage.write(&key, after.fence(), b"after").await.unwrap();
     assert!(backend.release(&after).await.unwrap());
     db.close().await;
+}
+
+/// A server whose sessions start with autocommit off (`--autocommit=0`): fencelock's own
+/// sessions must still commit each grant's counter bump, or another process sees no last
+/// token, the next grant waits on the row the first one left locked, and a killed holder's
+/// session rolls its token back so that it is handed out again. Fails without fencelock setting
+/// autocommit on its sessions: the second process's inspect shows no last token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_commit_their_tokens_on_a_server_with_autocommit_off() {
+    let server = PrivateServer::start_with(vec!["--autocommit=0"]);
+    server.ready().await;
+    let config = MySqlConfig::from_url(&server.url("t")).unwrap();
+    let first = config.connect().await.unwrap();
+    let holder = first.lock_backend();
+    let key = LockKey::new("autocommit/ledger").unwrap();
+    let lease = holder
+        .try_acquire(&key, Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+
+    // Another process sees the token while the lock is held.
+    let second = config.connect().await.unwrap();
+    let other = second.lock_backend();
+    let info = other.inspect(&key).await.unwrap();
+    assert_eq!(
+        info.last_token,
+        Some(lease.token),
+        "the grant's token was not committed: another session cannot see it"
+    );
+    assert!(holder.release(&lease).await.unwrap());
+
+    // The next grant, in the other process, neither waits on a row left locked nor repeats
+    // the token.
+    let next = tokio::time::timeout(
+        Duration::from_secs(20),
+        other.try_acquire(&key, Duration::from_secs(60)),
+    )
+    .await
+    .expect("the next grant waited on the counter row the first grant left locked")
+    .unwrap()
+    .unwrap();
+    assert!(
+        next.token > lease.token,
+        "token {} after {}",
+        next.token,
+        lease.token
+    );
+    assert!(other.release(&next).await.unwrap());
+    first.close().await;
+    let again = other
+        .try_acquire(&key, Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        again.token > next.token,
+        "a token repeated after a session closed"
+    );
+    assert!(other.release(&again).await.unwrap());
 }
