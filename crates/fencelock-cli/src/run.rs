@@ -54,6 +54,9 @@ const TRY_ONCE_WITHIN: Duration = Duration::from_secs(5);
 /// itself exited.
 const GROUP_POLL: Duration = Duration::from_millis(20);
 
+/// The shortest pause between two connection attempts within `--wait`.
+const CONNECT_RETRY_FLOOR: Duration = Duration::from_millis(50);
+
 /// How long processes sent SIGKILL get to disappear.
 const KILLED_GONE_WITHIN: Duration = Duration::from_secs(5);
 
@@ -98,11 +101,27 @@ impl<'a> WaitBudget<'a> {
         }
     }
 
-    /// Connects to the server, within the deadline.
+    /// Connects to the server, within the deadline. With a wait, a server that refuses the
+    /// connection or is not there yet (a restart) is tried again with the default backoff
+    /// until the deadline, and the last refusal is the error; a single try tries once.
     pub(crate) async fn connect(&self) -> Result<Connected, CliError> {
-        Ok(timeout_at(self.deadline, self.spec.spec().connect())
-            .await
-            .map_err(|_| self.no_answer())??)
+        let backoff = fencelock::Backoff::default();
+        let mut attempt = 0;
+        loop {
+            match timeout_at(self.deadline, self.spec.spec().connect()).await {
+                Err(_) => return Err(self.no_answer()),
+                Ok(Ok(connected)) => return Ok(connected),
+                Ok(Err(e)) if e.is_retryable() && !self.wait.is_zero() => {
+                    let pause = backoff.pause(attempt).max(CONNECT_RETRY_FLOOR);
+                    attempt += 1;
+                    if Instant::now() + pause >= self.deadline {
+                        return Err(e.into());
+                    }
+                    tokio::time::sleep(pause).await;
+                }
+                Ok(Err(e)) => return Err(e.into()),
+            }
+        }
     }
 
     /// The wait left for the lock itself: zero for a single try, else up to the deadline.

@@ -420,3 +420,32 @@ fn wait_bounds_connecting_too() {
         );
     }
 }
+
+/// `--wait` covers connecting to a server that is not back yet (a restart): the run keeps
+/// trying and runs its command once the server answers. Fails when a refused connection ends
+/// the run at once (exit 1 within milliseconds, most of the wait unspent).
+#[test]
+fn wait_retries_a_refused_connection() {
+    let server = RedisServer::spawn();
+    server.kill();
+    let child = fencelock()
+        .args([
+            "run",
+            "--backend",
+            &server.url(),
+            "--key",
+            "restarting",
+            "--wait",
+            "30s",
+            "--",
+            "true",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the fencelock binary runs");
+    std::thread::sleep(Duration::from_millis(1500));
+    server.restart();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(code(&out), 0, "{}", explain(&out));
+}
