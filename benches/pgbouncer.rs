@@ -2,7 +2,7 @@
 //! same PgBouncer, and the cost of the pooler-safe statements on a direct connection.
 //!
 //! ```text
-//! cargo bench -p fencelock-postgres --bench pgbouncer [-- <seconds per case> <tasks>]
+//! cargo bench --features postgres --bench pgbouncer [-- <seconds per case> <tasks>]
 //! ```
 //!
 //! Starts its own PgBouncer (the testkit's: transaction mode, `default_pool_size = 10`, in
@@ -17,8 +17,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fencelock_core::{Fence, FencedStorage, FencingToken, LockBackend, LockKey, OwnerId};
-use fencelock_postgres::{PgConfig, PgDatabase};
+use fencelock::postgres::{PgConfig, PgDatabase};
+use fencelock::{Fence, FencedStorage, FencingToken, LockBackend, LockKey, OwnerId};
 use fencelock_testkit::pgbouncer::PgBouncer;
 use fencelock_testkit::postgres::{PgSchema, pg_url};
 use sqlx::postgres::PgPoolOptions;
