@@ -159,7 +159,13 @@ async fn scripts_missing_on_a_node_are_sent_to_that_node() {
     let lease = extended.unwrap();
     assert!(elapsed < Duration::from_millis(700), "{elapsed:?}");
     assert!(backend.release(&lease).await.unwrap());
-    let release = fencelock_redis::redis::Script::new(include_str!("../scripts/release.lua"));
+    // The release script is the queue's helpers followed by its own text (src/scripts.rs).
+    let text = format!(
+        "{}\n{}",
+        include_str!("../scripts/queue.lua"),
+        include_str!("../scripts/release.lua")
+    );
+    let release = fencelock_redis::redis::Script::new(&text);
     let cached = cli(&cluster, master, &["SCRIPT", "EXISTS", release.get_hash()]);
     assert_eq!(
         cached.trim(),
