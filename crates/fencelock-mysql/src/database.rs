@@ -235,6 +235,17 @@ fn value_limit(configured: Option<usize>, max_allowed_packet: i64) -> Result<usi
     }
 }
 
+/// Turns autocommit on for one of fencelock's own sessions, whatever the server's default
+/// (`--autocommit=0`) or an init command says. Every statement fencelock sends is meant to
+/// commit by itself: with autocommit off, a grant's bump of the token counter would stay in an
+/// open transaction, invisible to every other session, still holding the counter row's lock,
+/// and rolled back when that session is killed, so the next grant could repeat the token.
+async fn autocommit(conn: &mut sqlx::MySqlConnection) -> std::result::Result<(), sqlx::Error> {
+    sqlx::Executor::execute(conn, "SET SESSION autocommit = 1")
+        .await
+        .map(|_| ())
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -258,15 +269,4 @@ mod tests {
         assert!(err.to_string().contains("max_allowed_packet"), "{err}");
         assert!(value_limit(Some(1000), packet(16)).is_err());
     }
-}
-
-/// Turns autocommit on for one of fencelock's own sessions, whatever the server's default
-/// (`--autocommit=0`) or an init command says. Every statement fencelock sends is meant to
-/// commit by itself: with autocommit off, a grant's bump of the token counter would stay in an
-/// open transaction, invisible to every other session, still holding the counter row's lock,
-/// and rolled back when that session is killed, so the next grant could repeat the token.
-async fn autocommit(conn: &mut sqlx::MySqlConnection) -> std::result::Result<(), sqlx::Error> {
-    sqlx::Executor::execute(conn, "SET SESSION autocommit = 1")
-        .await
-        .map(|_| ())
 }
