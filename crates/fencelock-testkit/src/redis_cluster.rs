@@ -119,9 +119,14 @@ impl RedisCluster {
         let dir = tempfile::Builder::new()
             .prefix("fencelock-redis-cluster-")
             .tempdir()?;
-        let mut nodes = Vec::with_capacity(count);
-        for _ in 0..count {
+        let mut nodes: Vec<Node> = Vec::with_capacity(count);
+        while nodes.len() < count {
             let port = free_port()?;
+            // A probed port is free again at once, so the same one can come back: each node
+            // needs its own (and its own directory, named after it).
+            if nodes.iter().any(|node| node.port == port) {
+                continue;
+            }
             let node_dir = dir.path().join(port.to_string());
             std::fs::create_dir(&node_dir)?;
             nodes.push(Node {
