@@ -291,6 +291,7 @@ impl Locks {
     }
 
     pub(crate) async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
+        validate_ttl(ttl, &self.capabilities)?;
         self.acquire(key, ttl, None).await
     }
 
@@ -302,9 +303,10 @@ impl Locks {
         ttl: Duration,
         waiter: OwnerId,
     ) -> Result<Option<Lease>> {
+        // Checked before the waiter is registered: a refused ttl leaves nothing behind.
+        validate_ttl(ttl, &self.capabilities)?;
         match &self.wake {
             Wake::Notify(waiters) => {
-                validate_ttl(ttl, &self.capabilities)?;
                 waiters.before_try(key, waiter);
                 let granted = self.acquire(key, ttl, Some((waiters, waiter))).await;
                 if matches!(granted, Ok(Some(_))) {
@@ -317,14 +319,13 @@ impl Locks {
     }
 
     /// The acquire script: on one server with the key's queue (a plain try never overtakes a
-    /// queued waiter), as `waiter` when given.
+    /// queued waiter), as `waiter` when given. The callers have checked `ttl`.
     async fn acquire(
         &self,
         key: &LockKey,
         ttl: Duration,
         waiter: Option<(&Arc<Waiters>, OwnerId)>,
     ) -> Result<Option<Lease>> {
-        validate_ttl(ttl, &self.capabilities)?;
         let backend = self.conn.backend;
         let span = tracing::debug_span!("try_acquire", backend, key = %key, ?ttl, token = Empty, outcome = Empty);
         let result = async {
