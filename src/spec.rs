@@ -78,11 +78,9 @@ static REGISTRY: LazyLock<RwLock<Schemes>> = LazyLock::new(|| RwLock::new(built_
 /// use fencelock::spec::{BackendSpec, Scheme, register};
 ///
 /// // A scheme of your own, here parsed as the memory backend.
-/// register(Scheme {
-///     name: "my-memory",
-///     summary: "an example",
-///     parse: |_| Ok(Box::new(fencelock::memory::MemoryConfig)),
-/// })?;
+/// register(Scheme::new("my-memory", "an example", |_| {
+///     Ok(Box::new(fencelock::memory::MemoryConfig))
+/// }))?;
 /// assert!(BackendSpec::parse("my-memory://").is_ok());
 /// # Ok::<(), fencelock::Error>(())
 /// ```
@@ -99,6 +97,56 @@ pub fn schemes() -> Schemes {
         .read()
         .unwrap_or_else(PoisonError::into_inner)
         .clone()
+}
+
+/// The spawner of the registered scheme `scheme` (without `://`): what starts throwaway
+/// servers of it for fault runs ([`Scheme::spawn`]). An unknown scheme, one this build lacks
+/// the feature of, and one that cannot start servers are [`Error::InvalidConfig`] saying which
+/// schemes can.
+///
+/// ```
+/// let err = fencelock::spec::spawner("memory").unwrap_err();
+/// assert!(err.to_string().contains("cannot start servers"));
+/// ```
+pub fn spawner(scheme: &str) -> Result<fencelock_core::tools::Spawn> {
+    let scheme = scheme.trim_end_matches("://").to_ascii_lowercase();
+    let registry = REGISTRY.read().unwrap_or_else(PoisonError::into_inner);
+    let can = || spawnable_in(&registry);
+    match registry.get(&scheme) {
+        Some(found) => found.spawn.ok_or_else(|| {
+            Error::config(format!(
+                "{scheme}:// cannot start servers of its own (schemes that can: {})",
+                can()
+            ))
+        }),
+        None => match BUILT_IN.iter().find(|(name, _)| *name == scheme) {
+            Some((_, feature)) => Err(Error::config(format!(
+                "this build of fencelock lacks the `{feature}` feature, which spawns {scheme}://"
+            ))),
+            None => Err(Error::config(format!(
+                "unknown scheme {scheme:?} to spawn (schemes that can: {})",
+                can()
+            ))),
+        },
+    }
+}
+
+/// The registered schemes that can start servers (`redis, redlock, etcd`), for messages.
+pub fn spawnable() -> String {
+    spawnable_in(&REGISTRY.read().unwrap_or_else(PoisonError::into_inner))
+}
+
+fn spawnable_in(registry: &Schemes) -> String {
+    let names: Vec<&str> = registry
+        .iter()
+        .filter(|s| s.spawn.is_some())
+        .map(|s| s.name)
+        .collect();
+    if names.is_empty() {
+        "none in this build (the `servers` feature brings the built-in ones)".to_owned()
+    } else {
+        names.join(", ")
+    }
 }
 
 /// A parsed backend spec: the typed config of the backend the URL names. Parsing validates the
@@ -278,19 +326,12 @@ mod tests {
         fn parse(_: &str) -> Result<Box<dyn BackendConfig>> {
             Err(Error::config("the test scheme parses nothing"))
         }
-        let scheme = Scheme {
-            name: "spec-test",
-            summary: "a test",
-            parse,
-        };
+        let scheme = Scheme::new("spec-test", "a test", parse);
         register(scheme).unwrap();
         assert!(register(scheme).is_err());
         assert!(refused("spec-test://x").contains("parses nothing"));
         assert!(schemes().get("spec-test").is_some());
-        let memory = Scheme {
-            name: "memory",
-            ..scheme
-        };
+        let memory = Scheme::new("memory", scheme.summary, scheme.parse);
         if cfg!(feature = "memory") {
             assert!(register(memory).is_err(), "a built-in name is taken");
         }

@@ -1,7 +1,7 @@
-//! The servers a chaos run talks to, and the handles the nemesis pulls: spawned redis-server
-//! nodes and etcd members (killed and restarted), fault proxies in front of every server
-//! (partitions), and the backend's own session fault where it has one (PostgreSQL's
-//! `pg_terminate_backend`), which the backend provides through
+//! The servers a chaos run talks to, and the handles the nemesis pulls: servers a backend
+//! spawned for the run (killed and restarted, through `SpawnedServers`), fault proxies in front
+//! of every server (partitions), and the backend's own session fault where it has one
+//! (PostgreSQL's `pg_terminate_backend`), which the backend provides through
 //! `BackendConfig::session_faults`.
 //!
 //! Specs are typed configs from here on: proxies go in front of servers with `with_hosts`, and
@@ -11,16 +11,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use fencelock::HostPort;
-use fencelock::redis::{RedisConfig, RedlockConfig};
 use fencelock::spec::{BackendSpec, Connected};
-use fencelock::tools::SessionFaults;
+use fencelock::tools::{SessionFaults, SpawnRequest, SpawnedServers};
 
 use crate::config::Persistence;
 use crate::error::{ChaosError, Result};
-#[cfg(feature = "etcd")]
-use fencelock_servers::etcd::EtcdServer;
 use fencelock_servers::proxy::FaultProxy;
-use fencelock_servers::redis::{RedisOptions, RedisServer};
 
 /// Everything a run talks to.
 #[derive(Debug)]
@@ -32,13 +28,8 @@ pub(crate) struct Cluster {
     pub(crate) worker_storage: Option<BackendSpec>,
     /// The storage, reached directly, for the final read.
     pub(crate) direct_storage: BackendSpec,
-    /// Lock nodes this process started and may kill.
-    pub(crate) nodes: Vec<Node>,
-    /// The most nodes one kill episode may take down at once.
-    pub(crate) kill_at_most: usize,
-    /// A separate storage node this process started, never killed; held so that it lives
-    /// as long as the run.
-    _storage_node: Option<Arc<RedisServer>>,
+    /// Servers this run started and may kill; dropped with the cluster, which stops them.
+    pub(crate) spawned: Option<Box<dyn SpawnedServers>>,
     /// Fault proxies in front of every server the workers reach.
     pub(crate) proxies: Vec<FaultProxy>,
     /// The backend's server-side session fault, when it has one; the workers' sessions are
@@ -49,71 +40,6 @@ pub(crate) struct Cluster {
     /// A backend that lives inside this process (`memory://`), connected once and shared by
     /// every worker, which then run as threads.
     pub(crate) in_process: Option<Connected>,
-}
-
-/// A server the run started, which the kill fault kills with SIGKILL and restarts on its port
-/// and data.
-#[derive(Debug, Clone)]
-pub(crate) enum Node {
-    /// A redis-server process.
-    Redis(Arc<RedisServer>),
-    /// Member `index` of a spawned etcd cluster.
-    #[cfg(feature = "etcd")]
-    Etcd {
-        cluster: Arc<EtcdServer>,
-        index: usize,
-    },
-}
-
-impl Node {
-    /// Whether the process runs (a paused one counts as running).
-    fn is_running(&self) -> bool {
-        match self {
-            Node::Redis(server) => server.is_running(),
-            #[cfg(feature = "etcd")]
-            Node::Etcd { cluster, index } => cluster.is_running(*index),
-        }
-    }
-
-    /// Kills the node with SIGKILL and waits for it to exit.
-    pub(crate) async fn kill(&self) -> Result<()> {
-        let node = self.clone();
-        tokio::task::spawn_blocking(move || match node {
-            Node::Redis(server) => server.kill(),
-            #[cfg(feature = "etcd")]
-            Node::Etcd { cluster, index } => cluster.kill(index),
-        })
-        .await
-        .map_err(|e| ChaosError::harness_from("killing a server failed", e))
-    }
-
-    /// Starts a killed node again on its port and data, and waits until it answers (an etcd
-    /// member: until it is healthy, which needs a quorum of members up).
-    pub(crate) async fn restart(&self) -> Result<()> {
-        let node = self.clone();
-        tokio::task::spawn_blocking(move || match node {
-            Node::Redis(server) => server.try_restart(),
-            #[cfg(feature = "etcd")]
-            Node::Etcd { cluster, index } => cluster.try_restart(index),
-        })
-        .await
-        .map_err(|e| ChaosError::harness_from("restarting a server failed", e))?
-        .map_err(|e| ChaosError::harness_from(e.to_string(), e))
-    }
-
-    /// Whether the node is the etcd member that leads its cluster now (never for Redis).
-    pub(crate) async fn is_leader(&self) -> bool {
-        match self {
-            Node::Redis(_) => false,
-            #[cfg(feature = "etcd")]
-            Node::Etcd { cluster, index } => {
-                let (cluster, index) = (cluster.clone(), *index);
-                tokio::task::spawn_blocking(move || cluster.leader() == Some(index))
-                    .await
-                    .unwrap_or(false)
-            }
-        }
-    }
 }
 
 /// The fault proxies of a run, and where they listen.
@@ -131,143 +57,50 @@ impl Proxies {
         }
         Ok(through)
     }
+
+    /// `spec`, reached through proxies when `proxied`.
+    async fn route(&mut self, spec: &BackendSpec, proxied: bool) -> Result<BackendSpec> {
+        if !proxied {
+            return Ok(spec.clone());
+        }
+        Ok(spec
+            .clone()
+            .with_hosts(&self.in_front_of(&spec.hosts()).await?)?)
+    }
 }
 
 impl Cluster {
-    /// Starts `count` redis-server processes, plus a separate persistent storage node unless
-    /// there is one persistent lock node (which then keeps the storage too). A storage that
-    /// loses admitted writes in a restart is data loss, not a fencing failure, so the storage
-    /// always lives on a persistent node.
-    pub(crate) async fn spawn_redis(
-        count: usize,
+    /// Starts `nodes` servers of the registered scheme `scheme` through the backend's own
+    /// spawner ([`Scheme::spawn`](fencelock::Scheme::spawn)). The lock lives on them; the
+    /// storage too, or on a server of its own the backend started and never kills.
+    pub(crate) async fn spawn(
+        scheme: &str,
+        nodes: usize,
         persistence: Persistence,
+        run_tag: &str,
         proxied: bool,
     ) -> Result<Self> {
-        if count == 0 {
-            return Err(ChaosError::config("spawning Redis needs at least one node"));
-        }
-        let persistent = persistence == Persistence::Always;
-        let options = if persistent {
-            RedisOptions::persistent()
-        } else {
-            RedisOptions::default()
-        };
-        let mut nodes = Vec::with_capacity(count);
-        for _ in 0..count {
-            nodes.push(Arc::new(start_redis(options.clone()).await?));
-        }
-        let shared_storage = count == 1 && persistent;
-        let storage_node = if shared_storage {
-            None
-        } else {
-            Some(Arc::new(start_redis(RedisOptions::persistent()).await?))
-        };
+        let spawn = fencelock::spec::spawner(scheme)?;
+        let request = SpawnRequest::new(nodes, run_tag).durable(persistence == Persistence::Always);
+        let servers = spawn(request).await?;
         let mut proxies = Proxies::default();
-        let direct = if count == 1 {
-            BackendSpec::from_config(RedisConfig::from_url(&nodes[0].url())?)
-        } else {
-            BackendSpec::from_config(RedlockConfig::new(nodes.iter().map(|n| n.url())))
-        };
-        let worker_backend = if proxied {
-            direct
-                .clone()
-                .with_hosts(&proxies.in_front_of(&direct.hosts()).await?)?
-        } else {
-            direct.clone()
-        };
-        let (worker_storage, direct_storage) = match &storage_node {
-            Some(node) => {
-                let storage = RedisConfig::from_url(&node.url())?;
-                let for_workers = if proxied {
-                    storage
-                        .clone()
-                        .with_hosts(&proxies.in_front_of(&storage.hosts()).await?)?
-                } else {
-                    storage.clone()
-                };
-                (
-                    Some(BackendSpec::from_config(for_workers)),
-                    BackendSpec::from_config(storage),
-                )
+        let lock = BackendSpec::from(servers.lock());
+        let worker_backend = proxies.route(&lock, proxied).await?;
+        let (worker_storage, direct_storage) = match servers.storage() {
+            Some(storage) => {
+                let storage = BackendSpec::from(storage);
+                (Some(proxies.route(&storage, proxied).await?), storage)
             }
-            None => (None, direct),
+            None => (None, lock),
         };
-        let described = format!(
-            "{count} spawned redis-server node{} ({}), storage on {}",
-            if count == 1 { "" } else { "s" },
-            if persistent {
-                "AOF, appendfsync always"
-            } else {
-                "no persistence"
-            },
-            if shared_storage {
-                "the same node"
-            } else {
-                "a separate persistent node that is never killed"
-            }
-        );
         Ok(Cluster {
             worker_backend,
             worker_storage,
             direct_storage,
-            nodes: nodes.into_iter().map(Node::Redis).collect(),
-            // One node, or a minority of Redlock's.
-            kill_at_most: (count / 2).max(1),
-            _storage_node: storage_node,
+            described: servers.describe(),
+            spawned: Some(servers),
             proxies: proxies.0,
             faults: None,
-            described,
-            in_process: None,
-        })
-    }
-
-    /// Starts `count` etcd members as one cluster; the lock and the storage both live on it,
-    /// under a key prefix of the run. The kill fault takes down fewer than half of the members
-    /// at a time (the one member, when there is one), so a cluster of three keeps its quorum
-    /// and a restarted member rejoins with its data.
-    #[cfg(feature = "etcd")]
-    pub(crate) async fn spawn_etcd(count: usize, run_tag: &str, proxied: bool) -> Result<Self> {
-        if count == 0 {
-            return Err(ChaosError::config(
-                "spawning etcd needs at least one member",
-            ));
-        }
-        let server = tokio::task::spawn_blocking(move || EtcdServer::try_spawn_cluster(count))
-            .await
-            .map_err(|e| ChaosError::harness_from("starting etcd failed", e))?
-            .map_err(|e| ChaosError::harness_from(format!("cannot start etcd: {e}"), e))?;
-        let server = Arc::new(server);
-        let prefix = format!("fencelock-chaos/{run_tag}");
-        let direct = BackendSpec::from_config(
-            fencelock_etcd::EtcdConfig::from_url(&server.url())?.prefix(prefix.clone()),
-        );
-        let mut proxies = Proxies::default();
-        let worker_backend = if proxied {
-            direct
-                .clone()
-                .with_hosts(&proxies.in_front_of(&direct.hosts()).await?)?
-        } else {
-            direct.clone()
-        };
-        let described = format!(
-            "{count} spawned etcd member{}, storage on the same cluster (keys under {prefix}/)",
-            if count == 1 { "" } else { "s" },
-        );
-        Ok(Cluster {
-            worker_backend,
-            worker_storage: None,
-            direct_storage: direct,
-            nodes: (0..count)
-                .map(|index| Node::Etcd {
-                    cluster: server.clone(),
-                    index,
-                })
-                .collect(),
-            kill_at_most: (count.saturating_sub(1) / 2).max(1),
-            _storage_node: None,
-            proxies: proxies.0,
-            faults: None,
-            described,
             in_process: None,
         })
     }
@@ -281,9 +114,7 @@ impl Cluster {
                 worker_backend: spec.clone(),
                 worker_storage: None,
                 direct_storage: spec.clone(),
-                nodes: Vec::new(),
-                kill_at_most: 0,
-                _storage_node: None,
+                spawned: None,
                 proxies: Vec::new(),
                 faults: None,
                 described: format!("{spec} (workers are threads of this process)"),
@@ -291,12 +122,7 @@ impl Cluster {
             });
         }
         let mut proxies = Proxies::default();
-        let mut worker_backend = if proxied {
-            spec.clone()
-                .with_hosts(&proxies.in_front_of(&spec.hosts()).await?)?
-        } else {
-            spec.clone()
-        };
+        let mut worker_backend = proxies.route(spec, proxied).await?;
         let faults = spec.config().session_faults(run_tag).await?;
         if let Some(faults) = &faults {
             worker_backend = faults.tag(worker_backend.config())?.into();
@@ -305,9 +131,7 @@ impl Cluster {
             worker_backend,
             worker_storage: None,
             direct_storage: spec.clone(),
-            nodes: Vec::new(),
-            kill_at_most: 0,
-            _storage_node: None,
+            spawned: None,
             proxies: proxies.0,
             faults,
             described: spec.to_string(),
@@ -337,20 +161,15 @@ impl Cluster {
         for proxy in &self.proxies {
             proxy.heal();
         }
-        for node in &self.nodes {
-            if !node.is_running() {
-                node.restart().await?;
+        if let Some(servers) = &self.spawned {
+            for node in 0..servers.nodes() {
+                if !servers.is_running(node) {
+                    servers.restart(node).await?;
+                }
             }
         }
         Ok(())
     }
-}
-
-async fn start_redis(options: RedisOptions) -> Result<RedisServer> {
-    tokio::task::spawn_blocking(move || RedisServer::try_spawn_with(options))
-        .await
-        .map_err(|e| ChaosError::harness_from("starting redis-server failed", e))?
-        .map_err(|e| ChaosError::harness_from(format!("cannot start redis-server: {e}"), e))
 }
 
 async fn start_proxy(target: SocketAddr) -> Result<FaultProxy> {

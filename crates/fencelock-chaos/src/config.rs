@@ -12,26 +12,34 @@ use crate::error::{ChaosError, Result};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Target {
-    /// Start `nodes` redis-server processes (1: `redis://`, more: `redlock://`), so that the
-    /// kill fault can kill -9 and restart them. The counter lives on a separate persistent node
-    /// that is never killed, unless there is one node with [`Persistence::Always`].
-    SpawnRedis {
-        /// Lock nodes.
+    /// Start `nodes` servers of a registered scheme whose backend can spawn them
+    /// ([`Scheme::spawn`](fencelock::Scheme::spawn): `redis` one server, `redlock` N
+    /// independent ones, `etcd` and `zookeeper` N members), so that the kill fault can kill -9
+    /// and restart them on their data. The backend decides where the storage lives: on the
+    /// same servers when they keep what they acknowledged, else on a server of its own that is
+    /// never killed.
+    Spawn {
+        /// The scheme, without `://` (`redis`, `redlock`, `etcd`, `zookeeper`).
+        scheme: String,
+        /// Servers (nodes, members).
         nodes: usize,
-        /// Persistence of the lock nodes.
+        /// Persistence of the servers, where the backend has a choice (Redis).
         persistence: Persistence,
-    },
-    /// Start an etcd cluster of `members` members (1, or 3 so that killing one keeps a quorum),
-    /// so that the kill fault can kill -9 members and restart them on their data. The lock and
-    /// the counter both live on it, under a key prefix unique to the run.
-    #[cfg(feature = "etcd")]
-    SpawnEtcd {
-        /// Members of the cluster.
-        members: usize,
     },
     /// Servers the caller runs, named by a backend spec (`redis://`, `redlock://`,
     /// `postgres://`). They are never killed.
     Backend(Box<BackendSpec>),
+}
+
+impl Target {
+    /// `nodes` spawned servers of `scheme`, durable.
+    pub fn spawn(scheme: impl Into<String>, nodes: usize) -> Self {
+        Target::Spawn {
+            scheme: scheme.into(),
+            nodes,
+            persistence: Persistence::Always,
+        }
+    }
 }
 
 /// Persistence of spawned lock nodes.
@@ -263,14 +271,13 @@ impl ChaosConfig {
                 self.workers - 1
             )));
         }
-        if let Target::SpawnRedis { nodes: 0, .. } = self.target {
-            return Err(ChaosError::config("spawning Redis needs at least one node"));
-        }
-        #[cfg(feature = "etcd")]
-        if let Target::SpawnEtcd { members: 0 } = self.target {
-            return Err(ChaosError::config(
-                "spawning etcd needs at least one member",
-            ));
+        if let Target::Spawn {
+            scheme, nodes: 0, ..
+        } = &self.target
+        {
+            return Err(ChaosError::config(format!(
+                "spawning {scheme}:// needs at least one server"
+            )));
         }
         Ok(())
     }
@@ -327,10 +334,7 @@ mod tests {
 
     #[test]
     fn out_of_range_settings_are_refused() {
-        let target = Target::SpawnRedis {
-            nodes: 1,
-            persistence: Persistence::Always,
-        };
+        let target = Target::spawn("redis", 1);
         assert!(ChaosConfig::new(target.clone()).validate().is_ok());
         let mut short = ChaosConfig::new(target.clone());
         short.ttl = Duration::from_millis(5);
@@ -352,10 +356,7 @@ mod tests {
         );
         crowded.workload = Workload::Semaphore { permits: 4 };
         assert!(crowded.validate().is_ok());
-        let empty = ChaosConfig::new(Target::SpawnRedis {
-            nodes: 0,
-            persistence: Persistence::None,
-        });
+        let empty = ChaosConfig::new(Target::spawn("redis", 0));
         assert!(empty.validate().unwrap_err().is_input());
     }
 

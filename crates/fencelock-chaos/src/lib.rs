@@ -4,7 +4,7 @@
 //!
 //! Worker processes loop over lock, fenced read, work, fenced write of a counter + 1, release,
 //! and report every step on stdout. The nemesis pauses holders with SIGSTOP past their ttl,
-//! kills and restarts redis-server nodes and etcd members the run started, partitions the
+//! kills and restarts servers a backend spawned for the run, partitions the
 //! network through fault proxies and ends Postgres sessions. The checker then reads the
 //! history and the final counter: no admitted write lost, no fence admitted after a newer one.
 //!
@@ -23,7 +23,10 @@
 //! # async fn demo() -> Result<(), fencelock_chaos::ChaosError> {
 //! use fencelock_chaos::{ChaosConfig, Persistence, Target, WorkerLauncher};
 //!
-//! let config = ChaosConfig::new(Target::SpawnRedis { nodes: 3, persistence: Persistence::None });
+//! // Three Redlock nodes without persistence, started through the backend's own spawner (the
+//! // build registers it with the facade's `servers` feature).
+//! let target = Target::Spawn { scheme: "redlock".into(), nodes: 3, persistence: Persistence::None };
+//! let config = ChaosConfig::new(target);
 //! // This program must run `fencelock_chaos::serve_worker()` when started as `<exe> worker`.
 //! let launcher = WorkerLauncher::current_exe(["worker"])?;
 //! let report = fencelock_chaos::run(&config, &launcher, &mut |p| eprintln!("{p}")).await?;
@@ -31,9 +34,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The servers the nemesis kills and partitions (redis-server, etcd members, the fault proxy)
-//! come from `fencelock-servers`. Runs on etcd (`etcd://` specs and `Target::SpawnEtcd`) need
-//! the `etcd` feature.
+//! This crate names no backend: specs resolve through the facade's registry
+//! (`fencelock::spec`), and the servers the kill fault takes down come from the scheme's own
+//! spawner (`Scheme::spawn`, usually built on `fencelock-servers`, where the fault proxy comes
+//! from too).
 #![warn(missing_docs)]
 
 mod checker;

@@ -126,12 +126,13 @@ pub(crate) fn check_applicable(faults: &[FaultKind], cluster: &Cluster) -> Resul
                 ));
             }
             FaultKind::Pause | FaultKind::Partition => {}
-            FaultKind::Kill if cluster.nodes.is_empty() => {
-                return Err(ChaosError::config(
-                    "the kill fault needs servers the run started itself: use \
-                     --spawn-redis N or --spawn-etcd N instead of --backend (servers you run are \
-                     never killed)",
-                ));
+            FaultKind::Kill if cluster.spawned.is_none() => {
+                return Err(ChaosError::config(format!(
+                    "the kill fault needs servers the run started itself: use --spawn \
+                     SCHEME[:N] instead of --backend (servers you run are never killed; \
+                     schemes that can start servers: {})",
+                    fencelock::spec::spawnable()
+                )));
             }
             FaultKind::Kill => {}
             FaultKind::Terminate if cluster.faults.is_none() => {
@@ -357,42 +358,31 @@ async fn kill_episode(
     counts: &FaultCounts,
     stop: &mut watch::Receiver<bool>,
 ) -> Result<()> {
-    let n = cluster.nodes.len();
+    let Some(servers) = &cluster.spawned else {
+        return Ok(());
+    };
+    let n = servers.nodes();
     if n == 0 {
         return Ok(());
     }
-    let victims = rand::random_range(1..=cluster.kill_at_most.clamp(1, n));
+    let victims = rand::random_range(1..=servers.kill_at_most().clamp(1, n));
+    let leader = if n > 1 { servers.leader().await } else { None };
     let mut chosen = Vec::with_capacity(victims);
-    if victims == 1 && n > 1 && rand::random_bool(0.5) {
-        for node in &cluster.nodes {
-            if node.is_leader().await {
-                chosen.push(node.clone());
-                break;
-            }
-        }
+    if let Some(leader) = leader.filter(|_| victims == 1 && rand::random_bool(0.5)) {
+        chosen.push(leader);
+    } else {
+        chosen = rand::seq::index::sample(&mut rand::rng(), n, victims).into_vec();
     }
-    if chosen.is_empty() {
-        chosen = cluster
-            .nodes
-            .choose_multiple(&mut rand::rng(), victims)
-            .cloned()
-            .collect();
-    }
-    let mut leader = false;
-    if n > 1 {
-        for node in &chosen {
-            leader |= node.is_leader().await;
-        }
-    }
+    let leader = leader.is_some_and(|leader| chosen.contains(&leader));
     let started = clock::now_ns();
-    for node in &chosen {
-        node.kill().await?;
+    for &node in &chosen {
+        servers.kill(node).await?;
     }
     FaultCounts::bump(&counts.kill_episodes, 1);
     FaultCounts::bump(&counts.nodes_killed, chosen.len() as u64);
     hold_for(hold, stop).await;
-    for node in &chosen {
-        node.restart().await?;
+    for &node in &chosen {
+        servers.restart(node).await?;
     }
     let label = format!(
         "kill -9 {} of {n} nodes{}",

@@ -27,11 +27,11 @@ pub async fn run(
     let tag = format!("{}-{:08x}", std::process::id(), rand::random::<u32>());
     let proxied = faults.contains(&FaultKind::Partition);
     let cluster = match &config.target {
-        Target::SpawnRedis { nodes, persistence } => {
-            Cluster::spawn_redis(*nodes, *persistence, proxied).await?
-        }
-        #[cfg(feature = "etcd")]
-        Target::SpawnEtcd { members } => Cluster::spawn_etcd(*members, &tag, proxied).await?,
+        Target::Spawn {
+            scheme,
+            nodes,
+            persistence,
+        } => Cluster::spawn(scheme, *nodes, *persistence, &tag, proxied).await?,
         Target::Backend(spec) => Cluster::external(spec, &tag, proxied).await?,
     };
     nemesis::check_applicable(&faults, &cluster)?;

@@ -15,13 +15,14 @@ use crate::exit::Exit;
 use crate::signals::Signals;
 use crate::spec::{BACKEND_ENV, Spec, SpecParser};
 
-pub(crate) const EXAMPLES: &str = "  fencelock chaos --spawn-redis 1 --faults pause,kill,partition --duration 30s
-  fencelock chaos --spawn-redis 5 --persistence none --faults pause,kill
+pub(crate) const EXAMPLES: &str = "  fencelock chaos --spawn redis --faults pause,kill,partition --duration 30s
+  fencelock chaos --spawn redlock:5 --persistence none --faults pause,kill
   fencelock chaos --backend 'postgres://postgres@127.0.0.1/test?backend=advisory&schema=fencelock_advisory' --faults pause,terminate,partition
-  fencelock chaos --spawn-redis 1 --faults pause,kill --duration 10s --report chaos-report
-  fencelock chaos --spawn-etcd 3 --faults pause,kill,partition --ttl 1s   (built with --features etcd)
-  fencelock chaos --spawn-redis 1 --workload semaphore --permits 2 --faults pause,kill
-  fencelock chaos --spawn-redis 1 --workload election --faults pause,partition
+  fencelock chaos --spawn redis --faults pause,kill --duration 10s --report chaos-report
+  fencelock chaos --spawn zookeeper:3 --faults pause,kill,partition --ttl 2s
+  fencelock chaos --spawn etcd:3 --faults pause,kill,partition --ttl 1s   (built with --features etcd)
+  fencelock chaos --spawn redis --workload semaphore --permits 2 --faults pause,kill
+  fencelock chaos --spawn redis --workload election --faults pause,partition
   fencelock chaos --backend memory:// --workload rwlock --duration 10s
 ";
 
@@ -56,35 +57,48 @@ enum PersistenceArg {
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// Backend spec of servers you run: redis://, redlock://, postgres://...?backend=lease|advisory,
-    /// mysql://, etcd://; or memory://, whose workers are then threads of this process (the
-    /// pause fault stops a thread's whole runtime; no other fault applies).
+    /// mysql://, etcd://, zookeeper://; or memory://, whose workers are then threads of this
+    /// process (the pause fault stops a thread's whole runtime; no other fault applies).
     #[arg(
         long,
         env = BACKEND_ENV,
         hide_env_values = true,
-        required_unless_present_any = ["spawn_redis", "spawn_etcd"],
+        required_unless_present_any = ["spawn", "spawn_redis", "spawn_etcd"],
         value_parser = SpecParser
     )]
     pub(crate) backend: Option<Spec>,
-    /// Start N redis-server processes instead (N = 1: redis://, N > 1: redlock://), so that the
-    /// kill fault can kill -9 and restart them; --backend and FENCELOCK_BACKEND are then not
-    /// used. The counter lives on a separate persistent node that is never killed, unless there
-    /// is one node with --persistence always.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
-    spawn_redis: Option<u16>,
-    /// Start an etcd cluster of N members instead (1, or 3 so that killing one keeps a quorum;
-    /// at most 7), so that the kill fault can kill -9 members and restart them on their data;
-    /// the lock and the counter live on it, under a key prefix of the run. etcd leases last at
-    /// least 1s: give --ttl 1s or more. Needs a fencelock built with --features etcd.
+    /// Start N servers of SCHEME instead (redis: one server; redlock:N, etcd:N, zookeeper:N),
+    /// through the backend's own spawner, so that the kill fault can kill -9 and restart
+    /// them on their data; --backend and FENCELOCK_BACKEND are then not used. Each kill takes
+    /// a minority of the servers. The backend keeps the counter on the same servers when they
+    /// keep what they acknowledged, else on a persistent server of its own that is never
+    /// killed. etcd leases last at least 1s: give --ttl 1s or more.
+    #[arg(
+        long,
+        value_name = "SCHEME[:N]",
+        conflicts_with_all = ["spawn_redis", "spawn_etcd"],
+        value_parser = parse_spawn
+    )]
+    spawn: Option<SpawnArg>,
+    /// Start N redis-server processes: the same as --spawn redis (N = 1) or --spawn redlock:N.
     #[arg(
         long,
         value_name = "N",
+        hide = true,
+        value_parser = clap::value_parser!(u16).range(1..=64)
+    )]
+    spawn_redis: Option<u16>,
+    /// Start an etcd cluster of N members: the same as --spawn etcd:N.
+    #[arg(
+        long,
+        value_name = "N",
+        hide = true,
         conflicts_with = "spawn_redis",
         value_parser = clap::value_parser!(u16).range(1..=7)
     )]
     spawn_etcd: Option<u16>,
-    /// Persistence of the spawned lock nodes.
-    #[arg(long, value_enum, default_value = "always", requires = "spawn_redis")]
+    /// Persistence of the spawned servers, where the backend has a choice (redis, redlock).
+    #[arg(long, value_enum, default_value = "always")]
     persistence: PersistenceArg,
     /// Worker processes.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(2..=256))]
@@ -137,22 +151,40 @@ pub(crate) struct Args {
     search_budget: usize,
 }
 
-/// `--spawn-etcd N`: a target only a build with etcd has.
-#[cfg(feature = "etcd")]
-#[allow(clippy::unnecessary_wraps)] // the same signature as without the feature
-fn spawn_etcd(members: u16) -> Result<Target, CliError> {
-    Ok(Target::SpawnEtcd {
-        members: usize::from(members),
-    })
+/// `--spawn SCHEME[:N]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SpawnArg {
+    scheme: String,
+    nodes: usize,
 }
 
-#[cfg(not(feature = "etcd"))]
-fn spawn_etcd(_members: u16) -> Result<Target, CliError> {
-    Err(CliError::Input(
-        "--spawn-etcd needs a fencelock built with etcd: cargo install --path \
-         crates/fencelock-cli --features etcd (building the etcd client needs protoc)"
-            .to_owned(),
-    ))
+/// The most servers one `--spawn` starts.
+const MAX_SPAWNED: usize = 64;
+
+fn parse_spawn(text: &str) -> Result<SpawnArg, String> {
+    let (scheme, nodes) = match text.split_once(':') {
+        Some((scheme, nodes)) => (scheme, Some(nodes)),
+        None => (text, None),
+    };
+    let scheme = scheme.trim_end_matches("//");
+    if scheme.is_empty() {
+        return Err("give a scheme to spawn: redis, redlock:5, etcd:3, ...".to_owned());
+    }
+    let nodes = match nodes.filter(|n| !n.is_empty() && !n.starts_with('/')) {
+        None => 1,
+        Some(n) => match n.parse::<usize>() {
+            Ok(n) if (1..=MAX_SPAWNED).contains(&n) => n,
+            _ => {
+                return Err(format!(
+                    "{n:?} is not a number of servers: give 1 to {MAX_SPAWNED} ({scheme}:3)"
+                ));
+            }
+        },
+    };
+    Ok(SpawnArg {
+        scheme: scheme.to_ascii_lowercase(),
+        nodes,
+    })
 }
 
 fn parse_fault(text: &str) -> Result<FaultKind, String> {
@@ -163,22 +195,41 @@ fn parse_fault(text: &str) -> Result<FaultKind, String> {
 impl Args {
     /// The run the arguments ask for.
     fn config(&self) -> Result<ChaosConfig, CliError> {
-        if let Some(members) = self.spawn_etcd {
-            return self.with_workload(spawn_etcd(members)?);
-        }
-        let target = match (self.spawn_redis, &self.backend) {
-            (Some(nodes), _) => Target::SpawnRedis {
+        let persistence = match self.persistence {
+            PersistenceArg::Always => Persistence::Always,
+            PersistenceArg::None => Persistence::None,
+        };
+        let spawn = match (&self.spawn, self.spawn_redis, self.spawn_etcd) {
+            (Some(spawn), _, _) => Some(spawn.clone()),
+            (None, Some(1), _) => Some(SpawnArg {
+                scheme: "redis".to_owned(),
+                nodes: 1,
+            }),
+            (None, Some(nodes), _) => Some(SpawnArg {
+                scheme: "redlock".to_owned(),
                 nodes: usize::from(nodes),
-                persistence: match self.persistence {
-                    PersistenceArg::Always => Persistence::Always,
-                    PersistenceArg::None => Persistence::None,
-                },
-            },
+            }),
+            (None, None, Some(members)) => Some(SpawnArg {
+                scheme: "etcd".to_owned(),
+                nodes: usize::from(members),
+            }),
+            (None, None, None) => None,
+        };
+        let target = match (spawn, &self.backend) {
+            (Some(SpawnArg { scheme, nodes }), _) => {
+                // Checked here, so that a scheme that cannot spawn is an input error before
+                // anything starts.
+                fencelock::spec::spawner(&scheme).map_err(|e| CliError::Input(e.to_string()))?;
+                Target::Spawn {
+                    scheme,
+                    nodes,
+                    persistence,
+                }
+            }
             (None, Some(spec)) => Target::Backend(Box::new(spec.spec().clone())),
             (None, None) => {
                 return Err(CliError::Input(format!(
-                    "give --backend SPEC (or set {BACKEND_ENV}), --spawn-redis N or \
-                     --spawn-etcd N"
+                    "give --backend SPEC (or set {BACKEND_ENV}) or --spawn SCHEME[:N]"
                 )));
             }
         };
@@ -294,13 +345,18 @@ mod tests {
         }
     }
 
+    fn spawned(scheme: &str, nodes: usize, persistence: Persistence) -> Target {
+        Target::Spawn {
+            scheme: scheme.to_owned(),
+            nodes,
+            persistence,
+        }
+    }
+
     #[test]
     fn the_help_defaults_are_the_library_defaults() {
-        let args = chaos_args(&["fencelock", "chaos", "--spawn-redis", "1"]);
-        let expected = ChaosConfig::new(Target::SpawnRedis {
-            nodes: 1,
-            persistence: Persistence::Always,
-        });
+        let args = chaos_args(&["fencelock", "chaos", "--spawn", "redis"]);
+        let expected = ChaosConfig::new(Target::spawn("redis", 1));
         assert_eq!(args.config().unwrap(), expected);
     }
 
@@ -309,8 +365,8 @@ mod tests {
         let args = chaos_args(&[
             "fencelock",
             "chaos",
-            "--spawn-redis",
-            "3",
+            "--spawn",
+            "redlock:3",
             "--persistence",
             "none",
             "--backend",
@@ -318,11 +374,52 @@ mod tests {
         ]);
         assert_eq!(
             args.config().unwrap().target,
-            Target::SpawnRedis {
-                nodes: 3,
-                persistence: Persistence::None
-            }
+            spawned("redlock", 3, Persistence::None)
         );
+    }
+
+    #[test]
+    fn the_older_spawn_flags_mean_what_they_meant() {
+        let one = chaos_args(&["fencelock", "chaos", "--spawn-redis", "1"]);
+        assert_eq!(
+            one.config().unwrap().target,
+            spawned("redis", 1, Persistence::Always)
+        );
+        let five = chaos_args(&["fencelock", "chaos", "--spawn-redis", "5"]);
+        assert_eq!(
+            five.config().unwrap().target,
+            spawned("redlock", 5, Persistence::Always)
+        );
+        let both = [
+            "fencelock",
+            "chaos",
+            "--spawn",
+            "redis",
+            "--spawn-redis",
+            "1",
+        ];
+        assert!(Cli::try_parse_from(both).is_err());
+    }
+
+    #[test]
+    fn a_spawn_that_cannot_be_served_is_refused_before_anything_starts() {
+        for (spec, says) in [
+            ("memory", "cannot start servers"),
+            ("nosuch:3", "unknown scheme"),
+            ("redis:0", "not a number of servers"),
+            ("redis:x", "not a number of servers"),
+            ("redis:65", "1 to 64"),
+            (":3", "give a scheme"),
+        ] {
+            let err = match Cli::try_parse_from(["fencelock", "chaos", "--spawn", spec]) {
+                Err(e) => e.to_string(),
+                Ok(cli) => match cli.command {
+                    Command::Chaos(args) => args.config().unwrap_err().to_string(),
+                    other => panic!("{other:?}"),
+                },
+            };
+            assert!(err.contains(says), "{spec}: {err}");
+        }
     }
 
     #[test]
@@ -346,21 +443,14 @@ mod tests {
             ("election", Workload::Election),
             ("rwlock", Workload::RwLock),
         ] {
-            let args = chaos_args(&[
-                "fencelock",
-                "chaos",
-                "--spawn-redis",
-                "1",
-                "--workload",
-                name,
-            ]);
+            let args = chaos_args(&["fencelock", "chaos", "--spawn", "redis", "--workload", name]);
             assert_eq!(args.config().unwrap().workload, workload);
         }
         let junk = [
             "fencelock",
             "chaos",
-            "--spawn-redis",
-            "1",
+            "--spawn",
+            "redis",
             "--workload",
             "queue",
         ];
@@ -377,7 +467,7 @@ mod tests {
             default.config().unwrap().workload,
             Workload::Semaphore { permits: 2 }
         );
-        let stray = chaos_args(&["fencelock", "chaos", "--spawn-redis", "1", "--permits", "2"]);
+        let stray = chaos_args(&["fencelock", "chaos", "--spawn", "redis", "--permits", "2"]);
         let err = stray.config().unwrap_err();
         assert!(
             err.to_string().contains("--workload semaphore only"),
@@ -391,7 +481,7 @@ mod tests {
         let args = chaos_args(&["fencelock", "chaos", "--spawn-etcd", "3", "--ttl", "1s"]);
         assert_eq!(
             args.config().unwrap().target,
-            Target::SpawnEtcd { members: 3 }
+            spawned("etcd", 3, Persistence::Always)
         );
         let both = [
             "fencelock",
@@ -406,9 +496,9 @@ mod tests {
 
     #[cfg(not(feature = "etcd"))]
     #[test]
-    fn spawn_etcd_without_the_feature_says_how_to_build_it() {
-        let args = chaos_args(&["fencelock", "chaos", "--spawn-etcd", "3"]);
+    fn spawn_etcd_without_the_feature_says_which_feature() {
+        let args = chaos_args(&["fencelock", "chaos", "--spawn", "etcd:3"]);
         let err = args.config().unwrap_err();
-        assert!(err.to_string().contains("--features etcd"), "{err}");
+        assert!(err.to_string().contains("`etcd` feature"), "{err}");
     }
 }

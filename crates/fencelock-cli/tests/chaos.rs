@@ -1,5 +1,5 @@
-//! `fencelock chaos` end to end against real servers: spawned redis-server processes (and, with
-//! the `etcd` feature, spawned etcd members), the Postgres server at FENCELOCK_PG_URL (default
+//! `fencelock chaos` end to end against real servers: redis-server processes and ZooKeeper
+//! servers the backends spawn (and, with the `etcd` feature, etcd members), the Postgres server at FENCELOCK_PG_URL (default
 //! postgres://postgres@127.0.0.1:5432/test), in a throwaway schema, and the MySQL/MariaDB server at FENCELOCK_MYSQL_URL (default
 //! mysql://root@127.0.0.1:3306/test). A missing service fails the test with a message; nothing
 //! is skipped.
@@ -105,8 +105,8 @@ fn assert_passes(args: &[&str], faults: &[&str]) -> Value {
 fn redis_one_persistent_node_survives_pauses_kills_and_partitions() {
     assert_passes(
         &[
-            "--spawn-redis",
-            "1",
+            "--spawn",
+            "redis",
             "--persistence",
             "always",
             "--faults",
@@ -128,8 +128,8 @@ fn redis_node_without_persistence_repeats_tokens_and_the_fence_holds() {
     // persistent node. Repeated tokens are refused and healed with advance_token.
     assert_passes(
         &[
-            "--spawn-redis",
-            "1",
+            "--spawn",
+            "redis",
             "--persistence",
             "none",
             "--faults",
@@ -151,8 +151,8 @@ fn redlock_five_nodes_without_persistence_survive_pauses_and_kills() {
     // storage lives on a separate persistent node that is never killed.
     assert_passes(
         &[
-            "--spawn-redis",
-            "5",
+            "--spawn",
+            "redlock:5",
             "--persistence",
             "none",
             "--faults",
@@ -177,8 +177,8 @@ fn redis_semaphore_and_election_workloads_survive_pauses_and_kills() {
         &["--workload", "election"],
     ] {
         let mut args = vec![
-            "--spawn-redis",
-            "1",
+            "--spawn",
+            "redis",
             "--persistence",
             "always",
             "--faults",
@@ -204,8 +204,8 @@ fn etcd_three_spawned_members_survive_pauses_member_kills_and_partitions() {
     // leases last whole seconds, hence the one-second ttl.
     let report = assert_passes(
         &[
-            "--spawn-etcd",
-            "3",
+            "--spawn",
+            "etcd:3",
             "--faults",
             "pause,kill,partition",
             "--ttl",
@@ -221,6 +221,32 @@ fn etcd_three_spawned_members_survive_pauses_member_kills_and_partitions() {
     );
     let backend = report["backend"].as_str().unwrap_or_default();
     assert!(backend.starts_with("3 spawned etcd members"), "{report:#}");
+}
+
+#[test]
+fn zookeeper_three_spawned_members_survive_pauses_member_kills_and_partitions() {
+    // One server of three is killed at a time (the leader half of the time) and restarted on
+    // its data; the lock and the counter live on the same ensemble, under a prefix of the run.
+    let report = assert_passes(
+        &[
+            "--spawn",
+            "zookeeper:3",
+            "--faults",
+            "pause,kill,partition",
+            "--workers",
+            "4",
+            "--duration",
+            "20s",
+            "--control-duration",
+            "8s",
+        ],
+        &["pause", "kill", "partition"],
+    );
+    let backend = report["backend"].as_str().unwrap_or_default();
+    assert!(
+        backend.starts_with("3 spawned ZooKeeper servers"),
+        "{report:#}"
+    );
 }
 
 fn pg_spec(schema: &PgSchema, backend: &str) -> String {
@@ -316,8 +342,8 @@ fn faults_that_do_not_apply_are_refused_with_a_reason() {
         ),
         (
             &[
-                "--spawn-redis",
-                "1",
+                "--spawn",
+                "redis",
                 "--workload",
                 "semaphore",
                 "--permits",
@@ -327,16 +353,13 @@ fn faults_that_do_not_apply_are_refused_with_a_reason() {
         ),
         (
             &["--backend", "redis://127.0.0.1:1", "--faults", "kill"],
-            "--spawn-redis",
+            "--spawn SCHEME[:N]",
         ),
         (
-            &["--spawn-redis", "1", "--faults", "terminate"],
+            &["--spawn", "redis", "--faults", "terminate"],
             "postgres:// backends only",
         ),
-        (
-            &["--spawn-redis", "1", "--faults", "flood"],
-            "unknown fault",
-        ),
+        (&["--spawn", "redis", "--faults", "flood"], "unknown fault"),
     ];
     for (args, expected) in cases {
         let (code, report, err) = chaos(args);

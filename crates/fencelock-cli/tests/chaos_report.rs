@@ -124,7 +124,7 @@ fn the_report_page_renders_a_time_line_per_worker_and_the_history_is_exported() 
     let mut chaos = Command::new(env!("CARGO_BIN_EXE_fencelock"));
     chaos
         .env_remove("FENCELOCK_BACKEND")
-        .args(["chaos", "--spawn-redis", "1", "--faults", "pause,kill"])
+        .args(["chaos", "--spawn", "redis", "--faults", "pause,kill"])
         .args([
             "--ttl",
             "100ms",

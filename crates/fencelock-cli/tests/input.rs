@@ -146,10 +146,10 @@ fn every_input_error_exits_2_as_the_help_says() {
         &["demo", "--ttl", "0s"],
         &["demo", "--backend", "redis://:6379"],
         &["bench", "--keys", "0"],
-        &["chaos", "--spawn-redis", "1", "--faults", "flood"],
+        &["chaos", "--spawn", "redis", "--faults", "flood"],
         &["chaos", "--backend", "memory://", "--faults", "partition"],
-        &["chaos", "--spawn-redis", "1", "--ttl", "1ms"],
-        &["chaos", "--spawn-redis", "1", "--faults", "terminate"],
+        &["chaos", "--spawn", "redis", "--ttl", "1ms"],
+        &["chaos", "--spawn", "redis", "--faults", "terminate"],
     ];
     for args in cases {
         let (code, out, err) = fencelock(args);

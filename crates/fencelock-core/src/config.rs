@@ -106,8 +106,21 @@ impl Clone for Box<dyn BackendConfig> {
 /// One URL scheme and the parser of the backend that owns it.
 ///
 /// A backend crate exports one per scheme as a constant, and whoever assembles the tools
-/// registers it in [`Schemes`].
+/// registers it in [`Schemes`]:
+///
+/// ```
+/// use fencelock_core::{BackendConfig, Error, Result, Scheme};
+///
+/// fn parse(_url: &str) -> Result<Box<dyn BackendConfig>> {
+///     Err(Error::config("not built yet"))
+/// }
+///
+/// pub const SCHEMES: &[Scheme] = &[Scheme::new("lockdir", "lock files in a directory", parse)];
+/// assert_eq!(SCHEMES[0].name, "lockdir");
+/// assert!(SCHEMES[0].spawn.is_none());
+/// ```
 #[derive(Clone, Copy)]
+#[non_exhaustive]
 pub struct Scheme {
     /// The scheme, lower case, without `://` (`redis`, `postgresql`, `redis+cluster`).
     pub name: &'static str,
@@ -115,6 +128,32 @@ pub struct Scheme {
     pub summary: &'static str,
     /// Parses a whole URL of this scheme.
     pub parse: fn(&str) -> Result<Box<dyn BackendConfig>>,
+    /// Starts throwaway servers of this scheme for fault runs (`fencelock chaos --spawn`),
+    /// when the backend can: see [`Spawn`](crate::tools::Spawn).
+    pub spawn: Option<crate::tools::Spawn>,
+}
+
+impl Scheme {
+    /// A scheme named `name` (lower case, without `://`), described by `summary`, whose URLs
+    /// `parse` reads.
+    pub const fn new(
+        name: &'static str,
+        summary: &'static str,
+        parse: fn(&str) -> Result<Box<dyn BackendConfig>>,
+    ) -> Self {
+        Scheme {
+            name,
+            summary,
+            parse,
+            spawn: None,
+        }
+    }
+
+    /// The same scheme, with `spawn` starting servers of it for fault runs.
+    pub const fn with_spawn(mut self, spawn: crate::tools::Spawn) -> Self {
+        self.spawn = Some(spawn);
+        self
+    }
 }
 
 impl fmt::Debug for Scheme {
@@ -122,6 +161,7 @@ impl fmt::Debug for Scheme {
         f.debug_struct("Scheme")
             .field("name", &self.name)
             .field("summary", &self.summary)
+            .field("spawns", &self.spawn.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -237,11 +277,7 @@ mod tests {
         Err(Error::config("refused"))
     }
 
-    const A: Scheme = Scheme {
-        name: "a+b",
-        summary: "a test scheme",
-        parse: refuse,
-    };
+    const A: Scheme = Scheme::new("a+b", "a test scheme", refuse);
 
     #[test]
     fn a_registry_refuses_taken_and_malformed_names() {

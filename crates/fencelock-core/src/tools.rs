@@ -1,13 +1,15 @@
 //! What the tools above a backend ask of it, as traits the backend implements: benchmarks
 //! measure a [`Subject`] next to the backend's raw [`Baseline`] and remove a run's keys with a
-//! [`Cleanup`]; chaos runs end server sessions through [`SessionFaults`].
+//! [`Cleanup`]; chaos runs end server sessions through [`SessionFaults`], and kill and restart
+//! the servers a backend started for them ([`Spawn`], [`SpawnedServers`]).
 //!
 //! The tools never learn a backend's private tables or keys: the backend hands them these
-//! objects from [`BackendConfig::bench_kit`] and
-//! [`BackendConfig::session_faults`].
+//! objects from [`BackendConfig::bench_kit`], [`BackendConfig::session_faults`] and its
+//! [`Scheme::spawn`](crate::Scheme::spawn).
 
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -230,6 +232,89 @@ pub trait SessionFaults: Send + Sync + fmt::Debug + 'static {
 
     /// What the fault is called in reports (`pg_terminate_backend`).
     fn label(&self) -> &'static str;
+}
+
+/// What a fault run asks a backend to start: `nodes` servers (members, nodes) of one
+/// scheme, on free ports of this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SpawnRequest {
+    /// How many servers: Redlock's nodes, an etcd cluster's or a ZooKeeper ensemble's members.
+    pub nodes: usize,
+    /// Whether the servers keep what they acknowledged across a kill -9 (Redis: AOF with
+    /// `appendfsync always`). A backend whose servers always do ignores it.
+    pub durable: bool,
+    /// A tag unique to the run, for key prefixes and names.
+    pub run_tag: String,
+}
+
+impl SpawnRequest {
+    /// `nodes` durable servers for the run tagged `run_tag`.
+    pub fn new(nodes: usize, run_tag: impl Into<String>) -> Self {
+        SpawnRequest {
+            nodes,
+            durable: true,
+            run_tag: run_tag.into(),
+        }
+    }
+
+    /// The same request with `durable` persistence.
+    pub fn durable(mut self, durable: bool) -> Self {
+        self.durable = durable;
+        self
+    }
+}
+
+/// What [`Scheme::spawn`](crate::Scheme::spawn) returns: the servers, once they answer.
+pub type SpawnFuture = Pin<Box<dyn Future<Output = Result<Box<dyn SpawnedServers>>> + Send>>;
+
+/// Starts the servers of a [`SpawnRequest`]. A request the backend cannot serve (no nodes,
+/// more than one node of a one-server scheme) is [`Error::InvalidConfig`]; a server that
+/// cannot start (its binary missing) is [`Error::Unavailable`] naming what to install.
+pub type Spawn = fn(SpawnRequest) -> SpawnFuture;
+
+/// Servers a backend started for a fault run, which the run kills and restarts. Dropping it
+/// stops them all.
+///
+/// The contract a run relies on: the lock service on [`lock`](Self::lock) keeps every token
+/// it granted across a kill of at most [`kill_at_most`](Self::kill_at_most) nodes at a time
+/// and their [`restart`](Self::restart) (or says in its capabilities that it does not), and
+/// the storage keeps every write it acknowledged, because a storage that loses admitted
+/// writes is data loss, not a fencing failure.
+#[async_trait]
+pub trait SpawnedServers: Send + Sync + fmt::Debug + 'static {
+    /// The lock service on these servers.
+    fn lock(&self) -> Box<dyn BackendConfig>;
+
+    /// The storage, when it is not the lock service's own: a server of its own that is never
+    /// killed (a non-persistent Redis would lose admitted writes in a kill).
+    fn storage(&self) -> Option<Box<dyn BackendConfig>> {
+        None
+    }
+
+    /// What was started, for reports (`3 spawned etcd members`).
+    fn describe(&self) -> String;
+
+    /// How many servers may be killed: indices `0..nodes()`.
+    fn nodes(&self) -> usize;
+
+    /// The most servers one kill may take down at once while the service stays correct and
+    /// available again after the restart (a minority of a quorum).
+    fn kill_at_most(&self) -> usize;
+
+    /// Whether server `node` runs (a paused one counts as running).
+    fn is_running(&self, node: usize) -> bool;
+
+    /// Kills server `node` with SIGKILL and waits until it is gone.
+    async fn kill(&self, node: usize) -> Result<()>;
+
+    /// Starts killed server `node` again on its port and data, and waits until it answers.
+    async fn restart(&self, node: usize) -> Result<()>;
+
+    /// The server that leads the others now, when the service has a leader.
+    async fn leader(&self) -> Option<usize> {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -10,11 +10,21 @@ use crate::config::EtcdConfig;
 
 /// The scheme this crate owns, `etcd://`, to register in a
 /// [`Schemes`](fencelock_core::Schemes) registry.
-pub const SCHEMES: &[Scheme] = &[Scheme {
-    name: "etcd",
-    summary: "an etcd cluster, reached through one or more members",
-    parse: |url| Ok(Box::new(EtcdConfig::from_url(url)?)),
-}];
+pub const SCHEMES: &[Scheme] = &[spawns(Scheme::new(
+    "etcd",
+    "an etcd cluster, reached through one or more members",
+    |url| Ok(Box::new(EtcdConfig::from_url(url)?)),
+))];
+
+#[cfg(feature = "servers")]
+const fn spawns(scheme: Scheme) -> Scheme {
+    scheme.with_spawn(crate::spawn::etcd)
+}
+
+#[cfg(not(feature = "servers"))]
+const fn spawns(scheme: Scheme) -> Scheme {
+    scheme
+}
 
 #[async_trait]
 impl BackendConfig for EtcdConfig {

@@ -14,6 +14,8 @@ mod leases;
 mod reply;
 mod seen;
 mod shared;
+#[cfg(feature = "servers")]
+mod spawn;
 mod storage;
 mod waiters;
 

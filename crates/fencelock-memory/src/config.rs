@@ -16,11 +16,11 @@ pub struct MemoryConfig;
 
 /// The scheme this crate owns, `memory://`, to register in a
 /// [`Schemes`](fencelock_core::Schemes) registry.
-pub const SCHEMES: &[Scheme] = &[Scheme {
-    name: "memory",
-    summary: "the in-process backend (the default; nothing is shared between processes)",
-    parse: |url| Ok(Box::new(MemoryConfig::from_url(url)?)),
-}];
+pub const SCHEMES: &[Scheme] = &[Scheme::new(
+    "memory",
+    "the in-process backend (the default; nothing is shared between processes)",
+    |url| Ok(Box::new(MemoryConfig::from_url(url)?)),
+)];
 
 impl MemoryConfig {
     /// Parses `memory://` (also `memory:///`, in any case).

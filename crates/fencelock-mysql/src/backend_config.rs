@@ -16,16 +16,12 @@ fn parse(url: &str) -> Result<Box<dyn BackendConfig>> {
 /// The schemes this crate owns, `mysql://` and `mariadb://` (a synonym, kept as written), to
 /// register in a [`Schemes`](fencelock_core::Schemes) registry.
 pub const SCHEMES: &[Scheme] = &[
-    Scheme {
-        name: "mysql",
-        summary: "one MySQL or MariaDB database (GET_LOCK)",
+    Scheme::new("mysql", "one MySQL or MariaDB database (GET_LOCK)", parse),
+    Scheme::new(
+        "mariadb",
+        "one MariaDB or MySQL database (GET_LOCK; a synonym of mysql://)",
         parse,
-    },
-    Scheme {
-        name: "mariadb",
-        summary: "one MariaDB or MySQL database (GET_LOCK; a synonym of mysql://)",
-        parse,
-    },
+    ),
 ];
 
 #[async_trait]

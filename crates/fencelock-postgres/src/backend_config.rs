@@ -14,16 +14,8 @@ const SUMMARY: &str = "one PostgreSQL database (?backend=lease, the default, or 
 /// The schemes this crate owns, `postgres://` and `postgresql://` (the same grammar, see
 /// [`PgConfig`]), to register in a [`Schemes`](fencelock_core::Schemes) registry.
 pub const SCHEMES: &[Scheme] = &[
-    Scheme {
-        name: "postgres",
-        summary: SUMMARY,
-        parse,
-    },
-    Scheme {
-        name: "postgresql",
-        summary: SUMMARY,
-        parse,
-    },
+    Scheme::new("postgres", SUMMARY, parse),
+    Scheme::new("postgresql", SUMMARY, parse),
 ];
 
 fn parse(url: &str) -> Result<Box<dyn BackendConfig>> {

@@ -26,6 +26,8 @@ mod storage;
 // The top floor: the crate as one unit for the tools above it.
 pub mod baseline;
 mod schemes;
+#[cfg(feature = "servers")]
+mod spawn;
 
 pub use backend::RedisLockBackend;
 pub use baseline::{RedisBaseline, RedisClusterBaseline};

@@ -16,32 +16,52 @@ use crate::redlock::RedlockConfig;
 /// The schemes this crate owns, to register in a [`Schemes`](fencelock_core::Schemes)
 /// registry. The TLS ones parse only with the `tls` feature.
 pub const SCHEMES: &[Scheme] = &[
-    Scheme {
-        name: "redis",
-        summary: "one Redis server",
-        parse: parse_redis,
-    },
-    Scheme {
-        name: "rediss",
-        summary: "one Redis server over TLS (feature `tls`)",
-        parse: parse_redis,
-    },
-    Scheme {
-        name: "redlock",
-        summary: "Redlock over independent Redis servers",
-        parse: |url| Ok(Box::new(RedlockConfig::from_url(url)?)),
-    },
-    Scheme {
-        name: "redis+cluster",
-        summary: "a Redis Cluster, reached through seed nodes",
-        parse: parse_cluster,
-    },
-    Scheme {
-        name: "rediss+cluster",
-        summary: "a Redis Cluster over TLS, reached through seed nodes (feature `tls`)",
-        parse: parse_cluster,
-    },
+    spawns(
+        Scheme::new("redis", "one Redis server", parse_redis),
+        SpawnAs::Redis,
+    ),
+    Scheme::new(
+        "rediss",
+        "one Redis server over TLS (feature `tls`)",
+        parse_redis,
+    ),
+    spawns(
+        Scheme::new("redlock", "Redlock over independent Redis servers", |url| {
+            Ok(Box::new(RedlockConfig::from_url(url)?))
+        }),
+        SpawnAs::Redlock,
+    ),
+    Scheme::new(
+        "redis+cluster",
+        "a Redis Cluster, reached through seed nodes",
+        parse_cluster,
+    ),
+    Scheme::new(
+        "rediss+cluster",
+        "a Redis Cluster over TLS, reached through seed nodes (feature `tls`)",
+        parse_cluster,
+    ),
 ];
+
+/// Which spawner a scheme gets with the `servers` feature.
+#[cfg_attr(not(feature = "servers"), allow(dead_code))]
+enum SpawnAs {
+    Redis,
+    Redlock,
+}
+
+#[cfg(feature = "servers")]
+const fn spawns(scheme: Scheme, what: SpawnAs) -> Scheme {
+    scheme.with_spawn(match what {
+        SpawnAs::Redis => crate::spawn::redis,
+        SpawnAs::Redlock => crate::spawn::redlock,
+    })
+}
+
+#[cfg(not(feature = "servers"))]
+const fn spawns(scheme: Scheme, _: SpawnAs) -> Scheme {
+    scheme
+}
 
 fn parse_redis(url: &str) -> Result<Box<dyn BackendConfig>> {
     Ok(Box::new(RedisConfig::from_url(url)?))

@@ -5,4 +5,5 @@
 pub mod etcd;
 pub mod proxy;
 pub mod redis;
+pub mod set;
 pub mod zookeeper;

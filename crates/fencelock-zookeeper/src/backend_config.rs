@@ -14,11 +14,21 @@ use crate::storage::ZkStorage;
 
 /// The scheme this crate owns, `zookeeper://`, to register in a
 /// [`Schemes`](fencelock_core::Schemes) registry.
-pub const SCHEMES: &[Scheme] = &[Scheme {
-    name: "zookeeper",
-    summary: "a ZooKeeper ensemble, reached through one or more servers",
-    parse: |url| Ok(Box::new(ZkConfig::from_url(url)?)),
-}];
+pub const SCHEMES: &[Scheme] = &[spawns(Scheme::new(
+    "zookeeper",
+    "a ZooKeeper ensemble, reached through one or more servers",
+    |url| Ok(Box::new(ZkConfig::from_url(url)?)),
+))];
+
+#[cfg(feature = "servers")]
+const fn spawns(scheme: Scheme) -> Scheme {
+    scheme.with_spawn(crate::spawn::zookeeper)
+}
+
+#[cfg(not(feature = "servers"))]
+const fn spawns(scheme: Scheme) -> Scheme {
+    scheme
+}
 
 impl ZkConfig {
     /// Opens a session (proving the ensemble answers, the chroot exists and the credentials

@@ -11,6 +11,8 @@ mod layout;
 mod queue;
 mod recipe;
 mod session;
+#[cfg(feature = "servers")]
+mod spawn;
 mod storage;
 
 pub use backend::{MAX_TOKEN, ZkLockBackend};

@@ -18,11 +18,11 @@ const GRAMMAR: &str = "a lockdir URL is lockdir:///absolute/path (three slashes,
 
 /// The scheme this crate owns, `lockdir://`, to register in a
 /// [`Schemes`](fencelock_core::Schemes) registry or pass to `fencelock_cli::main_with`.
-pub const SCHEMES: &[Scheme] = &[Scheme {
-    name: SCHEME,
-    summary: "a directory on this host (locks shared by the processes of one host only)",
-    parse: |url| Ok(Box::new(FileConfig::from_url(url)?)),
-}];
+pub const SCHEMES: &[Scheme] = &[Scheme::new(
+    SCHEME,
+    "a directory on this host (locks shared by the processes of one host only)",
+    |url| Ok(Box::new(FileConfig::from_url(url)?)),
+)];
 
 /// `lockdir:///absolute/path`: locks and fenced values in a directory of this host.
 ///
