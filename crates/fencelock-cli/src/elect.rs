@@ -13,7 +13,11 @@ use fencelock::{Election, Error, LockKey, Locker};
 use crate::args::{SharedBackendArg, parse_duration, parse_ttl, parse_wait};
 use crate::error::CliError;
 use crate::exit::Exit;
-use crate::run::{CommandArgs, TryOnce, Verbosity, WaitBudget, hold_while_running, record_holder};
+use nix::sys::signal::Signal;
+
+use crate::run::{
+    CommandArgs, TryOnce, Verbosity, WaitBudget, hold_while_running, record_holder, settle_backend,
+};
 use crate::signals::Signals;
 
 pub(crate) const EXAMPLES: &str =
@@ -66,61 +70,73 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     // `--wait` bounds connecting and a server that stops answering too, as under `run`;
     // without a bound, connecting has the time of a single try.
     let budget = WaitBudget::start(spec, wait.unwrap_or_default());
-    let campaign = async {
-        let connected = budget.connect().await?;
-        let storage = connected.storage;
-        let locker = Locker::new(connected.backend);
+    let connected = tokio::select! {
+        connected = budget.connect() => connected?,
+        signal = signals.recv() => return Ok(not_started(signal)),
+    };
+    let locker = Locker::new(connected.backend);
+    let storage = connected.storage;
+    let outcome = async {
         let election = Election::new(&locker, key.as_str())?;
-        let request = election.campaign().ttl(args.ttl);
-        let elected = match wait {
-            None => request.wait_forever().await,
-            Some(_) => {
-                budget
-                    .answer(request.wait(budget.left()).into_future())
-                    .await?
+        let campaign = async {
+            let request = election.campaign().ttl(args.ttl);
+            let elected = match wait {
+                None => request.wait_forever().await,
+                Some(_) => {
+                    budget
+                        .answer(request.wait(budget.left()).into_future())
+                        .await?
+                }
+            };
+            match elected {
+                Ok(leadership) => Ok(Some(leadership)),
+                Err(Error::Timeout { waited, .. }) => {
+                    if !talk.quiet {
+                        eprintln!("fencelock: not elected leader of {key:?} within {waited:?}");
+                    }
+                    Ok(None)
+                }
+                Err(e) => Err(CliError::from(e)),
             }
         };
-        match elected {
-            Ok(leadership) => Ok(Some((leadership, storage))),
-            Err(Error::Timeout { waited, .. }) => {
-                if !talk.quiet {
-                    eprintln!("fencelock: not elected leader of {key:?} within {waited:?}");
-                }
-                Ok(None)
-            }
-            Err(e) => Err(CliError::from(e)),
+        let leadership = tokio::select! {
+            elected = campaign => match elected? {
+                Some(elected) => elected,
+                None => return Ok(Exit::NotObtained(args.once.conflict_exit_code)),
+            },
+            signal = signals.recv() => return Ok(not_started(signal)),
+        };
+        let term = leadership.term().to_string();
+        eprintln!("fencelock: leader of {key:?} for term {term}");
+        let guard = leadership.into_guard();
+        record_holder(&guard, &*storage, &holder, spec).await;
+        let exit = hold_while_running(
+            guard,
+            &args.key,
+            spec,
+            &args.command,
+            &[("FENCELOCK_TERM", term)],
+            args.grace,
+            &mut signals,
+        )
+        .await?;
+        // A lost leadership has been said already, and there was nothing left to release.
+        if talk.verbose && exit != Exit::LeaseLost {
+            eprintln!(
+                "fencelock: resigned leadership of {:?}; the command ended with {}",
+                args.key,
+                exit.code()
+            );
         }
-    };
-    let (leadership, storage) = tokio::select! {
-        elected = campaign => match elected? {
-            Some(elected) => elected,
-            None => return Ok(Exit::NotObtained(args.once.conflict_exit_code)),
-        },
-        signal = signals.recv() => {
-            eprintln!("fencelock: {signal} while campaigning; the command was not started");
-            return Ok(Exit::Signal(signal as i32));
-        }
-    };
-    let term = leadership.term().to_string();
-    eprintln!("fencelock: leader of {key:?} for term {term}");
-    let guard = record_holder(leadership.into_guard(), &*storage, &holder).await?;
-    let exit = hold_while_running(
-        guard,
-        &args.key,
-        spec,
-        &args.command,
-        &[("FENCELOCK_TERM", term)],
-        args.grace,
-        &mut signals,
-    )
-    .await?;
-    // A lost leadership has been said already, and there was nothing left to release.
-    if talk.verbose && exit != Exit::LeaseLost {
-        eprintln!(
-            "fencelock: resigned leadership of {:?}; the command ended with {}",
-            args.key,
-            exit.code()
-        );
+        Ok(exit)
     }
-    Ok(exit)
+    .await;
+    settle_backend(&locker).await;
+    outcome
+}
+
+/// What a signal before the command started ends `elect` with.
+fn not_started(signal: Signal) -> Exit {
+    eprintln!("fencelock: {signal} while campaigning; the command was not started");
+    Exit::Signal(signal as i32)
 }

@@ -38,6 +38,7 @@ mod inspect;
 mod run;
 mod signals;
 mod spec;
+mod tether;
 
 pub use error::CliError;
 pub use exit::Exit;
@@ -106,6 +107,10 @@ enum Command {
     /// One chaos worker process (started by `fencelock chaos`, configured through stdin).
     #[command(hide = true)]
     Worker,
+    /// The command of `run` or `elect`, tied to the fencelock that started it (started by
+    /// them, never by hand).
+    #[command(hide = true)]
+    Tether(tether::Args),
 }
 
 impl Command {
@@ -119,7 +124,7 @@ impl Command {
             Command::AdvanceToken(args) => args.backend.backend.as_ref(),
             Command::Bench(args) => Some(&args.backend.backend),
             Command::Chaos(args) => args.backend.as_ref(),
-            Command::Worker | Command::Completions { .. } => None,
+            Command::Worker | Command::Tether(_) | Command::Completions { .. } => None,
         }
     }
 }
@@ -188,6 +193,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Bench(args) => bench::run(args).await,
         Command::Chaos(args) => chaos::run(args).await,
         Command::Worker => chaos::worker().await,
+        Command::Tether(args) => tether::exec(args),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut command(), "fencelock", &mut std::io::stdout());
             Ok(Exit::Success)

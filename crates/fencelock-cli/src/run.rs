@@ -5,14 +5,14 @@
 //! fencelock waits until the command and the rest of its group have exited (SIGKILL to the
 //! group after `--grace`), releases the lock, and only then exits with 128 + N. So a job
 //! stopped by `kill`, a closed terminal or `timeout` never outlives its lock, and the next
-//! holder gets the lock as soon as the job is gone.
+//! holder gets the lock as soon as the job is gone. A fencelock that dies without a chance to
+//! act (SIGKILL) takes the command with it: see [`tether`](crate::tether).
 
 use std::ffi::{OsStr, OsString};
 use std::io::ErrorKind;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::ExitStatus;
-use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock::spec::Connected;
@@ -22,7 +22,7 @@ use fencelock::{
 };
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tokio::time::{Instant, timeout_at};
 
 use crate::args::{SharedBackendArg, parse_duration, parse_ttl, parse_wait};
@@ -30,6 +30,7 @@ use crate::error::CliError;
 use crate::exit::{self, Exit};
 use crate::signals::Signals;
 use crate::spec::Spec;
+use crate::tether;
 
 pub(crate) const EXAMPLES: &str = "  # a cron job that runs once across hosts
   fencelock run --backend redis://redis.example:6379 --key nightly-report -- ./report.sh
@@ -282,13 +283,8 @@ impl CommandArgs {
     }
 }
 
-/// A lock `run` obtained: its guard, the environment variables its kind adds, and the
-/// storage beside it.
-type Obtained = (
-    LockGuard,
-    Vec<(&'static str, String)>,
-    Arc<dyn FencedStorage>,
-);
+/// A lock `run` obtained: its guard and the environment variables its kind adds.
+type Obtained = (LockGuard, Vec<(&'static str, String)>);
 
 /// What `run` holds.
 #[derive(Debug, Clone, Copy)]
@@ -311,23 +307,63 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     } else {
         args.wait
     };
-    let talk = args.verbosity;
     let holder = args.command.holder()?;
     // From here on a signal is ours to handle, so the lock is never left behind by one.
     let mut signals = Signals::install()?;
     let started = Instant::now();
-    let (guard, extra_env, storage) = tokio::select! {
-        obtained = obtain(spec, &key, kind, args.ttl, wait, talk) => match obtained? {
-            Some(held) => held,
-            None => return Ok(Exit::NotObtained(args.once.conflict_exit_code)),
-        },
-        signal = signals.recv() => {
-            eprintln!("fencelock: {signal} while waiting for the lock; the command was not started");
-            return Ok(Exit::Signal(signal as i32));
-        }
+    let budget = WaitBudget::start(spec, wait);
+    let connected = tokio::select! {
+        connected = budget.connect() => connected?,
+        signal = signals.recv() => return Ok(not_started(signal)),
     };
-    let guard = record_holder(guard, &*storage, &holder).await?;
-    let grant = grant_json(&guard, spec, &extra_env);
+    let locker = Locker::new(connected.backend);
+    let storage = connected.storage;
+    let outcome = async {
+        let (guard, extra_env) = tokio::select! {
+            obtained = obtain(&locker, &budget, &key, kind, args.ttl, args.verbosity) => {
+                match obtained? {
+                    Some(held) => held,
+                    None => return Ok(Exit::NotObtained(args.once.conflict_exit_code)),
+                }
+            }
+            signal = signals.recv() => return Ok(not_started(signal)),
+        };
+        record_holder(&guard, &*storage, &holder, spec).await;
+        run_granted(guard, &args, spec, &extra_env, started, &mut signals).await
+    }
+    .await;
+    settle_backend(&locker).await;
+    outcome
+}
+
+/// What a signal before the command started ends `run` with.
+fn not_started(signal: Signal) -> Exit {
+    eprintln!("fencelock: {signal} while waiting for the lock; the command was not started");
+    Exit::Signal(signal as i32)
+}
+
+/// Waits, before fencelock exits, for what the backend still does in the background (a
+/// Redlock's calls to the nodes past a quorum: a release's, a failed acquisition's undo), each
+/// bounded by the backend's own time-outs. A process that exited at once would drop them, and
+/// a node they never reached would keep the lock for its ttl.
+pub(crate) async fn settle_backend(locker: &Locker) {
+    // Every guard was released or dropped by now, and a failed release was said where it
+    // happened: what is left here is the backend's own work, with nothing more to say.
+    let _ = locker.shutdown().await;
+}
+
+/// Runs the command under the granted `guard`: the grant file and line, then the command
+/// until it ends, then the release.
+async fn run_granted(
+    guard: LockGuard,
+    args: &Args,
+    spec: &Spec,
+    extra_env: &[(&'static str, String)],
+    started: Instant,
+    signals: &mut Signals,
+) -> Result<Exit, CliError> {
+    let talk = args.verbosity;
+    let grant = grant_json(&guard, spec, extra_env);
     if let Some(path) = &args.grant_file
         && let Err(e) = std::fs::write(path, format!("{grant}\n"))
     {
@@ -355,9 +391,9 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
         &args.key,
         spec,
         &args.command,
-        &extra_env,
+        extra_env,
         args.grace,
-        &mut signals,
+        signals,
     )
     .await?;
     // A lost lease has been said already, and there was nothing left to release.
@@ -408,15 +444,15 @@ pub(crate) async fn hold_while_running(
         .argv()
         .ok_or_else(|| CliError::Input("no command given".into()))?;
     let lease = guard.lease();
-    let spawned = Command::new(program)
-        .args(rest)
+    let mut to_start = tether::command(program, &rest);
+    to_start
         .env("FENCELOCK_KEY", lease.key.as_str())
         .env("FENCELOCK_TOKEN", lease.token.to_string())
         .env("FENCELOCK_OWNER", lease.owner.to_string())
         .envs(extra_env.iter().map(|(name, value)| (name, value)))
         .process_group(0)
-        .kill_on_drop(true)
-        .spawn();
+        .kill_on_drop(true);
+    let spawned = tether::spawn(to_start).await;
     let mut child = match spawned {
         Ok(child) => child,
         Err(e) => {
@@ -464,21 +500,17 @@ pub(crate) async fn hold_while_running(
     }
 }
 
-/// Connects and takes the lock of `kind` within `--wait` (connecting included), with the
-/// environment variables the kind adds. `None` when other owners held it all along; an error
-/// when the server did not answer in time.
+/// Takes the lock of `kind` within what is left of `--wait`, with the environment variables
+/// the kind adds. `None` when other owners held it all along; an error when the server did
+/// not answer in time.
 async fn obtain(
-    spec: &Spec,
+    locker: &Locker,
+    budget: &WaitBudget<'_>,
     key: &LockKey,
     kind: Kind,
     ttl: Duration,
-    wait: Duration,
     talk: Verbosity,
 ) -> Result<Option<Obtained>, CliError> {
-    let budget = WaitBudget::start(spec, wait);
-    let connected = budget.connect().await?;
-    let storage = connected.storage;
-    let locker = Locker::new(connected.backend);
     let left = budget.left();
     let request = async {
         match kind {
@@ -496,7 +528,7 @@ async fn obtain(
                 Ok((reader.into_guard(), vec![("FENCELOCK_READER", id)]))
             }
             Kind::Permits(permits) => {
-                let permit = Semaphore::new(&locker, key.as_str(), permits)?
+                let permit = Semaphore::new(locker, key.as_str(), permits)?
                     .acquire()
                     .ttl(ttl)
                     .wait(left)
@@ -507,7 +539,7 @@ async fn obtain(
         }
     };
     match budget.answer(request).await? {
-        Ok((guard, env)) => Ok(Some((guard, env, storage))),
+        Ok(held) => Ok(Some(held)),
         Err(Error::Timeout { waited, .. }) => {
             if !talk.quiet {
                 eprintln!(
@@ -521,25 +553,41 @@ async fn obtain(
     }
 }
 
+/// How long writing the holder record may take before the command starts without it.
+const RECORD_WITHIN: Duration = Duration::from_secs(5);
+
 /// Records `holder` beside the lock `guard` holds, under its fence (on a permit's slot key,
-/// a reader under the phase's fence). A key too long to have a record goes without one; a
-/// failed record releases the lock and is the run's error (the command does not start).
+/// a reader under the phase's fence). The record is informational: nothing decides on it, so
+/// a write that fails or does not answer within [`RECORD_WITHIN`] is a warning on stderr and
+/// the command runs all the same (a key too long to have a record goes without one, silently).
+/// A refusal as stale says the storage has seen this token from another owner already, which
+/// the command's own fenced writes will meet too; the warning says how to heal it.
 pub(crate) async fn record_holder(
-    guard: LockGuard,
+    guard: &LockGuard,
     storage: &dyn FencedStorage,
     holder: &HolderInfo,
-) -> Result<LockGuard, CliError> {
+    server: &Spec,
+) {
     let lease = guard.lease();
     if holder_resource(&lease.key).is_err() {
-        return Ok(guard);
+        return;
     }
-    match fencelock::record_holder(storage, &lease.key, lease.fence(), holder).await {
-        Ok(()) => Ok(guard),
-        Err(e) => {
-            let _ = guard.release().await;
-            Err(e.in_context("recording the lock's holder").into())
-        }
-    }
+    let write = fencelock::record_holder(storage, &lease.key, lease.fence(), holder);
+    let problem = match tokio::time::timeout(RECORD_WITHIN, write).await {
+        Ok(Ok(())) => return,
+        Ok(Err(e @ Error::Stale { .. })) => format!(
+            "{e}; the storage has seen token {} from another owner, so the command's fenced \
+             writes may be refused too (`fencelock advance-token` raises the counter past it)",
+            lease.token
+        ),
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("the storage did not answer within {RECORD_WITHIN:?}"),
+    };
+    eprintln!(
+        "fencelock: warning: recording the lock's holder: {}; the command runs without a \
+         holder record",
+        server.redact(&problem)
+    );
 }
 
 /// Releases the lock once the command, which ended with `ended`, is over: whether the lease

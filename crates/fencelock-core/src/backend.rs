@@ -181,6 +181,17 @@ pub trait LockBackend: Send + Sync + Debug + 'static {
     /// token above it (at or past the largest token the backend hands out) is
     /// [`Error::InvalidConfig`] and changes nothing ([`validate_floor`]).
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken>;
+
+    /// Completes once the calls this backend left running in the background have ended: a
+    /// backend that answers as soon as a quorum decided (Redlock) lets the other nodes' calls
+    /// finish in tasks, such as a release's past the quorum or a failed acquisition's undo.
+    /// Each call is bounded by the backend's own time limits, and so is this wait.
+    ///
+    /// A runtime that shuts down drops those tasks, and a node whose call never went out
+    /// keeps the lock until its ttl; so a program waits for this before it exits
+    /// ([`Locker::shutdown`](crate::Locker::shutdown) does). Nothing it waits for decides an
+    /// outcome already returned. Default: nothing is left in the background.
+    async fn finish_background(&self) {}
 }
 
 /// What [`Error::Unsupported`] names for a backend without shared locks.
@@ -288,6 +299,9 @@ macro_rules! forward_lock_backend {
             }
             async fn inspect_shared(&self, key: &LockKey) -> Result<Option<ReadPhase>> {
                 (**self).inspect_shared(key).await
+            }
+            async fn finish_background(&self) {
+                (**self).finish_background().await
             }
         }
     )*};

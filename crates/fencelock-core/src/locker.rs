@@ -141,8 +141,10 @@ impl Locker {
     }
 
     /// Releases every lock taken through this locker or its clones whose guard is still
-    /// alive, and waits for the releases that dropped guards started; returns how many of the
-    /// releases made here found the lock still held.
+    /// alive, and waits for the releases that dropped guards started and for the calls the
+    /// backend still runs in the background
+    /// ([`finish_background`](LockBackend::finish_background): a Redlock's nodes past the
+    /// quorum); returns how many of the releases made here found the lock still held.
     ///
     /// Call it before the runtime ends (say, as the last line of `main`): a guard's drop only
     /// spawns its release, and a runtime that shuts down first never runs it (see
@@ -195,6 +197,7 @@ impl Locker {
         for held in &leases {
             held.wait_released().await;
         }
+        self.backend.finish_background().await;
         first_error.map_or(Ok(released), Err)
     }
 

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::call::{Code, KeyName, NodeCall};
 use super::cluster::Cluster;
 use super::release::release_everywhere;
-use super::round::{Answer, Round, spawn};
+use super::round::{Answer, Round};
 use super::settle::settle;
 use crate::codec::{parse_token, ttl_millis};
 use crate::error::{REDLOCK, protocol};
@@ -19,22 +19,30 @@ use crate::scripts::ACQUIRE;
 /// up on the future), it releases the grant on every node at once, in the background, and
 /// once more on the nodes whose calls were still in flight after those calls end, so a grant
 /// that lands late is released too. Disarmed (a lease handed out), it only lets the calls end.
+/// Either way the tasks are counted in the cluster's background work.
 struct Acquisition {
     round: Round<Option<FencingToken>>,
-    armed: Option<(Arc<Cluster>, LockKey, OwnerId)>,
+    cluster: Arc<Cluster>,
+    armed: Option<(LockKey, OwnerId)>,
 }
 
 impl Drop for Acquisition {
     fn drop(&mut self) {
         let round = self.round.take();
+        let cluster = &self.cluster;
         match self.armed.take() {
-            Some((cluster, key, owner)) => {
-                spawn(release_everywhere(&cluster, &key, owner));
+            Some((key, owner)) => {
+                cluster
+                    .background
+                    .spawn(release_everywhere(cluster, &key, owner));
                 if round.pending() > 0 {
-                    round.finish_in_background(release_everywhere(&cluster, &key, owner));
+                    round.finish_in_background(
+                        &cluster.background,
+                        release_everywhere(cluster, &key, owner),
+                    );
                 }
             }
-            None => round.finish_in_background(async {}),
+            None => round.finish_in_background(&cluster.background, async {}),
         }
     }
 }
@@ -70,7 +78,8 @@ pub(crate) async fn acquire(
     });
     let mut acquisition = Acquisition {
         round,
-        armed: Some((Arc::clone(cluster), key.clone(), owner)),
+        cluster: Arc::clone(cluster),
+        armed: Some((key.clone(), owner)),
     };
     let round = &mut acquisition.round;
     loop {

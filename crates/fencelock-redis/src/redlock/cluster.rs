@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use fencelock_core::{Error, Result};
 
+use super::background::Background;
 use super::call::NodeCall;
 use super::node::Node;
 use super::round::{Round, quorum};
@@ -18,6 +19,8 @@ pub(crate) struct Cluster {
     pub(crate) needed: usize,
     pub(crate) node_timeout: Duration,
     pub(crate) prefix: String,
+    /// The node calls left running after their operation was decided.
+    pub(crate) background: Background,
 }
 
 impl Cluster {
@@ -27,6 +30,7 @@ impl Cluster {
             nodes,
             node_timeout,
             prefix,
+            background: Background::new(),
         }
     }
 

@@ -2,11 +2,12 @@
 //!
 //! The parts, from the bottom: [`node`] (one server, connected lazily), [`round`] (one call
 //! fanned out to every node), [`call`] (one script sent to every node), [`cluster`] (the
-//! nodes, the quorum, reports), then one module per operation ([`acquire`], [`settle`],
+//! nodes, the quorum, reports, and the [`background`] calls left running), then one module per operation ([`acquire`], [`settle`],
 //! [`renew`], [`release`], [`view`]), and [`config`]. This module ties them to
 //! [`LockBackend`].
 
 mod acquire;
+mod background;
 mod call;
 mod cluster;
 mod config;
@@ -233,4 +234,25 @@ impl LockBackend for Redlock {
             .await;
         finish(&span, result, "ok")
     }
+
+    /// Waits for the node calls left running after their operation was decided (a release's
+    /// past the quorum, a failed acquisition's undo, a renewal's slow nodes). Each call is
+    /// bounded by the node timeout, and a failed acquisition's undo is one more round after
+    /// its calls end, so this waits at most two node timeouts (plus a margin for the tasks to
+    /// be scheduled).
+    async fn finish_background(&self) {
+        let within = self.cluster.node_timeout.saturating_mul(2) + BACKGROUND_MARGIN;
+        let left = self.cluster.background.in_flight();
+        if left > 0 && !self.cluster.background.finished(within).await {
+            tracing::debug!(
+                backend = BACKEND,
+                left = self.cluster.background.in_flight(),
+                "node calls still running after {within:?}; they are left to their ttl"
+            );
+        }
+    }
 }
+
+/// What [`Redlock::finish_background`] allows beyond the node timeouts for its tasks to be
+/// scheduled on a busy runtime.
+const BACKGROUND_MARGIN: Duration = Duration::from_millis(500);

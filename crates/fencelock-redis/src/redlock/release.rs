@@ -49,7 +49,7 @@ pub(crate) async fn release(cluster: &Cluster, key: &LockKey, owner: OwnerId) ->
             break Err(cluster.quorum_failed(&mut round, released, describe_release));
         }
     };
-    round.finish_in_background(async {});
+    round.finish_in_background(&cluster.background, async {});
     outcome
 }
 

@@ -51,7 +51,7 @@ pub(crate) async fn extend(cluster: &Cluster, lease: &Lease, ttl: Duration) -> R
         }
         round.next().await;
     };
-    round.finish_in_background(async {});
+    round.finish_in_background(&cluster.background, async {});
     outcome?;
     let valid_until = valid_until(sent_at, ttl);
     if Instant::now() >= valid_until {

@@ -10,6 +10,7 @@ use fencelock_core::{Error, NodeReport, Result};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 
+use super::background::Background;
 use super::node::{Link, Node};
 
 /// What one node answered to one call.
@@ -26,7 +27,8 @@ pub(crate) enum Answer<T> {
 type Call<T> = Pin<Box<dyn Future<Output = (usize, Answer<T>)> + Send>>;
 
 /// One call fanned out to every node. Dropping a round abandons the calls still in flight;
-/// [`finish_in_background`](Self::finish_in_background) lets them complete instead.
+/// [`finish_in_background`](Self::finish_in_background) lets them complete instead, counted
+/// in the Redlock's [`Background`] so that a program can wait for them before it exits.
 pub(crate) struct Round<T> {
     calls: FuturesUnordered<Call<T>>,
     answers: Vec<Option<Answer<T>>>,
@@ -154,23 +156,16 @@ impl<T: Send + 'static> Round<T> {
             })
     }
 
-    /// Lets the calls still in flight run to their end on the runtime, then runs `after`.
-    pub(crate) fn finish_in_background<A>(mut self, after: A)
+    /// Lets the calls still in flight run to their end in a task counted by `background`,
+    /// then runs `after`. A round with no call left only runs `after`.
+    pub(crate) fn finish_in_background<A>(mut self, background: &Background, after: A)
     where
         A: Future<Output = ()> + Send + 'static,
     {
-        spawn(async move {
+        background.spawn(async move {
             while self.calls.next().await.is_some() {}
             after.await;
         });
-    }
-}
-
-/// Spawns `task` on the current Tokio runtime; without one (a caller outside any runtime, where
-/// no call could have been made either) there is nothing to finish.
-pub(crate) fn spawn(task: impl Future<Output = ()> + Send + 'static) {
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(task);
     }
 }
 

@@ -40,7 +40,7 @@ pub(crate) async fn settle(
         }
         round.next().await;
     };
-    round.finish_in_background(async {});
+    round.finish_in_background(&cluster.background, async {});
     outcome
 }
 
