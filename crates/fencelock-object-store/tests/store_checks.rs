@@ -1,0 +1,123 @@
+//! Stores that cannot fence are refused when the fence is built, saying why; objects that are
+//! not fenced objects, and servers that are down, give typed errors and change nothing.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::sync::Arc;
+
+use fencelock_core::{Error, Fence, FencingToken, OwnerId};
+use fencelock_object_store::object_store::aws::{AmazonS3Builder, S3ConditionalPut};
+use fencelock_object_store::object_store::local::LocalFileSystem;
+use fencelock_object_store::object_store::memory::InMemory;
+use fencelock_object_store::object_store::path::Path;
+use fencelock_object_store::object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use fencelock_object_store::{ObjectFence, ObjectStorage, ObjectStoreConfig};
+use support::moto::{BUCKET, moto};
+
+fn config_message(result: fencelock_core::Result<impl std::fmt::Debug>) -> String {
+    match result {
+        Err(Error::InvalidConfig { message, .. }) => message,
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_local_file_system_store_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
+    let message = config_message(ObjectStorage::connect(store, Path::from("fenced")).await);
+    assert!(
+        message.contains("does not implement a conditional update"),
+        "{message}"
+    );
+    assert!(message.contains("LocalFileSystem"), "{message}");
+    // The probe cleaned up after itself.
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("fenced"))
+            .unwrap()
+            .count(),
+        0
+    );
+}
+
+#[tokio::test]
+async fn s3_with_conditional_puts_disabled_is_refused() {
+    let store = AmazonS3Builder::new()
+        .with_bucket_name(BUCKET)
+        .with_endpoint(moto().endpoint())
+        .with_allow_http(true)
+        .with_region("us-east-1")
+        .with_access_key_id("test")
+        .with_secret_access_key("test")
+        .with_conditional_put(S3ConditionalPut::Disabled)
+        .build()
+        .unwrap();
+    let message = config_message(ObjectFence::connect(Arc::new(store), &Path::from("p")).await);
+    assert!(message.contains("conditional create"), "{message}");
+}
+
+#[tokio::test]
+async fn an_object_that_is_not_fenced_is_refused_and_left_alone() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let fence = ObjectFence::connect(store.clone(), &Path::default())
+        .await
+        .unwrap();
+    let path = Path::from("plain.txt");
+    store
+        .put(&path, PutPayload::from_static(b"written by another tool"))
+        .await
+        .unwrap();
+    let holder = Fence::new(FencingToken::new(3).unwrap(), OwnerId::random());
+    for result in [
+        fence.put(&path, holder, b"fenced").await.map(drop),
+        fence.get(&path, holder).await.map(drop),
+        fence.peek(&path).await.map(drop),
+    ] {
+        match result {
+            Err(Error::Backend { message, .. }) => {
+                assert!(
+                    message.contains("plain.txt is not a fenced object"),
+                    "{message}"
+                );
+                assert!(message.contains("InMemory"), "{message}");
+            }
+            other => panic!("expected Backend, got {other:?}"),
+        }
+    }
+    let body = store.get(&path).await.unwrap().bytes().await.unwrap();
+    assert_eq!(&body[..], b"written by another tool");
+}
+
+#[tokio::test]
+async fn a_server_that_is_down_is_unavailable_and_named() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config: ObjectStoreConfig = format!(
+        "s3://bkt/x?endpoint=http://127.0.0.1:{port}&access_key_id=a&secret_access_key=hunter2"
+    )
+    .parse()
+    .unwrap();
+    let error = config.connect_storage().await.unwrap_err();
+    assert!(error.is_retryable(), "{error}");
+    let text = error.to_string();
+    assert!(text.contains(&format!("127.0.0.1%3A{port}")), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+}
+
+#[tokio::test]
+async fn a_missing_bucket_is_named() {
+    let config: ObjectStoreConfig = format!(
+        "s3://no-such-bucket-here/x?endpoint={}&access_key_id=test&secret_access_key=test",
+        moto().endpoint()
+    )
+    .parse()
+    .unwrap();
+    let error = config.connect_storage().await.unwrap_err();
+    let text = error.to_string();
+    assert!(text.contains("no-such-bucket-here"), "{text}");
+}
