@@ -1,7 +1,12 @@
 //! The stories fencing exists for, against a real S3-compatible server (moto): a paused
 //! holder's late put, two writers racing on one object, and a put whose answer is lost.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stderr)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stderr
+)]
 
 mod support;
 
@@ -88,7 +93,7 @@ async fn paused_holders_late_put_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_writers_leave_the_fence_rules_winner() {
     let fence_store = fence_on(&moto().url()).await;
-    for round in 0..12u64 {
+    for round in 0..20u64 {
         let path = object("raced");
         let older = fence(10 + 2 * round);
         let newer = fence(11 + 2 * round);

@@ -121,3 +121,70 @@ async fn a_missing_bucket_is_named() {
     let text = error.to_string();
     assert!(text.contains("no-such-bucket-here"), "{text}");
 }
+
+/// Why the fence is kept in the body (DESIGN section 5.7): on S3 a plain object's ETag is its
+/// body's MD5, so rewriting the same body with other metadata keeps the ETag, and a
+/// conditional put on the older ETag still lands. Shown on the S3 server itself.
+#[tokio::test]
+async fn s3_etags_follow_the_body_alone() {
+    use fencelock_object_store::object_store::{
+        Attribute, AttributeValue, Attributes, PutMode, PutOptions, UpdateVersion,
+    };
+
+    let store = AmazonS3Builder::new()
+        .with_bucket_name(BUCKET)
+        .with_endpoint(moto().endpoint())
+        .with_allow_http(true)
+        .with_region("us-east-1")
+        .with_access_key_id("test")
+        .with_secret_access_key("test")
+        .build()
+        .unwrap();
+    let path = Path::from(format!("etags/{}", OwnerId::random()));
+    let put = |fence_meta: &'static str, mode: PutMode| {
+        let mut attributes = Attributes::new();
+        attributes.insert(
+            Attribute::Metadata("fence".into()),
+            AttributeValue::from(fence_meta),
+        );
+        let options = PutOptions {
+            mode,
+            attributes,
+            ..PutOptions::default()
+        };
+        store.put_opts(&path, PutPayload::from_static(b"same body"), options)
+    };
+    let first = put("5", PutMode::Create).await.unwrap();
+    let second = put("6", PutMode::Update(UpdateVersion::from(first.clone())))
+        .await
+        .unwrap();
+    assert_eq!(first.e_tag, second.e_tag, "the metadata changed the ETag");
+    // The holder of fence 5 still matches after fence 6 was recorded in metadata.
+    put("5", PutMode::Update(UpdateVersion::from(first)))
+        .await
+        .expect("a metadata-only fence would have been overwritten by a stale put");
+}
+
+/// Under `FenceRule::Strict` a token is good for one operation.
+#[tokio::test]
+async fn the_strict_rule_admits_one_operation_per_token() {
+    let fence = ObjectFence::connect(Arc::new(InMemory::new()), &Path::default())
+        .await
+        .unwrap()
+        .with_rule(fencelock_core::FenceRule::Strict);
+    let path = Path::from("once");
+    let holder = Fence::new(FencingToken::new(3).unwrap(), OwnerId::random());
+    fence.put(&path, holder, b"first").await.unwrap();
+    match fence.put(&path, holder, b"second").await {
+        Err(Error::Stale {
+            presented, current, ..
+        }) => assert_eq!((presented, current), (holder, holder)),
+        other => panic!("expected Stale, got {other:?}"),
+    }
+    let next = Fence::new(FencingToken::new(4).unwrap(), holder.owner);
+    assert_eq!(
+        fence.get(&path, next).await.unwrap().as_deref(),
+        Some(&b"first"[..])
+    );
+    assert!(fence.get(&path, next).await.is_err());
+}
