@@ -3,7 +3,7 @@
 //! | `object_store` | fencelock |
 //! |---|---|
 //! | `Precondition`, `AlreadyExists` | handled by the caller (a concurrent update: read again) |
-//! | `NotFound` | handled by the caller (no object yet) |
+//! | `NotFound` | on a read, handled by the caller (no object yet); on a put, [`Error::InvalidConfig`] (no bucket) |
 //! | `NotImplemented`, `NotSupported` | [`Error::InvalidConfig`]: the store lacks what fencing needs |
 //! | `PermissionDenied`, `Unauthenticated`, `UnknownConfigurationKey`, `InvalidPath` | [`Error::InvalidConfig`] |
 //! | anything else (HTTP errors, time-outs, refused connections) | [`Error::Unavailable`] (retryable) |
@@ -29,6 +29,12 @@ pub(crate) fn map_store_error(store: &str, what: &str, error: StoreError) -> Err
                 source: Some(Box::new(error)),
             }
         }
+        // Reads handle a missing object before they get here: on a put or a delete, what is
+        // missing is the bucket (or container) itself.
+        StoreError::NotFound { .. } => Error::InvalidConfig {
+            message: format!("{context}: not found; does the bucket exist?"),
+            source: Some(Box::new(error)),
+        },
         StoreError::PermissionDenied { .. }
         | StoreError::Unauthenticated { .. }
         | StoreError::UnknownConfigurationKey { .. }

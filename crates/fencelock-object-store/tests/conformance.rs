@@ -15,7 +15,7 @@ use fencelock_object_store::ObjectStoreConfig;
 
 async fn storage(url: &str) -> Arc<dyn FencedStorage> {
     let config: ObjectStoreConfig = url.parse().unwrap();
-    config.connect_storage().await.unwrap()
+    support::moto::connected(config.connect_storage().await)
 }
 
 async fn memory_setup() -> Setup {

@@ -23,7 +23,7 @@ use tokio::sync::Barrier;
 
 async fn fence_on(url: &str) -> ObjectFence {
     let config: ObjectStoreConfig = url.parse().unwrap();
-    config.connect_fence().await.unwrap()
+    support::moto::connected(config.connect_fence().await)
 }
 
 fn fence(token: u64) -> Fence {

@@ -159,3 +159,11 @@ fn http(port: u16, request_line: &str) -> Option<String> {
     let status = text.lines().next()?.to_owned();
     status.starts_with("HTTP/").then_some(status)
 }
+
+/// The value of a connect to moto; a refusal names the version that implements conditional
+/// writes, since an older moto ignores `If-Match` and fails the store check.
+pub(crate) fn connected<T>(result: fencelock_core::Result<T>) -> T {
+    result.unwrap_or_else(|error| {
+        panic!("connecting to moto failed: {error}; the tests need moto with conditional writes: `{INSTALL}`")
+    })
+}
