@@ -188,3 +188,95 @@ async fn the_strict_rule_admits_one_operation_per_token() {
     );
     assert!(fence.get(&path, next).await.is_err());
 }
+
+/// A store that takes conditional puts but ignores their conditions (as an S3-compatible
+/// server without `If-Match` support does): every update overwrites, and so does every
+/// create unless `honours_create`.
+#[derive(Debug)]
+struct IgnoresConditions {
+    inner: InMemory,
+    honours_create: bool,
+}
+
+impl std::fmt::Display for IgnoresConditions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("IgnoresConditions")
+    }
+}
+
+mod ignoring {
+    use fencelock_object_store::object_store::path::Path;
+    use fencelock_object_store::object_store::{
+        CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+        PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
+    };
+    use futures_util::stream::BoxStream;
+
+    #[async_trait::async_trait]
+    impl ObjectStore for super::IgnoresConditions {
+        async fn put_opts(
+            &self,
+            at: &Path,
+            payload: PutPayload,
+            opts: PutOptions,
+        ) -> Result<PutResult> {
+            let honoured = self.honours_create && matches!(opts.mode, PutMode::Create);
+            let opts = if honoured {
+                opts
+            } else {
+                PutOptions::default()
+            };
+            self.inner.put_opts(at, payload, opts).await
+        }
+        async fn put_multipart_opts(
+            &self,
+            at: &Path,
+            opts: PutMultipartOptions,
+        ) -> Result<Box<dyn MultipartUpload>> {
+            self.inner.put_multipart_opts(at, opts).await
+        }
+        async fn get_opts(&self, at: &Path, options: GetOptions) -> Result<GetResult> {
+            self.inner.get_opts(at, options).await
+        }
+        fn delete_stream(
+            &self,
+            locations: BoxStream<'static, Result<Path>>,
+        ) -> BoxStream<'static, Result<Path>> {
+            self.inner.delete_stream(locations)
+        }
+        fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+            self.inner.list(prefix)
+        }
+        async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
+            self.inner.list_with_delimiter(prefix).await
+        }
+        async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
+            self.inner.copy_opts(from, to, options).await
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_store_that_ignores_conditions_is_refused() {
+    for (honours_create, expected) in [
+        (false, "it overwrote an object a conditional create"),
+        (
+            true,
+            "it applied a conditional update (If-Match) against a version that was gone",
+        ),
+    ] {
+        let store = Arc::new(IgnoresConditions {
+            inner: InMemory::new(),
+            honours_create,
+        });
+        let message = config_message(ObjectFence::connect(store.clone(), &Path::from("p")).await);
+        assert!(
+            message.contains("IgnoresConditions cannot fence writes"),
+            "{message}"
+        );
+        assert!(message.contains(expected), "{message}");
+        // The probe removed its object.
+        let mut listed = store.list(None);
+        assert!(futures_util::StreamExt::next(&mut listed).await.is_none());
+    }
+}
