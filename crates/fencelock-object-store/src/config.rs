@@ -29,6 +29,7 @@ const S3_OPTIONS: &[Known] = &[
 const MAX_PREFIX_LEN: usize = 256;
 
 /// The region used when a URL names none.
+#[cfg(feature = "s3")]
 const DEFAULT_REGION: &str = "us-east-1";
 
 /// Where the objects live.
@@ -58,8 +59,8 @@ enum Target {
 ///   path segments). `endpoint` points at an S3-compatible server (`http://` or `https://`,
 ///   host and port, nothing else; path-style requests); without it, Amazon S3 of `region`
 ///   (default `us-east-1`). `access_key_id` and `secret_access_key` (alias `secret_key`)
-///   come together or not at all; without them, the credentials of the environment the
-///   process runs in (instance metadata, web identity). The server must honour
+///   come together or not at all; without them, the machine's instance-metadata
+///   credentials. The server must honour
 ///   `If-None-Match` and `If-Match` on PutObject: connecting checks it.
 /// - `memory-objects://`: an in-memory store, new for each connect, for tests and demos.
 ///
