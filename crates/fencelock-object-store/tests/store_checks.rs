@@ -1,0 +1,282 @@
+//! Stores that cannot fence are refused when the fence is built, saying why; objects that are
+//! not fenced objects, and servers that are down, give typed errors and change nothing.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::sync::Arc;
+
+use fencelock_core::{Error, Fence, FencingToken, OwnerId};
+use fencelock_object_store::object_store::aws::{AmazonS3Builder, S3ConditionalPut};
+use fencelock_object_store::object_store::local::LocalFileSystem;
+use fencelock_object_store::object_store::memory::InMemory;
+use fencelock_object_store::object_store::path::Path;
+use fencelock_object_store::object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use fencelock_object_store::{ObjectFence, ObjectStorage, ObjectStoreConfig};
+use support::moto::{BUCKET, moto};
+
+fn config_message(result: fencelock_core::Result<impl std::fmt::Debug>) -> String {
+    match result {
+        Err(Error::InvalidConfig { message, .. }) => message,
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_local_file_system_store_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
+    let message = config_message(ObjectStorage::connect(store, Path::from("fenced")).await);
+    assert!(
+        message.contains("does not implement a conditional update"),
+        "{message}"
+    );
+    assert!(message.contains("LocalFileSystem"), "{message}");
+    // The probe cleaned up after itself.
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("fenced"))
+            .unwrap()
+            .count(),
+        0
+    );
+}
+
+#[tokio::test]
+async fn s3_with_conditional_puts_disabled_is_refused() {
+    let store = AmazonS3Builder::new()
+        .with_bucket_name(BUCKET)
+        .with_endpoint(moto().endpoint())
+        .with_allow_http(true)
+        .with_region("us-east-1")
+        .with_access_key_id("test")
+        .with_secret_access_key("test")
+        .with_conditional_put(S3ConditionalPut::Disabled)
+        .build()
+        .unwrap();
+    let message = config_message(ObjectFence::connect(Arc::new(store), &Path::from("p")).await);
+    assert!(message.contains("conditional create"), "{message}");
+}
+
+#[tokio::test]
+async fn an_object_that_is_not_fenced_is_refused_and_left_alone() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let fence = ObjectFence::connect(store.clone(), &Path::default())
+        .await
+        .unwrap();
+    let path = Path::from("plain.txt");
+    store
+        .put(&path, PutPayload::from_static(b"written by another tool"))
+        .await
+        .unwrap();
+    let holder = Fence::new(FencingToken::new(3).unwrap(), OwnerId::random());
+    for result in [
+        fence.put(&path, holder, b"fenced").await.map(drop),
+        fence.get(&path, holder).await.map(drop),
+        fence.peek(&path).await.map(drop),
+    ] {
+        match result {
+            Err(Error::Backend { message, .. }) => {
+                assert!(
+                    message.contains("plain.txt is not a fenced object"),
+                    "{message}"
+                );
+                assert!(message.contains("InMemory"), "{message}");
+            }
+            other => panic!("expected Backend, got {other:?}"),
+        }
+    }
+    let body = store.get(&path).await.unwrap().bytes().await.unwrap();
+    assert_eq!(&body[..], b"written by another tool");
+}
+
+#[tokio::test]
+async fn a_server_that_is_down_is_unavailable_and_named() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config: ObjectStoreConfig = format!(
+        "s3://bkt/x?endpoint=http://127.0.0.1:{port}&access_key_id=a&secret_access_key=hunter2"
+    )
+    .parse()
+    .unwrap();
+    let error = config.connect_storage().await.unwrap_err();
+    assert!(error.is_retryable(), "{error}");
+    let text = error.to_string();
+    assert!(text.contains(&format!("127.0.0.1%3A{port}")), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+}
+
+#[tokio::test]
+async fn a_missing_bucket_is_named() {
+    let config: ObjectStoreConfig = format!(
+        "s3://no-such-bucket-here/x?endpoint={}&access_key_id=test&secret_access_key=test",
+        moto().endpoint()
+    )
+    .parse()
+    .unwrap();
+    let message = config_message(config.connect_storage().await);
+    assert!(message.contains("no-such-bucket-here"), "{message}");
+    assert!(message.contains("does the bucket exist?"), "{message}");
+}
+
+/// Why the fence is kept in the body (DESIGN section 5.7): on S3 a plain object's ETag is its
+/// body's MD5, so rewriting the same body with other metadata keeps the ETag, and a
+/// conditional put on the older ETag still lands. Shown on the S3 server itself.
+#[tokio::test]
+async fn s3_etags_follow_the_body_alone() {
+    use fencelock_object_store::object_store::{
+        Attribute, AttributeValue, Attributes, PutMode, PutOptions, UpdateVersion,
+    };
+
+    let store = AmazonS3Builder::new()
+        .with_bucket_name(BUCKET)
+        .with_endpoint(moto().endpoint())
+        .with_allow_http(true)
+        .with_region("us-east-1")
+        .with_access_key_id("test")
+        .with_secret_access_key("test")
+        .build()
+        .unwrap();
+    let path = Path::from(format!("etags/{}", OwnerId::random()));
+    let put = |fence_meta: &'static str, mode: PutMode| {
+        let mut attributes = Attributes::new();
+        attributes.insert(
+            Attribute::Metadata("fence".into()),
+            AttributeValue::from(fence_meta),
+        );
+        let options = PutOptions {
+            mode,
+            attributes,
+            ..PutOptions::default()
+        };
+        store.put_opts(&path, PutPayload::from_static(b"same body"), options)
+    };
+    let first = put("5", PutMode::Create).await.unwrap();
+    let second = put("6", PutMode::Update(UpdateVersion::from(first.clone())))
+        .await
+        .unwrap();
+    assert_eq!(first.e_tag, second.e_tag, "the metadata changed the ETag");
+    // The holder of fence 5 still matches after fence 6 was recorded in metadata.
+    put("5", PutMode::Update(UpdateVersion::from(first)))
+        .await
+        .expect("a metadata-only fence would have been overwritten by a stale put");
+}
+
+/// Under `FenceRule::Strict` a token is good for one operation.
+#[tokio::test]
+async fn the_strict_rule_admits_one_operation_per_token() {
+    let fence = ObjectFence::connect(Arc::new(InMemory::new()), &Path::default())
+        .await
+        .unwrap()
+        .with_rule(fencelock_core::FenceRule::Strict);
+    let path = Path::from("once");
+    let holder = Fence::new(FencingToken::new(3).unwrap(), OwnerId::random());
+    fence.put(&path, holder, b"first").await.unwrap();
+    match fence.put(&path, holder, b"second").await {
+        Err(Error::Stale {
+            presented, current, ..
+        }) => assert_eq!((presented, current), (holder, holder)),
+        other => panic!("expected Stale, got {other:?}"),
+    }
+    let next = Fence::new(FencingToken::new(4).unwrap(), holder.owner);
+    assert_eq!(
+        fence.get(&path, next).await.unwrap().as_deref(),
+        Some(&b"first"[..])
+    );
+    assert!(fence.get(&path, next).await.is_err());
+}
+
+/// A store that takes conditional puts but ignores their conditions (as an S3-compatible
+/// server without `If-Match` support does): every update overwrites, and so does every
+/// create unless `honours_create`.
+#[derive(Debug)]
+struct IgnoresConditions {
+    inner: InMemory,
+    honours_create: bool,
+}
+
+impl std::fmt::Display for IgnoresConditions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("IgnoresConditions")
+    }
+}
+
+mod ignoring {
+    use fencelock_object_store::object_store::path::Path;
+    use fencelock_object_store::object_store::{
+        CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+        PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
+    };
+    use futures_util::stream::BoxStream;
+
+    #[async_trait::async_trait]
+    impl ObjectStore for super::IgnoresConditions {
+        async fn put_opts(
+            &self,
+            at: &Path,
+            payload: PutPayload,
+            opts: PutOptions,
+        ) -> Result<PutResult> {
+            let honoured = self.honours_create && matches!(opts.mode, PutMode::Create);
+            let opts = if honoured {
+                opts
+            } else {
+                PutOptions::default()
+            };
+            self.inner.put_opts(at, payload, opts).await
+        }
+        async fn put_multipart_opts(
+            &self,
+            at: &Path,
+            opts: PutMultipartOptions,
+        ) -> Result<Box<dyn MultipartUpload>> {
+            self.inner.put_multipart_opts(at, opts).await
+        }
+        async fn get_opts(&self, at: &Path, options: GetOptions) -> Result<GetResult> {
+            self.inner.get_opts(at, options).await
+        }
+        fn delete_stream(
+            &self,
+            locations: BoxStream<'static, Result<Path>>,
+        ) -> BoxStream<'static, Result<Path>> {
+            self.inner.delete_stream(locations)
+        }
+        fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+            self.inner.list(prefix)
+        }
+        async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
+            self.inner.list_with_delimiter(prefix).await
+        }
+        async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
+            self.inner.copy_opts(from, to, options).await
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_store_that_ignores_conditions_is_refused() {
+    for (honours_create, expected) in [
+        (false, "it overwrote an object a conditional create"),
+        (
+            true,
+            "it applied a conditional update (If-Match) against a version that was gone",
+        ),
+    ] {
+        let store = Arc::new(IgnoresConditions {
+            inner: InMemory::new(),
+            honours_create,
+        });
+        let message = config_message(ObjectFence::connect(store.clone(), &Path::from("p")).await);
+        assert!(
+            message.contains("IgnoresConditions cannot fence writes"),
+            "{message}"
+        );
+        assert!(message.contains(expected), "{message}");
+        // The probe removed its object.
+        let mut listed = store.list(None);
+        assert!(futures_util::StreamExt::next(&mut listed).await.is_none());
+    }
+}
