@@ -13,14 +13,14 @@ use fencelock_core::{Error, LockKey, Result, async_trait};
 
 use crate::cluster::EtcdCluster;
 use crate::error::{BACKEND, map_etcd_error};
-use crate::keys::Keys;
+use crate::keys::{BY_ID, Keys};
 
 fn raw(what: &str, error: etcd_client::Error) -> Error {
     map_etcd_error(BACKEND, error).in_context(what)
 }
 
 /// Deletes everything fencelock's backend and storage wrote for a run's keys: locks, token
-/// counters, fences, values and readers (every family of the key layout) under the
+/// counters, fences, values, readers and queued places (every family of the key layout) under the
 /// installation's prefix.
 pub struct EtcdCleanup {
     client: Client,
@@ -54,24 +54,26 @@ impl Cleanup for EtcdCleanup {
                 .await
                 .map_err(|e| raw("delete the run's keys", e))?;
         }
-        // A reader key lives on its reader's lease, so only live readers have one: listing
-        // every reader of the installation stays small.
-        let readers = kv
-            .get(
-                self.keys.all_readers(),
-                Some(GetOptions::new().with_prefix().with_keys_only()),
-            )
-            .await
-            .map_err(|e| raw("list the readers", e))?;
-        for reader in readers.kvs() {
-            let of_run = self
-                .keys
-                .reader_lock_key(reader.key())
-                .is_some_and(|key| key.starts_with(key_prefix.as_bytes()));
-            if of_run {
-                kv.delete(reader.key(), None)
-                    .await
-                    .map_err(|e| raw("delete the run's readers", e))?;
+        // A reader key or a place lives on its reader's or waiter's lease, so only live ones
+        // exist: listing every one of the installation stays small.
+        for family in BY_ID {
+            let found = kv
+                .get(
+                    self.keys.all_of(family),
+                    Some(GetOptions::new().with_prefix().with_keys_only()),
+                )
+                .await
+                .map_err(|e| raw("list the readers and places", e))?;
+            for one in found.kvs() {
+                let of_run = self
+                    .keys
+                    .lock_key_of(family, one.key())
+                    .is_some_and(|key| key.starts_with(key_prefix.as_bytes()));
+                if of_run {
+                    kv.delete(one.key(), None)
+                        .await
+                        .map_err(|e| raw("delete the run's readers and places", e))?;
+                }
             }
         }
         Ok(())
