@@ -54,6 +54,8 @@ pub(crate) struct Refusal {
     pub(crate) place: Option<i64>,
     /// The place closest ahead of the waiter (`Alone`: any place), if any.
     pub(crate) ahead: Option<Vec<u8>>,
+    /// Whether that place is known to be the only one ahead (the head): the waiter is next.
+    pub(crate) next_in_line: bool,
 }
 
 impl EtcdLockBackend {
@@ -224,18 +226,25 @@ impl EtcdLockBackend {
             (true, false) => Some(HeldBy::Readers),
             (true, true) => None,
         };
-        let (place, ahead) = match in_line {
-            InLine::Alone => (None, next()?.first().map(|kv| kv.key().to_vec())),
+        let (place, ahead, next_in_line) = match in_line {
+            InLine::Alone => (None, next()?.first().map(|kv| kv.key().to_vec()), false),
             InLine::Enter { .. } | InLine::At { .. } => {
                 let place = next()?.first().map(KeyValue::create_revision);
-                let ahead = place.and_then(|created| {
-                    next()
-                        .ok()?
+                let before: Vec<KeyValue> = match place {
+                    Some(created) => next()?
                         .into_iter()
-                        .find(|kv| kv.create_revision() < created)
-                        .map(|kv| kv.key().to_vec())
-                });
-                (place, ahead)
+                        .filter(|kv| kv.create_revision() < created)
+                        .collect(),
+                    None => Vec::new(),
+                };
+                // `At` reads the two places before it; `Enter` only the newest two, itself
+                // among them.
+                let next_in_line = matches!(in_line, InLine::At { .. }) && before.len() == 1;
+                (
+                    place,
+                    before.first().map(|kv| kv.key().to_vec()),
+                    next_in_line,
+                )
             }
         };
         match held {
@@ -252,6 +261,7 @@ impl EtcdLockBackend {
                 held,
                 place,
                 ahead,
+                next_in_line,
             })),
         }
     }
@@ -275,15 +285,16 @@ pub(crate) fn first_under_prefix() -> GetOptions {
     GetOptions::new().with_prefix().with_limit(1)
 }
 
-/// Reads (under the queue's prefix) the place created last before revision `created`: the
-/// one a waiter whose place was created then waits for.
+/// Reads (under the queue's prefix) the two places created last before revision `created`:
+/// the first is the one a waiter whose place was created then waits for, and when it is
+/// alone, that waiter is next.
 pub(crate) fn ahead_of(created: i64) -> GetOptions {
     GetOptions::new()
         .with_prefix()
         .with_keys_only()
         .with_max_create_revision(created - 1)
         .with_sort(SortTarget::Create, SortOrder::Descend)
-        .with_limit(1)
+        .with_limit(2)
 }
 
 /// The key-values read by each range request of the branch a transaction ran, in order;

@@ -6,9 +6,10 @@
 //! place lease, [`PlaceTiming::secs`]), so a waiter that dies loses its place when that lease
 //! runs out, and etcd deletes it. Its create revision is its arrival: the place with the
 //! lowest one is the head. A waiter's first try is the plain grant's transaction, which also
-//! puts the place when it is refused (one write either way); its later tries refresh the
-//! place lease with a keep-alive and look at the queue with a read, writing nothing, unless
-//! the last look said it was its turn: then they send the grant's transaction, which
+//! puts the place when it is refused (one write either way). While it waits, it keeps the
+//! place lease alive and watches the place just ahead (and the lock key, when it is next);
+//! a try that is not its turn keeps the lease alive and looks with a read, writing nothing.
+//! When the last look says it is its turn, the try sends the grant's transaction, which
 //! compares that no place is older and deletes the place, in the one transaction that bumps
 //! the token. So a release is followed by one grant, of the head.
 
@@ -16,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use etcd_client::{EventType, GetOptions, Txn, TxnOp, WatchFilterType, WatchOptions};
+use etcd_client::{EventType, GetOptions, Txn, TxnOp, WatchFilterType, WatchOptions, WatchStream};
 use fencelock_core::{Lease, LockKey, OwnerId, Result, validate_ttl};
 use tokio::time::Instant;
 
@@ -37,8 +38,8 @@ const PLACE_SECS: i64 = 3;
 pub(crate) struct PlaceTiming {
     /// The place lease's ttl in whole seconds.
     pub(crate) secs: i64,
-    /// The longest a waiter sleeps between tries: a quarter of the place ttl, so its tries
-    /// keep the place alive with room for slow round trips.
+    /// How often a waiter keeps its place lease alive (its tries, or keep-alives while it
+    /// waits): a quarter of the place ttl, with room for slow round trips.
     pub(crate) refresh: Duration,
 }
 
@@ -378,72 +379,128 @@ impl EtcdLockBackend {
                 .map(|kv| kv.create_revision())
                 .filter(|&created| created == place.created),
             ahead: ahead.first().map(|kv| kv.key().to_vec()),
+            next_in_line: ahead.len() == 1,
         })
     }
 
     /// [`LockBackend::wait_for_turn`](fencelock_core::LockBackend::wait_for_turn): watches
-    /// the place just ahead, or (at the head) the lock key or the read phase, for a deletion
-    /// after the last look; at most `max` and the place's refresh interval.
+    /// the place just ahead for its deletion, and the lock key too when that place is the
+    /// head (at the head, the lock key alone, or the read phase), at most `max`, keeping the
+    /// place lease alive meanwhile (every refresh interval), so one watch serves the wait.
+    ///
+    /// The watches start at the current revision, never in the past: etcd delivers a watch
+    /// that starts in its history only once it caught up, up to 100 ms later. When the store
+    /// moved since the last look, the waiter looks again once they are open, so a deletion in
+    /// between is seen by the look, and one after it by the watch. The next waiter watches
+    /// the lock key already, so when the head's grant deletes its place it only looks (a
+    /// read) while the head holds, and the head's release is its turn.
     pub(crate) async fn wait_turn(
         &self,
         key: &LockKey,
         waiter: OwnerId,
         max: Duration,
     ) -> Result<()> {
-        let bound = max.min(self.queue.timing.refresh);
         let map_key = (key.clone(), waiter);
         let Some(mut place) = self.queue.places().get(&map_key).cloned() else {
             // No place (the last try failed before entering one): wait as anyone would.
+            let bound = max.min(self.queue.timing.refresh);
             return fencelock_core::LockBackend::wait_for_release(self, key, bound).await;
         };
-        let deadline = Instant::now() + bound;
+        let deadline = Instant::now().checked_add(max);
+        let lock = self.shared.keys.lock(key);
         loop {
             if place.turn() || place.seen.place.is_none() {
                 return Ok(());
             }
-            let (watched, prefix) = match (&place.seen.ahead, place.seen.held) {
-                (Some(ahead), _) => (ahead.clone(), false),
-                (None, Some(HeldBy::Writer)) => (self.shared.keys.lock(key), false),
-                (None, Some(HeldBy::Readers)) => (self.shared.keys.readers(key), true),
-                (None, Some(HeldBy::Queue) | None) => return Ok(()),
-            };
-            let at_head = place.seen.ahead.is_none();
-            match watch_delete(
-                &self.shared,
-                watched,
-                prefix,
-                place.seen.revision + 1,
-                deadline,
-            )
-            .await
-            {
-                Watched::TimedOut => return Ok(()),
-                Watched::Failed => {
-                    // No watch to rely on: wait like a poller would.
-                    tokio::time::sleep_until(deadline).await;
-                    return Ok(());
-                }
-                Watched::Deleted(revision)
-                    if at_head && place.seen.held == Some(HeldBy::Writer) =>
-                {
-                    // Nothing was ahead, and a place created later is behind: the lock is
-                    // free at that revision, and it is this waiter's turn.
-                    place.seen = Refusal {
-                        revision,
-                        held: None,
-                        ..place.seen
-                    };
-                    self.queue.update(&map_key, place);
-                    return Ok(());
-                }
-                Watched::Deleted(_) | Watched::Ended => {
-                    place.seen = self.look(key, &place).await?;
-                    self.queue.update(&map_key, place.clone());
-                }
-            }
-            if Instant::now() >= deadline {
+            let targets = self.targets(key, &place.seen);
+            if targets.is_empty() {
                 return Ok(());
             }
+            let Some((mut stream, opened)) = open_watches(&self.shared, &targets).await else {
+                // No watch to rely on: the next try looks, as a poller would.
+                let pause = Instant::now() + self.queue.timing.refresh;
+                tokio::time::sleep_until(deadline.map_or(pause, |d| d.min(pause))).await;
+                return Ok(());
+            };
+            if opened > place.seen.revision {
+                place.seen = self.look(key, &place).await?;
+                self.queue.update(&map_key, place.clone());
+                if place.turn() {
+                    return Ok(());
+                }
+                if !covered(&self.targets(key, &place.seen), &targets) {
+                    continue;
+                }
+            }
+            // Waits on this stream while what it watches still covers what to wait for.
+            loop {
+                let refresh_at = place.lease.alive_from + self.queue.timing.refresh;
+                let until = deadline.map_or(refresh_at, |d| d.min(refresh_at));
+                let watched = match tokio::time::timeout_at(until, next_delete(&mut stream)).await {
+                    Ok(watched) => watched,
+                    Err(_) if deadline.is_some_and(|d| Instant::now() >= d) => return Ok(()),
+                    Err(_) => {
+                        // Still waiting: keep the place, as a try would.
+                        let sent = Instant::now();
+                        match self.queue.leases.keep_alive(place.lease.id).await? {
+                            Ok(()) => {}
+                            Err(e) if is_lease_not_found(&e) => return Ok(()),
+                            Err(e) => {
+                                return Err(self.shared.error(e, "keeping a place in the queue"));
+                            }
+                        }
+                        place.lease.alive_from = sent;
+                        self.queue.update(&map_key, place.clone());
+                        continue;
+                    }
+                };
+                match watched {
+                    Watched::Deleted {
+                        key: deleted,
+                        revision,
+                    } if deleted == lock => {
+                        if place.seen.ahead.is_none() && revision > place.seen.revision {
+                            // Nothing ahead at the last look, and a place created later is
+                            // behind: the lock is free at that revision, and it is this
+                            // waiter's turn.
+                            place.seen = Refusal {
+                                revision,
+                                held: None,
+                                ..place.seen
+                            };
+                            self.queue.update(&map_key, place);
+                            return Ok(());
+                        }
+                        // Freed while a place was still ahead: the head's turn, not this
+                        // waiter's.
+                    }
+                    Watched::Deleted { .. } | Watched::Ended => {
+                        let ended = matches!(watched, Watched::Ended);
+                        place.seen = self.look(key, &place).await?;
+                        self.queue.update(&map_key, place.clone());
+                        if ended || place.turn() {
+                            break;
+                        }
+                        if !covered(&self.targets(key, &place.seen), &targets) {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// What a waiter that saw `seen` watches for deletions: the place ahead (and the lock key
+    /// when that place is the head), or at the head the lock key or the read phase.
+    fn targets(&self, key: &LockKey, seen: &Refusal) -> Vec<(Vec<u8>, bool)> {
+        match (&seen.ahead, seen.held) {
+            (Some(ahead), _) if seen.next_in_line => {
+                vec![(ahead.clone(), false), (self.shared.keys.lock(key), false)]
+            }
+            (Some(ahead), _) => vec![(ahead.clone(), false)],
+            (None, Some(HeldBy::Writer)) => vec![(self.shared.keys.lock(key), false)],
+            (None, Some(HeldBy::Readers)) => vec![(self.shared.keys.readers(key), true)],
+            (None, Some(HeldBy::Queue) | None) => Vec::new(),
         }
     }
 
@@ -484,56 +541,88 @@ impl EtcdLockBackend {
     }
 }
 
-/// How a watch for one deletion ended.
-enum Watched {
-    /// A key was deleted at this revision.
-    Deleted(i64),
-    /// The watch ended without one (its stream broke, or the server cancelled it because its
-    /// start revision was compacted away): look again.
-    Ended,
-    /// No watch could be opened.
-    Failed,
-    TimedOut,
+/// Whether the open watches (`open`) cover every one of `wanted`.
+fn covered(wanted: &[(Vec<u8>, bool)], open: &[(Vec<u8>, bool)]) -> bool {
+    wanted.iter().all(|target| open.contains(target))
 }
 
-/// Watches `key` (with `prefix`, every key under it) for its first deletion from revision
-/// `start` on, history included, until `deadline`. Dropping the stream ends the watch on the
-/// server.
-async fn watch_delete(
-    shared: &Shared,
-    key: Vec<u8>,
-    prefix: bool,
-    start: i64,
-    deadline: Instant,
-) -> Watched {
-    let mut options = WatchOptions::new()
-        .with_start_revision(start)
-        .with_filters([WatchFilterType::NoPut]);
-    if prefix {
-        options = options.with_prefix();
-    }
-    let watched = async {
-        let mut client = shared.client.watch_client();
-        let Ok(mut stream) = client.watch(key, Some(options)).await else {
-            return Watched::Failed;
-        };
-        loop {
-            match stream.message().await {
-                Ok(Some(response)) if response.canceled() => return Watched::Ended,
-                Ok(Some(response)) => {
-                    let deleted = response
-                        .events()
-                        .iter()
-                        .find(|event| event.event_type() == EventType::Delete);
-                    if let Some(event) = deleted {
-                        return Watched::Deleted(event.kv().map_or(start, |kv| kv.mod_revision()));
-                    }
-                }
-                Ok(None) | Err(_) => return Watched::Ended,
-            }
+/// How a watch for one deletion ended.
+enum Watched {
+    /// `key` was deleted at `revision`.
+    Deleted { key: Vec<u8>, revision: i64 },
+    /// The watch ended without one (its stream broke, or the server cancelled it): look
+    /// again.
+    Ended,
+}
+
+/// Opens, on one stream, a watch for deletions of each of `targets` (a key, or with its flag
+/// every key under a prefix) from the current revision on; with the latest revision they
+/// start after. `None` when they could not be opened. Dropping the stream ends the watches
+/// on the server.
+async fn open_watches(shared: &Shared, targets: &[(Vec<u8>, bool)]) -> Option<(WatchStream, i64)> {
+    let options = |prefix: bool| {
+        let options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
+        if prefix {
+            options.with_prefix()
+        } else {
+            options
         }
     };
-    tokio::time::timeout_at(deadline, watched)
+    let opened = async {
+        let ((first, prefix), rest) = targets.split_first()?;
+        let mut client = shared.client.watch_client();
+        let mut stream = client
+            .watch(first.clone(), Some(options(*prefix)))
+            .await
+            .ok()?;
+        for (key, prefix) in rest {
+            stream
+                .watch(key.clone(), Some(options(*prefix)))
+                .await
+                .ok()?;
+        }
+        let (mut revision, mut created) = (0, 0);
+        while created < targets.len() {
+            let response = stream.message().await.ok()??;
+            if response.canceled() {
+                return None;
+            }
+            if response.created() {
+                created += 1;
+                revision = revision.max(response.header()?.revision());
+            } else {
+                // Events of a watch opened first, before the others were: the caller looks
+                // again, whatever they were.
+                revision = i64::MAX;
+            }
+        }
+        Some((stream, revision))
+    };
+    tokio::time::timeout(shared.operation_timeout, opened)
         .await
-        .unwrap_or(Watched::TimedOut)
+        .ok()
+        .flatten()
+}
+
+/// The next deletion the watches report.
+async fn next_delete(stream: &mut WatchStream) -> Watched {
+    loop {
+        match stream.message().await {
+            Ok(Some(response)) if response.canceled() => return Watched::Ended,
+            Ok(Some(response)) => {
+                let deleted = response
+                    .events()
+                    .iter()
+                    .find(|event| event.event_type() == EventType::Delete)
+                    .and_then(|event| event.kv());
+                if let Some(kv) = deleted {
+                    return Watched::Deleted {
+                        key: kv.key().to_vec(),
+                        revision: kv.mod_revision(),
+                    };
+                }
+            }
+            Ok(None) | Err(_) => return Watched::Ended,
+        }
+    }
 }
