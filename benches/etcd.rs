@@ -1,6 +1,6 @@
 //! fencelock's etcd backend and storage next to the raw transaction a user writes on the same
-//! cluster (put-if-absent + delete), with etcd's own lock service (v3 `Lock` / `Unlock` on a
-//! session lease) as the peer, from the etcd crate's own bench kit.
+//! cluster (put-if-absent + delete), with etcd's own lock service (v3 `Lock` / `Unlock`, a
+//! session lease per call) as the peer, from the etcd crate's own bench kit.
 //!
 //! `cargo bench --features etcd --bench etcd`. The cluster is `FENCELOCK_ETCD_URL` when set,
 //! else three members spawned for the run (see `fencelock_testkit::etcd`). Groups are named

@@ -15,9 +15,10 @@ use tracing::Instrument;
 
 use crate::cluster::Shared;
 use crate::error::{BACKEND, is_lease_not_found, protocol};
-use crate::grant::{Grant, first_under_prefix};
+use crate::grant::{Grant, InLine, first_under_prefix};
 use crate::keys::{counter_value, holder_value, parse_counter, parse_holder};
 use crate::leases::{LeaseSlot, Leases};
+use crate::queue::Queue;
 use crate::reply::{Applied, applied, counter_seen, lost_reason, reads};
 use crate::seen::{CounterSeen, HeldBy, Seen};
 use crate::waiters::Waiters;
@@ -28,7 +29,7 @@ pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Transactions one `try_acquire` sends at most while the lock is free but the counter keeps
 /// moving (other clients granting and releasing in between); then it reports the lock as
 /// taken, and the caller's wait goes on.
-const GRANT_ATTEMPTS: usize = 4;
+pub(crate) const GRANT_ATTEMPTS: usize = 4;
 
 /// The lock backend on an etcd cluster.
 ///
@@ -60,9 +61,15 @@ const GRANT_ATTEMPTS: usize = 4;
 ///   delete, so a late retry cannot free a newer holder.
 /// - **Leases are reused**: a lease whose lock was released, or that was never attached,
 ///   serves the next grant of the same ttl (see the crate docs for why that is safe).
-/// - **Waiting** watches the lock key for its deletion from the revision at which it was
-///   seen held, so a release (or expiry) in between is not missed; each deletion wakes one
-///   waiter of this backend, the others try again at their next pause.
+/// - **Fair waiting**: a request of [`Locker`](fencelock_core::Locker) that waits keeps a
+///   place in the key's queue (a key on a short lease of its own, ordered by create
+///   revision), is granted only when no place is older, in the grant's one transaction
+///   (which also deletes the place), and watches only the place just ahead of it (at the
+///   head, the lock key): a release is followed by one grant. A try that does not queue is
+///   refused while places exist.
+/// - **Waiting outside the queue** watches the lock key for its deletion from the revision at
+///   which it was seen held, so a release (or expiry) in between is not missed; each deletion
+///   wakes one waiter of this backend, the others try again at their next pause.
 ///
 /// etcd grants leases in whole seconds and no shorter than 1.5 election timeouts:
 /// [`Capabilities::min_ttl`] is that minimum, measured at connect, and a ttl is rounded up to
@@ -73,6 +80,7 @@ pub struct EtcdLockBackend {
     pub(crate) leases: Arc<Leases>,
     pub(crate) seen: Arc<Seen>,
     waiters: Arc<Waiters>,
+    pub(crate) queue: Arc<Queue>,
 }
 
 impl EtcdLockBackend {
@@ -81,6 +89,7 @@ impl EtcdLockBackend {
             leases: Arc::new(Leases::new(shared.clone())),
             seen: Arc::new(Seen::default()),
             waiters: Arc::new(Waiters::new(shared.clone())),
+            queue: Arc::new(Queue::new(shared.clone())),
             shared,
         }
     }
@@ -169,6 +178,7 @@ impl LockBackend for EtcdLockBackend {
         // Leases are kept in etcd's store and restored (with a fresh ttl) after a restart.
         .with_locks_survive_restart(true)
         .with_kinds(LockKinds::GENERIC.with_shared())
+        .with_fair(true)
     }
 
     async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
@@ -180,12 +190,15 @@ impl LockBackend for EtcdLockBackend {
             let mut lease = self.lease_for(ttl, secs).await?;
             for _ in 0..GRANT_ATTEMPTS {
                 let counter = self.seen.counter(key);
-                match self.grant_once(key, owner, lease, counter, ttl).await? {
+                match self
+                    .grant_once(key, owner, lease, counter, ttl, InLine::Alone)
+                    .await?
+                {
                     Grant::Granted(granted) => {
                         tracing::debug!(token = granted.token.get(), "granted");
                         return Ok(Some(granted));
                     }
-                    Grant::Held => return Ok(None),
+                    Grant::Refused(_) => return Ok(None),
                     Grant::CounterMoved => lease = self.lease_for(ttl, secs).await?,
                     Grant::LeaseGone => lease = (self.leases.grant(secs).await?, false),
                 }
@@ -318,8 +331,32 @@ impl LockBackend for EtcdLockBackend {
                     .wait(&self.shared.keys.readers(key), true, held_at, max)
                     .await;
             }
+            HeldBy::Queue => {
+                self.waiters
+                    .wait(&self.shared.keys.queue(key), true, held_at, max)
+                    .await;
+            }
         }
         Ok(())
+    }
+
+    async fn try_acquire_queued(
+        &self,
+        key: &LockKey,
+        ttl: Duration,
+        waiter: OwnerId,
+    ) -> Result<Option<Lease>> {
+        self.try_queued(key, ttl, waiter)
+            .instrument(tracing::debug_span!("try_acquire_queued", backend = BACKEND, key = %key))
+            .await
+    }
+
+    async fn wait_for_turn(&self, key: &LockKey, waiter: OwnerId, max: Duration) -> Result<()> {
+        self.wait_turn(key, waiter, max).await
+    }
+
+    async fn leave_queue(&self, key: &LockKey, waiter: OwnerId) -> Result<()> {
+        self.leave(key, waiter).await
     }
 
     async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {

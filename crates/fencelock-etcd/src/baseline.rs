@@ -4,7 +4,7 @@
 //! of a run's keys ([`EtcdCleanup`]).
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, LockOptions, Txn, TxnOp};
@@ -13,14 +13,14 @@ use fencelock_core::{Error, LockKey, Result, async_trait};
 
 use crate::cluster::EtcdCluster;
 use crate::error::{BACKEND, map_etcd_error};
-use crate::keys::Keys;
+use crate::keys::{BY_ID, Keys};
 
 fn raw(what: &str, error: etcd_client::Error) -> Error {
     map_etcd_error(BACKEND, error).in_context(what)
 }
 
 /// Deletes everything fencelock's backend and storage wrote for a run's keys: locks, token
-/// counters, fences, values and readers (every family of the key layout) under the
+/// counters, fences, values, readers and queued places (every family of the key layout) under the
 /// installation's prefix.
 pub struct EtcdCleanup {
     client: Client,
@@ -54,24 +54,26 @@ impl Cleanup for EtcdCleanup {
                 .await
                 .map_err(|e| raw("delete the run's keys", e))?;
         }
-        // A reader key lives on its reader's lease, so only live readers have one: listing
-        // every reader of the installation stays small.
-        let readers = kv
-            .get(
-                self.keys.all_readers(),
-                Some(GetOptions::new().with_prefix().with_keys_only()),
-            )
-            .await
-            .map_err(|e| raw("list the readers", e))?;
-        for reader in readers.kvs() {
-            let of_run = self
-                .keys
-                .reader_lock_key(reader.key())
-                .is_some_and(|key| key.starts_with(key_prefix.as_bytes()));
-            if of_run {
-                kv.delete(reader.key(), None)
-                    .await
-                    .map_err(|e| raw("delete the run's readers", e))?;
+        // A reader key or a place lives on its reader's or waiter's lease, so only live ones
+        // exist: listing every one of the installation stays small.
+        for family in BY_ID {
+            let found = kv
+                .get(
+                    self.keys.all_of(family),
+                    Some(GetOptions::new().with_prefix().with_keys_only()),
+                )
+                .await
+                .map_err(|e| raw("list the readers and places", e))?;
+            for one in found.kvs() {
+                let of_run = self
+                    .keys
+                    .lock_key_of(family, one.key())
+                    .is_some_and(|key| key.starts_with(key_prefix.as_bytes()));
+                if of_run {
+                    kv.delete(one.key(), None)
+                        .await
+                        .map_err(|e| raw("delete the run's readers and places", e))?;
+                }
             }
         }
         Ok(())
@@ -183,15 +185,37 @@ impl Op for PlainWriter {
     }
 }
 
-/// The peer on etcd. etcd's own lock service, as its clients use it: one session lease kept
+/// The peer on etcd. etcd's own lock service, as its clients use it: a session lease kept
 /// alive for the run, `Lock(name, lease)` and `Unlock(key)`. `Lock` waits while the lock is
 /// held, so waiting is bounded by the wait budget.
+///
+/// Each call holds a session of its own while it locks, from a pool that grows to the number
+/// of calls at once: etcd's lock key is `<name>/<lease>`, so two calls on one session would
+/// both "hold" the lock at once (the second finds its key there and returns at once), which
+/// would measure no exclusion at all.
 #[derive(Clone)]
 pub struct EtcdLockServicePeer {
     client: Client,
     root: String,
-    lease: i64,
-    keeper: Arc<tokio::task::AbortHandle>,
+    sessions: Arc<Sessions>,
+}
+
+/// The session leases of a peer: those free now, and all of them, kept alive by one task.
+struct Sessions {
+    free: Mutex<Vec<i64>>,
+    all: Arc<Mutex<Vec<i64>>>,
+    keeper: tokio::task::AbortHandle,
+}
+
+impl Drop for Sessions {
+    fn drop(&mut self) {
+        // The last clone ends the keep-alives; the leases then expire on the server.
+        self.keeper.abort();
+    }
+}
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl fmt::Debug for EtcdLockServicePeer {
@@ -202,64 +226,90 @@ impl fmt::Debug for EtcdLockServicePeer {
 }
 
 impl EtcdLockServicePeer {
-    /// Grants the session lease ([`TTL`]) on `client` and keeps it alive until the last
-    /// clone is dropped; the locks are named `<root>v3lock/<key>`.
+    /// Starts the task that keeps the session leases ([`TTL`]) on `client` alive until the
+    /// last clone is dropped; the locks are named `<root>v3lock/<key>`.
     pub async fn start(client: Client, root: impl Into<String>) -> Result<Self> {
-        let mut leases = client.lease_client();
+        let all = Arc::new(Mutex::new(Vec::new()));
+        let keeper = {
+            let (client, all) = (client.clone(), all.clone());
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(TTL / 3).await;
+                    let ids: Vec<i64> = locked(&all).clone();
+                    for id in ids {
+                        let mut leases = client.lease_client();
+                        if let Ok((mut keeper, mut responses)) = leases.keep_alive(id).await {
+                            let _ = keeper.keep_alive().await;
+                            let _ = responses.message().await;
+                        }
+                    }
+                }
+            })
+            .abort_handle()
+        };
+        Ok(EtcdLockServicePeer {
+            client,
+            root: root.into(),
+            sessions: Arc::new(Sessions {
+                free: Mutex::new(Vec::new()),
+                all,
+                keeper,
+            }),
+        })
+    }
+
+    /// A session lease no other call holds: a free one, or a new one.
+    async fn session(&self) -> Result<i64> {
+        if let Some(id) = locked(&self.sessions.free).pop() {
+            return Ok(id);
+        }
         let ttl = i64::try_from(TTL.as_secs()).unwrap_or(30);
-        let lease = leases
+        let id = self
+            .client
+            .lease_client()
             .grant(ttl, None)
             .await
             .map_err(|e| raw("session lease", e))?
             .id();
-        let (mut keeper, mut responses) = leases
-            .keep_alive(lease)
-            .await
-            .map_err(|e| raw("session keep-alive", e))?;
-        let task = tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(TTL / 3).await;
-                if keeper.keep_alive().await.is_err() || responses.message().await.is_err() {
-                    return;
-                }
-            }
-        });
-        Ok(EtcdLockServicePeer {
-            client,
-            root: root.into(),
-            lease,
-            keeper: Arc::new(task.abort_handle()),
-        })
+        locked(&self.sessions.all).push(id);
+        Ok(id)
     }
 
     async fn lock_unlock(&self, key: &LockKey) -> Result<()> {
+        /// A session given up unless its call unlocked: no longer kept alive, it expires.
+        struct Held<'a>(&'a Sessions, i64, bool);
+        impl Drop for Held<'_> {
+            fn drop(&mut self) {
+                if self.2 {
+                    locked(&self.0.free).push(self.1);
+                } else {
+                    locked(&self.0.all).retain(|&id| id != self.1);
+                }
+            }
+        }
+        let lease = self.session().await?;
+        let mut session = Held(&self.sessions, lease, false);
         let mut locks = self.client.lock_client();
         let name = format!("{}v3lock/{key}", self.root);
         let held = locks
-            .lock(name, Some(LockOptions::new().with_lease(self.lease)))
+            .lock(name, Some(LockOptions::new().with_lease(lease)))
             .await
             .map_err(|e| raw("v3 Lock", e))?;
         locks
             .unlock(held.key().to_vec())
             .await
             .map_err(|e| raw("v3 Unlock", e))?;
+        // Only a session whose lock was unlocked is free again: one whose call was cut short
+        // (its wait budget spent) or failed is dropped.
+        session.2 = true;
         Ok(())
-    }
-}
-
-impl Drop for EtcdLockServicePeer {
-    fn drop(&mut self) {
-        // The last clone ends the keep-alive; the lease then expires on the server.
-        if Arc::strong_count(&self.keeper) == 1 {
-            self.keeper.abort();
-        }
     }
 }
 
 #[async_trait]
 impl Subject for EtcdLockServicePeer {
     fn label(&self) -> String {
-        "etcd v3 Lock + Unlock (session lease)".into()
+        "etcd v3 Lock + Unlock (a session lease per call)".into()
     }
 
     async fn acquire_release(&self, key: &LockKey) -> Result<()> {

@@ -5,11 +5,12 @@
 //! | `<prefix>/lock/<key>` | `<owner>:<token>` (32 hex digits, decimal) | attached to the grant's lease |
 //! | `<prefix>/token/<key>` | the key's last token, decimal | never deleted |
 //! | `<prefix>/read/<n>:<key>/<reader>` | the read phase's `<owner>:<token>` | attached to the reader's lease |
+//! | `<prefix>/queue/<n>:<key>/<waiter>` | empty: a queued waiter's place | attached to the waiter's place lease |
 //! | `<prefix>/fence/<resource>` | `<token, 20 digits>:<owner>` | never deleted |
 //! | `<prefix>/data/<resource>` | the value's bytes | written with the fence |
 //!
 //! Nothing else is written under `<prefix>/`: the sweep of a benchmark run's keys
-//! ([`Keys::by_key_under`], [`Keys::reader_lock_key`]) relies on this table being whole.
+//! ([`Keys::by_key_under`], [`Keys::lock_key_of`]) relies on this table being whole.
 //!
 //! The fence's token is zero-padded to 20 digits (`u64::MAX` has 20) so that etcd's byte-wise
 //! `value < x` compare orders fences by token: see [`fence_floor`].
@@ -28,6 +29,11 @@ const DATA: &str = "data";
 const BY_KEY: [&str; 4] = [LOCK, TOKEN, FENCE, DATA];
 /// The reader keys, `<prefix>/read/<len>:<key>/<reader>`: not prefix-ordered by key.
 const READ: &str = "read";
+/// The queued waiters' places, `<prefix>/queue/<len>:<key>/<waiter>`: not prefix-ordered by
+/// key either.
+const QUEUE: &str = "queue";
+/// The families named `<prefix>/<family>/<len>:<key>/<id>`, one key per reader or waiter.
+pub(crate) const BY_ID: [&str; 2] = [READ, QUEUE];
 
 /// The key names of one installation (one prefix).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,18 +59,35 @@ impl Keys {
         self.key(LOCK, key.as_str())
     }
 
-    /// The prefix of the key's reader keys (one per reader of its read phase). The key's
-    /// length in bytes comes first, so no key's prefix starts another's: `a`'s readers are
-    /// under `read/1:a/`, and `a/b`'s under `read/3:a/b/`, outside that range.
-    pub(crate) fn readers(&self, key: &LockKey) -> Vec<u8> {
+    /// `<prefix>/<family>/<len>:<key>/`: the key's length in bytes comes first, so no key's
+    /// prefix starts another's: `a`'s are under `<family>/1:a/`, and `a/b`'s under
+    /// `<family>/3:a/b/`, outside that range.
+    fn by_id(&self, family: &str, key: &LockKey) -> Vec<u8> {
         let key = key.as_str();
-        format!("{}/{READ}/{}:{key}/", self.prefix, key.len()).into_bytes()
+        format!("{}/{family}/{}:{key}/", self.prefix, key.len()).into_bytes()
+    }
+
+    /// The prefix of the key's reader keys (one per reader of its read phase).
+    pub(crate) fn readers(&self, key: &LockKey) -> Vec<u8> {
+        self.by_id(READ, key)
     }
 
     /// One reader's key in the key's read phase.
     pub(crate) fn reader(&self, key: &LockKey, reader: OwnerId) -> Vec<u8> {
         let mut name = self.readers(key);
         name.extend_from_slice(reader.to_string().as_bytes());
+        name
+    }
+
+    /// The prefix of the key's queue: one place per queued waiter, ordered by create revision.
+    pub(crate) fn queue(&self, key: &LockKey) -> Vec<u8> {
+        self.by_id(QUEUE, key)
+    }
+
+    /// One waiter's place in the key's queue.
+    pub(crate) fn place(&self, key: &LockKey, waiter: OwnerId) -> Vec<u8> {
+        let mut name = self.queue(key);
+        name.extend_from_slice(waiter.to_string().as_bytes());
         name
     }
 
@@ -92,17 +115,17 @@ impl Keys {
             .collect()
     }
 
-    /// The start of every reader key of the installation. A reader key puts its lock key's
-    /// length first, so the readers of the keys under a key prefix are no one etcd range:
-    /// [`reader_lock_key`](Self::reader_lock_key) picks them out.
-    pub(crate) fn all_readers(&self) -> Vec<u8> {
-        self.key(READ, "")
+    /// The start of every key of `family` (one of [`BY_ID`]) in the installation. Such a key
+    /// puts its lock key's length first, so the ones of the keys under a key prefix are no
+    /// one etcd range: [`lock_key_of`](Self::lock_key_of) picks them out.
+    pub(crate) fn all_of(&self, family: &str) -> Vec<u8> {
+        self.key(family, "")
     }
 
-    /// The lock key of a reader key ([`reader`](Self::reader)), as bytes; `None` for a name
-    /// that is not one.
-    pub(crate) fn reader_lock_key<'a>(&self, name: &'a [u8]) -> Option<&'a [u8]> {
-        let rest = name.strip_prefix(self.all_readers().as_slice())?;
+    /// The lock key of a reader key or a place ([`reader`](Self::reader),
+    /// [`place`](Self::place)) of `family`, as bytes; `None` for a name that is not one.
+    pub(crate) fn lock_key_of<'a>(&self, family: &str, name: &'a [u8]) -> Option<&'a [u8]> {
+        let rest = name.strip_prefix(self.all_of(family).as_slice())?;
         let colon = rest.iter().position(|&b| b == b':')?;
         let (len, rest) = rest.split_at(colon);
         let len: usize = std::str::from_utf8(len).ok()?.parse().ok()?;
@@ -204,7 +227,7 @@ mod tests {
     }
 
     #[test]
-    fn no_key_has_its_readers_under_another_keys_readers() {
+    fn no_key_has_its_readers_or_places_under_another_keys() {
         let keys = Keys::new("p");
         let reader = OwnerId::from_u128(7);
         let names = ["a", "a/b", "a/", "1:a", "ab", "a/b/c"];
@@ -214,6 +237,9 @@ mod tests {
                 let other = LockKey::new(other).unwrap();
                 let under = keys.reader(&other, reader).starts_with(&keys.readers(&one));
                 assert_eq!(under, one == other, "{one} / {other}");
+                let queued = keys.place(&other, reader).starts_with(&keys.queue(&one));
+                assert_eq!(queued, one == other, "{one} / {other}");
+                assert!(!keys.place(&other, reader).starts_with(&keys.readers(&one)));
             }
         }
     }
@@ -236,11 +262,18 @@ mod tests {
                 .iter()
                 .map(|name| ranges.iter().any(|start| name.starts_with(start)))
                 .collect::<Vec<_>>();
-            let name = keys.reader(&key, reader);
-            assert!(name.starts_with(&keys.all_readers()));
-            let of = keys.reader_lock_key(&name).unwrap();
-            assert_eq!(of, key.as_str().as_bytes());
-            (by_key, of.starts_with(b"run/"))
+            let mut of_run = Vec::new();
+            for (family, name) in BY_ID
+                .iter()
+                .zip([keys.reader(&key, reader), keys.place(&key, reader)])
+            {
+                assert!(name.starts_with(&keys.all_of(family)));
+                let of = keys.lock_key_of(family, &name).unwrap();
+                assert_eq!(of, key.as_str().as_bytes());
+                of_run.push(of.starts_with(b"run/"));
+            }
+            assert_eq!(of_run[0], of_run[1]);
+            (by_key, of_run[0])
         };
         for key in ["run/", "run/a", "run/a/1:b/c", "run/ü"] {
             assert_eq!(swept(key), (vec![true; 4], true), "{key}");
@@ -254,7 +287,7 @@ mod tests {
             b"p/x/read/x:a/r",
             b"p/y/read/1:a/r",
         ] {
-            assert_eq!(keys.reader_lock_key(name), None, "{name:?}");
+            assert_eq!(keys.lock_key_of(READ, name), None, "{name:?}");
         }
     }
 

@@ -11,6 +11,7 @@ mod error;
 mod grant;
 mod keys;
 mod leases;
+mod queue;
 mod reply;
 mod seen;
 mod shared;

@@ -34,6 +34,9 @@ pub(crate) enum HeldBy {
     Writer,
     /// A read phase: the deletion of its last reader key frees the lock.
     Readers,
+    /// Nobody, but waiters are queued: the deletion of a place (a grant, a waiter that left or
+    /// lapsed) may let a try that does not queue in.
+    Queue,
 }
 
 /// The table, one per backend.

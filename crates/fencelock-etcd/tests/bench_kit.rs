@@ -52,7 +52,10 @@ async fn the_kit_measures_and_the_cleanup_removes_only_the_run() {
     let [Peer::Raw(peer)] = kit.peers.as_slice() else {
         panic!("one raw peer: {:?}", kit.peers);
     };
-    assert_eq!(peer.label(), "etcd v3 Lock + Unlock (session lease)");
+    assert_eq!(
+        peer.label(),
+        "etcd v3 Lock + Unlock (a session lease per call)"
+    );
     peer.acquire_release(&key).await.unwrap();
     peer.lock_release(&key, Duration::from_secs(1))
         .await

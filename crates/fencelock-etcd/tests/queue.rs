@@ -1,0 +1,193 @@
+//! The fair queue on real etcd: queued waiters write nothing while they wait, each release is
+//! followed by one grant in arrival order, and a waiter that vanished holds no one up past its
+//! place lease.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::GetOptions;
+use fencelock_core::{LockBackend, LockKey, Locker, OwnerId};
+use fencelock_etcd::EtcdCluster;
+use fencelock_testkit::etcd::EtcdServer;
+use tokio::time::{sleep, timeout};
+
+const TTL: Duration = Duration::from_secs(60);
+const PATIENCE: Duration = Duration::from_secs(30);
+
+fn key(name: &str) -> LockKey {
+    LockKey::new(format!("queue/{name}")).unwrap()
+}
+
+/// The Raft proposals member `index` has seen committed, from etcd's `/metrics` (served on
+/// the client port).
+async fn proposals_committed(server: &Arc<EtcdServer>, index: usize) -> u64 {
+    let port = server.client_port(index);
+    tokio::task::spawn_blocking(move || {
+        let mut stream = TcpStream::connect(("127.0.0.1", port))
+            .unwrap_or_else(|e| panic!("etcd metrics on port {port}: {e}"));
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut body = String::new();
+        stream.read_to_string(&mut body).unwrap();
+        let line = body
+            .lines()
+            .find_map(|line| line.strip_prefix("etcd_server_proposals_committed_total "))
+            .unwrap_or_else(|| panic!("no etcd_server_proposals_committed_total in /metrics"));
+        line.trim().parse::<f64>().unwrap() as u64
+    })
+    .await
+    .unwrap()
+}
+
+/// How many places the key's queue holds, read under the cluster's prefix.
+async fn places(cluster: &EtcdCluster, key: &LockKey) -> i64 {
+    let prefix = format!(
+        "{}/queue/{}:{key}/",
+        cluster.config().prefix_name(),
+        key.as_str().len()
+    );
+    cluster
+        .client()
+        .kv_client()
+        .get(
+            prefix,
+            Some(GetOptions::new().with_prefix().with_count_only()),
+        )
+        .await
+        .unwrap()
+        .count()
+}
+
+/// Waits until the key's queue holds `n` places.
+async fn until_places(cluster: &EtcdCluster, key: &LockKey, n: i64) {
+    timeout(PATIENCE, async {
+        while places(cluster, key).await != n {
+            sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the queue of {key} never held {n} places"));
+}
+
+/// Starts a `Locker` request on `key` that records `index` in `order` when granted, then
+/// releases.
+fn waiter(
+    locker: &Locker,
+    key: &LockKey,
+    index: usize,
+    order: &Arc<Mutex<Vec<usize>>>,
+) -> tokio::task::JoinHandle<()> {
+    let (locker, key, order) = (locker.clone(), key.clone(), order.clone());
+    tokio::spawn(async move {
+        let guard = locker
+            .lock(key.as_str())
+            .ttl(TTL)
+            .wait(Duration::from_secs(300))
+            .watchdog(false)
+            .await
+            .expect("a queued waiter was not granted");
+        order.lock().unwrap().push(index);
+        assert!(guard.release().await.unwrap());
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_waiters_write_nothing_and_each_release_grants_one() {
+    let server = common::spawn(1).await;
+    let cluster = common::connect(&server).await;
+    let backend = cluster.backend();
+    assert!(backend.capabilities().fair);
+    let key = key("quiet");
+    let held = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+    let locker = Locker::new(backend.clone());
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let waiters = 8;
+    let mut tasks = Vec::new();
+    for index in 0..waiters {
+        tasks.push(waiter(&locker, &key, index, &order));
+        until_places(&cluster, &key, i64::try_from(index).unwrap() + 1).await;
+    }
+    // Every waiter is queued; over several refresh intervals they keep their places with
+    // keep-alives and reads, none of which is a Raft proposal. Waiters that retried the
+    // grant would propose a transaction each on every try (at least every 500 ms).
+    let before = proposals_committed(&server, 0).await;
+    sleep(Duration::from_secs(3)).await;
+    let waiting = proposals_committed(&server, 0).await - before;
+    assert!(
+        waiting <= 2,
+        "{waiters} queued waiters made {waiting} proposals in 3 s while the lock was held"
+    );
+    assert!(
+        backend.try_acquire(&key, TTL).await.unwrap().is_none(),
+        "a plain try took a lock waited for"
+    );
+    let before = proposals_committed(&server, 0).await;
+    assert!(backend.release(&held).await.unwrap());
+    for task in tasks {
+        timeout(PATIENCE, task)
+            .await
+            .expect("the queued waiters were not all granted")
+            .unwrap();
+    }
+    let drained = proposals_committed(&server, 0).await - before;
+    assert_eq!(*order.lock().unwrap(), (0..waiters).collect::<Vec<_>>());
+    // One release of the holder, then a grant and a release per waiter: a release is
+    // followed by the head's grant alone (slack for lease housekeeping in the background).
+    let expected = 1 + 2 * u64::try_from(waiters).unwrap();
+    assert!(
+        drained <= expected + 4,
+        "handing the lock down {waiters} waiters took {drained} proposals, expected {expected}"
+    );
+    assert_eq!(places(&cluster, &key).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_waiter_loses_its_place_when_its_lease_runs_out() {
+    let server = common::spawn(1).await;
+    let config = common::config(&server);
+    let cluster = config.connect().await.unwrap();
+    let backend = cluster.backend();
+    let key = key("vanished");
+    let held = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+    // Another process queues, then stops trying without leaving (its place stays).
+    let other = config.connect().await.unwrap().backend();
+    let vanished = OwnerId::random();
+    assert!(
+        other
+            .try_acquire_queued(&key, TTL, vanished)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    until_places(&cluster, &key, 1).await;
+    let locker = Locker::new(backend.clone());
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let next = waiter(&locker, &key, 1, &order);
+    until_places(&cluster, &key, 2).await;
+    assert!(backend.release(&held).await.unwrap());
+    // The vanished waiter is the head, so the lock waits for it until its place lease (3 s,
+    // or the cluster's minimum) runs out and the cluster deletes its place.
+    timeout(PATIENCE, next)
+        .await
+        .expect("the waiter behind a vanished one was never granted")
+        .unwrap();
+    assert_eq!(*order.lock().unwrap(), [1]);
+    assert_eq!(places(&cluster, &key).await, 0);
+    // The vanished waiter's next try queues it again, at the back, and it is granted.
+    let lease = loop {
+        if let Some(lease) = other.try_acquire_queued(&key, TTL, vanished).await.unwrap() {
+            break lease;
+        }
+        other
+            .wait_for_turn(&key, vanished, Duration::from_secs(1))
+            .await
+            .unwrap();
+    };
+    assert!(other.release(&lease).await.unwrap());
+}
