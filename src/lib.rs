@@ -3,6 +3,7 @@
 #![warn(missing_docs)]
 
 pub mod spec;
+mod storage_spec;
 
 pub use fencelock_core::*;
 
@@ -29,3 +30,9 @@ pub use fencelock_etcd as etcd;
 /// The ZooKeeper backend and fenced storage.
 #[cfg(feature = "zookeeper")]
 pub use fencelock_zookeeper as zookeeper;
+
+/// Fenced writes to object storage through conditional puts: a fenced storage over any store
+/// with conditional updates (S3 and S3-compatible servers, the in-memory store), and the fence
+/// of the user's own objects.
+#[cfg(feature = "object-store")]
+pub use fencelock_object_store as object_store;

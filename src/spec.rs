@@ -21,7 +21,8 @@
 use std::fmt;
 use std::sync::{Arc, LazyLock, PoisonError, RwLock};
 
-pub use fencelock_core::{BackendConfig, Connected, Scheme, Schemes};
+pub use crate::storage_spec::StorageSpec;
+pub use fencelock_core::{BackendConfig, Connected, Scheme, Schemes, StorageConfig, StorageScheme};
 use fencelock_core::{Error, HostPort, Result};
 
 /// The built-in schemes and the feature that brings each, so that a spec of a backend this
@@ -39,6 +40,8 @@ const BUILT_IN: &[(&str, &str)] = &[
     ("mariadb", "mysql"),
     ("etcd", "etcd"),
     ("zookeeper", "zookeeper"),
+    ("s3", "object-store"),
+    ("memory-objects", "object-store"),
 ];
 
 /// The schemes of the backends this build has, by feature. The only place the facade names
@@ -64,6 +67,10 @@ pub fn built_in() -> Schemes {
             // The built-in names are distinct and well-formed (a unit test registers them all).
             let _ = schemes.register(*scheme);
         }
+    }
+    #[cfg(feature = "object-store")]
+    for scheme in fencelock_object_store::STORAGE_SCHEMES {
+        let _ = schemes.register_storage(*scheme);
     }
     schemes
 }
@@ -97,6 +104,21 @@ pub fn schemes() -> Schemes {
         .read()
         .unwrap_or_else(PoisonError::into_inner)
         .clone()
+}
+
+/// A spec of a built-in scheme this build lacks is told which feature brings it.
+pub(crate) fn refuse_missing_feature(spec: &str) -> Result<()> {
+    let registry = REGISTRY.read().unwrap_or_else(PoisonError::into_inner);
+    if let Some(scheme) = Schemes::scheme_of(spec)
+        && registry.get(&scheme).is_none()
+        && registry.storage_schemes().all(|s| s.name != scheme)
+        && let Some((_, feature)) = BUILT_IN.iter().find(|(name, _)| *name == scheme)
+    {
+        return Err(Error::config(format!(
+            "this build of fencelock lacks the `{feature}` feature"
+        )));
+    }
+    Ok(())
 }
 
 /// The spawner of the registered scheme `scheme` (without `://`): what starts throwaway
@@ -182,15 +204,8 @@ impl BackendSpec {
     /// or a backend this build lacks is [`Error::InvalidConfig`]; no message repeats a
     /// password.
     pub fn parse(spec: &str) -> Result<Self> {
+        refuse_missing_feature(spec)?;
         let registry = REGISTRY.read().unwrap_or_else(PoisonError::into_inner);
-        if let Some(scheme) = Schemes::scheme_of(spec)
-            && registry.get(&scheme).is_none()
-            && let Some((_, feature)) = BUILT_IN.iter().find(|(name, _)| *name == scheme)
-        {
-            return Err(Error::config(format!(
-                "this build of fencelock lacks the `{feature}` feature"
-            )));
-        }
         let config = registry.parse(spec)?;
         Ok(BackendSpec {
             config: Arc::from(config),

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use fencelock::HostPort;
-use fencelock::spec::{BackendSpec, Connected};
+use fencelock::spec::{BackendSpec, Connected, StorageSpec};
 use fencelock::tools::{SessionFaults, SpawnRequest, SpawnedServers};
 
 use crate::config::Persistence;
@@ -25,9 +25,9 @@ pub(crate) struct Cluster {
     /// tagged with the run's application name.
     pub(crate) worker_backend: BackendSpec,
     /// The storage for workers, when it is not the lock service's own.
-    pub(crate) worker_storage: Option<BackendSpec>,
+    pub(crate) worker_storage: Option<StorageSpec>,
     /// The storage, reached directly, for the final read.
-    pub(crate) direct_storage: BackendSpec,
+    pub(crate) direct_storage: StorageSpec,
     /// Servers this run started and may kill; dropped with the cluster, which stops them.
     pub(crate) spawned: Option<Box<dyn SpawnedServers>>,
     /// Fault proxies in front of every server the workers reach.
@@ -67,6 +67,16 @@ impl Proxies {
             .clone()
             .with_hosts(&self.in_front_of(&spec.hosts()).await?)?)
     }
+
+    /// `spec`, reached through proxies when `proxied`.
+    async fn route_storage(&mut self, spec: &StorageSpec, proxied: bool) -> Result<StorageSpec> {
+        if !proxied {
+            return Ok(spec.clone());
+        }
+        Ok(spec
+            .clone()
+            .with_hosts(&self.in_front_of(&spec.hosts()).await?)?)
+    }
 }
 
 impl Cluster {
@@ -88,10 +98,16 @@ impl Cluster {
         let worker_backend = proxies.route(&lock, proxied).await?;
         let (worker_storage, direct_storage) = match servers.storage() {
             Some(storage) => {
-                let storage = BackendSpec::from(storage);
-                (Some(proxies.route(&storage, proxied).await?), storage)
+                let storage = StorageSpec::from_backend(storage);
+                (
+                    Some(proxies.route_storage(&storage, proxied).await?),
+                    storage,
+                )
             }
-            None => (None, lock),
+            None => (
+                None,
+                StorageSpec::from_backend(lock.config().clone_config()),
+            ),
         };
         Ok(Cluster {
             worker_backend,
@@ -113,7 +129,7 @@ impl Cluster {
             return Ok(Cluster {
                 worker_backend: spec.clone(),
                 worker_storage: None,
-                direct_storage: spec.clone(),
+                direct_storage: StorageSpec::from_backend(spec.config().clone_config()),
                 spawned: None,
                 proxies: Vec::new(),
                 faults: None,
@@ -130,7 +146,7 @@ impl Cluster {
         Ok(Cluster {
             worker_backend,
             worker_storage: None,
-            direct_storage: spec.clone(),
+            direct_storage: StorageSpec::from_backend(spec.config().clone_config()),
             spawned: None,
             proxies: proxies.0,
             faults,
@@ -144,8 +160,27 @@ impl Cluster {
     pub(crate) async fn storage(&self) -> Result<Arc<dyn fencelock::FencedStorage>> {
         match &self.in_process {
             Some(connected) => Ok(connected.storage.clone()),
-            None => Ok(self.direct_storage.connect().await?.storage),
+            None => Ok(self.direct_storage.connect().await?),
         }
+    }
+
+    /// The workers keep their counter in `storage` instead of the lock service's: a storage
+    /// spec of its own (`s3://`) or another backend's storage. It must be reachable from
+    /// every worker process; with `proxied`, a fault proxy goes in front of its servers too.
+    pub(crate) async fn store_in(&mut self, storage: &StorageSpec, proxied: bool) -> Result<()> {
+        if self.in_process.is_some() || !storage.is_shared() {
+            return Err(ChaosError::config(format!(
+                "a storage of its own needs a lock service and a storage that every worker \
+                 process reaches over the network (not {} with {storage})",
+                self.worker_backend
+            )));
+        }
+        let mut proxies = Proxies::default();
+        self.worker_storage = Some(proxies.route_storage(storage, proxied).await?);
+        self.proxies.extend(proxies.0);
+        self.direct_storage = storage.clone();
+        self.described = format!("{}, storage {storage}", self.described);
+        Ok(())
     }
 
     /// The lock backend, as the coordinator reaches it (to check its capabilities).

@@ -190,6 +190,9 @@ impl Mode {
 pub struct ChaosConfig {
     /// The servers.
     pub target: Target,
+    /// Where the workers keep their counters when not in the lock service's own storage: a
+    /// storage spec (`s3://bucket/prefix?endpoint=...`) or another backend's storage.
+    pub storage: Option<fencelock::spec::StorageSpec>,
     /// Worker processes, 2 to 256 (default 5).
     pub workers: u16,
     /// Length of the fenced run (default 30 s).
@@ -222,6 +225,7 @@ impl ChaosConfig {
     pub fn new(target: Target) -> Self {
         ChaosConfig {
             target,
+            storage: None,
             workers: 5,
             duration: Duration::from_secs(30),
             control_duration: None,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock::LockKey;
-use fencelock::spec::BackendSpec;
+use fencelock::spec::StorageSpec;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout, timeout_at};
@@ -140,7 +140,7 @@ impl<'a> Phase<'a> {
         };
         let mut config = WorkerConfig {
             backend: cluster.worker_backend.to_url(),
-            storage: cluster.worker_storage.as_ref().map(BackendSpec::to_url),
+            storage: cluster.worker_storage.as_ref().map(StorageSpec::to_url),
             key: format!("{base}/lock"),
             resources: names.clone(),
             workload: settings.workload,

@@ -26,7 +26,7 @@ pub async fn run(
     let faults = config.distinct_faults();
     let tag = format!("{}-{:08x}", std::process::id(), rand::random::<u32>());
     let proxied = faults.contains(&FaultKind::Partition);
-    let cluster = match &config.target {
+    let mut cluster = match &config.target {
         Target::Spawn {
             scheme,
             nodes,
@@ -34,6 +34,9 @@ pub async fn run(
         } => Cluster::spawn(scheme, *nodes, *persistence, &tag, proxied).await?,
         Target::Backend(spec) => Cluster::external(spec, &tag, proxied).await?,
     };
+    if let Some(storage) = &config.storage {
+        cluster.store_in(storage, proxied).await?;
+    }
     nemesis::check_applicable(&faults, &cluster)?;
     // Connecting once up front checks the spec (and migrates a Postgres schema) before any
     // worker starts.

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use fencelock::spec::BackendSpec;
+use fencelock::spec::{BackendSpec, StorageSpec};
 use fencelock::{
     Backoff, Election, Error, Fence, FencedStorage, FencingToken, LockBackend, LockGuard, LockKey,
     Locker, OwnerId, Result as LockResult, RwLocker, Semaphore,
@@ -183,7 +183,7 @@ pub async fn serve_worker() -> Result<()> {
     let config = WorkerConfig::from_line(&line)?;
     let connected = BackendSpec::parse(&config.backend)?.connect().await?;
     let storage = match &config.storage {
-        Some(spec) => BackendSpec::parse(spec)?.connect().await?.storage,
+        Some(spec) => StorageSpec::parse(spec)?.connect().await?,
         None => connected.storage,
     };
     let stop = Arc::new(AtomicBool::new(false));

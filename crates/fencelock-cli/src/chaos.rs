@@ -13,7 +13,8 @@ use crate::args::parse_duration;
 use crate::error::CliError;
 use crate::exit::Exit;
 use crate::signals::Signals;
-use crate::spec::{BACKEND_ENV, Spec, SpecParser};
+use crate::spec::{BACKEND_ENV, Spec, SpecParser, StorageParser};
+use fencelock::spec::StorageSpec;
 
 pub(crate) const EXAMPLES: &str = "  fencelock chaos --spawn redis --faults pause,kill,partition --duration 30s
   fencelock chaos --spawn redlock:5 --persistence none --faults pause,kill
@@ -97,6 +98,12 @@ pub(crate) struct Args {
         value_parser = clap::value_parser!(u16).range(1..=7)
     )]
     spawn_etcd: Option<u16>,
+    /// Keep the workers' counters in this storage instead of the lock service's own: a
+    /// storage spec (s3://bucket/prefix?endpoint=http://host:port&region=..&access_key_id=..&secret_access_key=..,
+    /// in a build with the object-store feature) or any backend's storage (redis://, postgres://...).
+    /// The partition fault puts a proxy in front of it too.
+    #[arg(long, value_name = "SPEC", value_parser = StorageParser)]
+    storage: Option<StorageSpec>,
     /// Persistence of the spawned servers, where the backend has a choice (redis, redlock).
     #[arg(long, value_enum, default_value = "always")]
     persistence: PersistenceArg,
@@ -239,6 +246,7 @@ impl Args {
     /// The run on `target` with the workload and faults of the arguments.
     fn with_workload(&self, target: Target) -> Result<ChaosConfig, CliError> {
         let mut config = ChaosConfig::new(target);
+        config.storage.clone_from(&self.storage);
         config.workers = self.workers;
         config.duration = self.duration;
         config.control_duration = self.control_duration;

@@ -12,7 +12,7 @@ use std::fmt;
 
 use clap::builder::TypedValueParser;
 use clap::error::ErrorKind;
-use fencelock::spec::{BackendConfig, BackendSpec};
+use fencelock::spec::{BackendConfig, BackendSpec, StorageSpec};
 use percent_encoding::percent_decode_str;
 
 /// The environment variable read when `--backend` is not given.
@@ -88,6 +88,35 @@ impl TypedValueParser for SpecParser {
             clap::Error::raw(
                 ErrorKind::ValueValidation,
                 format!("invalid backend spec (--backend or {BACKEND_ENV}): {reason}\n"),
+            )
+            .with_cmd(cmd)
+        })
+    }
+}
+
+/// The value parser of `--storage`: a storage spec (a storage scheme's, or any backend's
+/// storage half), whose error is only the redacted reason.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StorageParser;
+
+impl TypedValueParser for StorageParser {
+    type Value = StorageSpec;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> Result<StorageSpec, clap::Error> {
+        let parsed = match value.to_str() {
+            Some(text) => StorageSpec::parse(text)
+                .map_err(|e| redact(&e.to_string(), &fencelock::url::passwords(text))),
+            None => Err("the storage spec is not valid UTF-8".to_owned()),
+        };
+        parsed.map_err(|reason| {
+            clap::Error::raw(
+                ErrorKind::ValueValidation,
+                format!("invalid storage spec (--storage): {reason}\n"),
             )
             .with_cmd(cmd)
         })

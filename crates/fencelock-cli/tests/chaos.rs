@@ -249,6 +249,39 @@ fn zookeeper_three_spawned_members_survive_pauses_member_kills_and_partitions() 
     );
 }
 
+// Catches: an object-store storage whose conditional puts let a paused or partitioned holder
+// overwrite its successor's counter (a violation or a lost update with the fence), and a run
+// whose control cannot lose updates on it. The lock is a spawned Redis; the counter lives in a
+// bucket of a real S3-compatible server (moto), reached through a fault proxy.
+#[cfg(feature = "object-store")]
+#[test]
+fn object_storage_under_a_redis_lock_survives_pauses_kills_and_partitions() {
+    let moto = fencelock_servers::moto::Moto::try_start().unwrap_or_else(|e| panic!("{e}"));
+    let storage = moto.url(&format!("chaos-{}", std::process::id()));
+    let report = assert_passes(
+        &[
+            "--spawn",
+            "redis",
+            "--storage",
+            &storage,
+            "--faults",
+            "pause,kill,partition",
+            "--ttl",
+            "500ms",
+            "--workers",
+            "4",
+            "--duration",
+            "20s",
+            "--control-duration",
+            "10s",
+        ],
+        &["pause", "kill", "partition"],
+    );
+    let backend = report["backend"].as_str().unwrap_or_default();
+    assert!(backend.contains("storage s3://"), "{report:#}");
+    assert!(!backend.contains("secret_access_key=test"), "{report:#}");
+}
+
 fn pg_spec(schema: &PgSchema, backend: &str) -> String {
     let url = schema.url();
     let sep = if url.contains('?') { '&' } else { '?' };

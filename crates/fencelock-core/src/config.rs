@@ -19,6 +19,7 @@ use crate::backend::LockBackend;
 use crate::error::{Error, Result};
 use crate::host::HostPort;
 use crate::storage::FencedStorage;
+use crate::storage_config::{BackendStorage, StorageConfig, StorageScheme};
 use crate::tools::{BenchKit, SessionFaults};
 
 /// A connected backend and the fenced storage that lives next to it.
@@ -178,6 +179,7 @@ impl fmt::Debug for Scheme {
 #[derive(Debug, Clone, Default)]
 pub struct Schemes {
     list: Vec<Scheme>,
+    storage: Vec<StorageScheme>,
 }
 
 impl Schemes {
@@ -189,7 +191,54 @@ impl Schemes {
     /// Adds `scheme`. A name that is taken, empty, or not a URL scheme (a letter, then
     /// letters, digits, `+`, `-`, `.`) is [`Error::InvalidConfig`] and changes nothing.
     pub fn register(&mut self, scheme: Scheme) -> Result<()> {
-        let name = scheme.name;
+        self.check_name(scheme.name)?;
+        self.list.push(scheme);
+        Ok(())
+    }
+
+    /// Adds the storage scheme `scheme`, refused as [`register`](Self::register) refuses (a
+    /// name a backend or another storage has is taken).
+    pub fn register_storage(&mut self, scheme: StorageScheme) -> Result<()> {
+        self.check_name(scheme.name)?;
+        self.storage.push(scheme);
+        Ok(())
+    }
+
+    /// Every storage scheme, in the order registered.
+    pub fn storage_schemes(&self) -> impl Iterator<Item = &StorageScheme> {
+        self.storage.iter()
+    }
+
+    /// Parses `url` as a fenced storage: a storage scheme's own config, or a backend's config
+    /// read as its storage alone ([`BackendStorage`]). Refused as [`parse`](Self::parse)
+    /// refuses, naming the schemes of both kinds.
+    pub fn parse_storage(&self, url: &str) -> Result<Box<dyn StorageConfig>> {
+        if let Some(scheme) = Self::scheme_of(url)
+            && let Some(found) = self
+                .storage
+                .iter()
+                .find(|s| s.name.eq_ignore_ascii_case(&scheme))
+        {
+            return (found.parse)(url);
+        }
+        match self.parse(url) {
+            Ok(config) => Ok(Box::new(BackendStorage(config))),
+            Err(Error::InvalidConfig { message, source }) if !self.storage.is_empty() => {
+                let extra: Vec<String> = self
+                    .storage
+                    .iter()
+                    .map(|s| format!("{}://", s.name))
+                    .collect();
+                Err(Error::InvalidConfig {
+                    message: format!("{message}; storage only: {}", extra.join(", ")),
+                    source,
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn check_name(&self, name: &str) -> Result<()> {
         let valid = name.chars().next().is_some_and(|c| c.is_ascii_lowercase())
             && name.chars().all(|c| {
                 c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '+' | '-' | '.')
@@ -199,12 +248,15 @@ impl Schemes {
                 "{name:?} is not a URL scheme (a lower-case letter, then letters, digits, +, - or .)"
             )));
         }
-        if self.get(name).is_some() {
+        let storage_taken = self
+            .storage
+            .iter()
+            .any(|s| s.name.eq_ignore_ascii_case(name));
+        if self.get(name).is_some() || storage_taken {
             return Err(Error::config(format!(
                 "the scheme {name}:// is registered already"
             )));
         }
-        self.list.push(scheme);
         Ok(())
     }
 
@@ -278,6 +330,40 @@ mod tests {
     }
 
     const A: Scheme = Scheme::new("a+b", "a test scheme", refuse);
+
+    fn refuse_storage(_: &str) -> Result<Box<dyn StorageConfig>> {
+        Err(Error::config("storage refused"))
+    }
+
+    #[test]
+    fn storage_schemes_share_the_names_and_backends_serve_as_storage() {
+        let mut schemes = Schemes::new();
+        schemes.register(A).unwrap();
+        let store = StorageScheme::new("objects", "a test store", refuse_storage);
+        schemes.register_storage(store).unwrap();
+        assert!(schemes.register_storage(store).is_err(), "taken");
+        let clash = StorageScheme::new("a+b", "named like a backend", refuse_storage);
+        assert!(
+            schemes.register_storage(clash).is_err(),
+            "taken by a backend"
+        );
+        assert!(
+            schemes
+                .register(Scheme::new("objects", "x", refuse))
+                .is_err()
+        );
+        let err = schemes.parse_storage("objects://x").unwrap_err();
+        assert!(err.to_string().contains("storage refused"), "{err}");
+        // A backend's URL goes to its own parser, as its storage.
+        let err = schemes.parse_storage("a+b://x").unwrap_err();
+        assert!(err.to_string().contains("refused"), "{err}");
+        let err = schemes.parse_storage("nosuch://x").unwrap_err();
+        assert!(
+            err.to_string().contains("storage only: objects://"),
+            "{err}"
+        );
+        assert_eq!(schemes.storage_schemes().count(), 1);
+    }
 
     #[test]
     fn a_registry_refuses_taken_and_malformed_names() {

@@ -19,6 +19,7 @@ mod locker;
 pub mod metrics;
 mod registry;
 mod storage;
+mod storage_config;
 mod storage_ext;
 pub mod tools;
 pub mod url;
@@ -44,6 +45,7 @@ pub use kinds::{
 pub use lease::{Lease, LockInfo, drift_margin, valid_until};
 pub use locker::{LockOptions, LockRequest, Locker};
 pub use storage::{FencedStorage, Snapshot, validate_value};
+pub use storage_config::{BackendStorage, StorageConfig, StorageScheme};
 pub use storage_ext::FencedStorageExt;
 
 /// Re-exported so backend crates and users share one version.

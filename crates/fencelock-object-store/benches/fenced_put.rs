@@ -147,7 +147,7 @@ impl Bench {
 }
 
 fn setup(rt: &tokio::runtime::Runtime) -> Arc<Bench> {
-    let url = moto::moto().url();
+    let url = moto::url();
     rt.block_on(async {
         let config: ObjectStoreConfig = url.parse().unwrap();
         let raw = Arc::new(Counting {

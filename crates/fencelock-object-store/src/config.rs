@@ -7,15 +7,69 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_core::url::{Known, Options, decode_part, port_problem, redact};
-use fencelock_core::{Error, FencedStorage, HostPort, Result};
+use fencelock_core::{Error, FencedStorage, HostPort, Result, StorageConfig, StorageScheme};
 use object_store::path::Path;
 use url::Url;
 
 use crate::fence::{DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_VALUE_LEN, ObjectFence};
 use crate::storage::ObjectStorage;
 
-/// The URL schemes [`ObjectStoreConfig`] owns.
-pub const STORAGE_SCHEMES: &[&str] = &["s3", "memory-objects"];
+/// The URL schemes [`ObjectStoreConfig`] owns, to register in a
+/// [`Schemes`](fencelock_core::Schemes) registry as storage schemes.
+pub const STORAGE_SCHEMES: &[StorageScheme] = &[
+    StorageScheme::new(
+        "s3",
+        "an S3 bucket (or an S3-compatible server that honours If-Match)",
+        parse,
+    ),
+    StorageScheme::new(
+        "memory-objects",
+        "an in-memory object store (one process)",
+        parse,
+    ),
+];
+
+fn parse(url: &str) -> Result<Box<dyn StorageConfig>> {
+    Ok(Box::new(ObjectStoreConfig::from_url(url)?))
+}
+
+#[async_trait::async_trait]
+impl StorageConfig for ObjectStoreConfig {
+    fn scheme(&self) -> &str {
+        ObjectStoreConfig::scheme(self)
+    }
+
+    fn to_url(&self) -> String {
+        ObjectStoreConfig::to_url(self)
+    }
+
+    fn redacted_url(&self) -> String {
+        ObjectStoreConfig::redacted_url(self)
+    }
+
+    fn hosts(&self) -> Vec<HostPort> {
+        ObjectStoreConfig::hosts(self)
+    }
+
+    fn with_hosts(&self, hosts: &[HostPort]) -> Result<Box<dyn StorageConfig>> {
+        Ok(Box::new(ObjectStoreConfig::with_hosts(
+            self.clone(),
+            hosts,
+        )?))
+    }
+
+    fn clone_storage(&self) -> Box<dyn StorageConfig> {
+        Box::new(self.clone())
+    }
+
+    fn is_shared(&self) -> bool {
+        ObjectStoreConfig::is_shared(self)
+    }
+
+    async fn connect(&self) -> Result<Arc<dyn FencedStorage>> {
+        self.connect_storage().await
+    }
+}
 
 /// The options an `s3://` URL takes.
 const S3_OPTIONS: &[Known] = &[

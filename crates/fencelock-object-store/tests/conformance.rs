@@ -32,7 +32,7 @@ async fn boxed_setup() -> Setup {
 }
 
 async fn s3_setup() -> Setup {
-    let url = support::moto::moto().url();
+    let url = support::moto::url();
     Setup::for_storage(Arc::new(MemoryLockBackend::new()), storage(&url).await)
 }
 

@@ -49,7 +49,7 @@ fn assert_stale<T: std::fmt::Debug>(result: Result<T, Error>, presented: Fence, 
 /// the successor's object is intact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_holders_late_put_is_refused() {
-    let fence_store = fence_on(&moto().url()).await;
+    let fence_store = fence_on(&support::moto::url()).await;
     let backend = MemoryLockBackend::new();
     let key = LockKey::new("report").unwrap();
     let path = object("report");
@@ -92,7 +92,7 @@ async fn paused_holders_late_put_is_refused() {
 /// lands and stays; the older one either landed before it or is refused as stale.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_writers_leave_the_fence_rules_winner() {
-    let fence_store = fence_on(&moto().url()).await;
+    let fence_store = fence_on(&support::moto::url()).await;
     for round in 0..20u64 {
         let path = object("raced");
         let older = fence(10 + 2 * round);
@@ -127,7 +127,7 @@ async fn racing_writers_leave_the_fence_rules_winner() {
 /// older one's write is refused, whatever order the writes race in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_read_modify_writes_lose_no_update() {
-    let fence_store = fence_on(&moto().url()).await;
+    let fence_store = fence_on(&support::moto::url()).await;
     let path = object("counter");
     let setup = fence(1);
     fence_store.put(&path, setup, b"0").await.unwrap();
@@ -160,7 +160,7 @@ async fn racing_read_modify_writes_lose_no_update() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_put_whose_answer_is_lost_is_decided_by_the_next_operation() {
     let server = moto();
-    let direct_url = server.url();
+    let direct_url = support::moto::url();
     let direct = fence_on(&direct_url).await;
     let proxy = FaultProxy::start(([127, 0, 0, 1], server.port).into())
         .await
@@ -236,7 +236,7 @@ async fn a_put_whose_answer_is_lost_is_decided_by_the_next_operation() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_put_that_never_arrives_changes_nothing() {
     let server = moto();
-    let direct_url = server.url();
+    let direct_url = support::moto::url();
     let direct = fence_on(&direct_url).await;
     let proxy = FaultProxy::start(([127, 0, 0, 1], server.port).into())
         .await

@@ -3,6 +3,7 @@
 #![warn(missing_docs)]
 
 pub mod etcd;
+pub mod moto;
 pub mod proxy;
 pub mod redis;
 pub mod set;
