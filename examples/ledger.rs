@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use fencelock::postgres::sqlx::{self, PgPool};
-use fencelock::postgres::{FenceParams, PgDatabase, map_sqlx_error};
+use fencelock::postgres::{FenceParams, PgDatabase, SqlxResultExt};
 use fencelock::{Error, Fence, Locker, OwnerId, Result};
 
 /// What a debit can fail with: the ledger's own refusal, or fencelock's (a stale fence, the
@@ -23,13 +23,6 @@ enum DebitError {
 impl From<Error> for DebitError {
     fn from(e: Error) -> Self {
         DebitError::Fenced(e)
-    }
-}
-
-impl From<sqlx::Error> for DebitError {
-    fn from(e: sqlx::Error) -> Self {
-        // A refusal by the row guard (SQLSTATE FL001) becomes Error::Stale here.
-        DebitError::Fenced(map_sqlx_error("ledger", e))
     }
 }
 
@@ -49,13 +42,16 @@ impl std::fmt::Display for DebitError {
 /// `UPDATE` rolls the audit row back with it.
 async fn debit(pool: &PgPool, account: i64, amount: i64, fence: Fence) -> Result<i64, DebitError> {
     let p = FenceParams::try_from(fence)?;
-    let mut tx = pool.begin().await?;
+    // `into_fencelock` types each sqlx error by meaning: a refusal by the row guard
+    // (SQLSTATE FL001) is Error::Stale.
+    let mut tx = pool.begin().await.into_fencelock("ledger")?;
     sqlx::query("INSERT INTO audit_log (account_id, amount, token) VALUES ($1, $2, $3)")
         .bind(account)
         .bind(-amount)
         .bind(p.token)
         .execute(&mut *tx)
-        .await?;
+        .await
+        .into_fencelock("ledger")?;
     let balance: Option<i64> = sqlx::query_scalar(
         "UPDATE accounts SET balance = balance - $2, fence_token = $3, fence_owner = $4
           WHERE id = $1 AND balance >= $2
@@ -66,10 +62,11 @@ async fn debit(pool: &PgPool, account: i64, amount: i64, fence: Fence) -> Result
     .bind(p.token)
     .bind(p.owner)
     .fetch_optional(&mut *tx)
-    .await?;
+    .await
+    .into_fencelock("ledger")?;
     // No row: not enough money. Dropping `tx` rolls the audit row back.
     let balance = balance.ok_or(DebitError::InsufficientFunds { amount })?;
-    tx.commit().await?;
+    tx.commit().await.into_fencelock("ledger")?;
     Ok(balance)
 }
 
@@ -79,10 +76,9 @@ async fn main() -> Result<()> {
         .nth(1)
         .or_else(|| std::env::var("FENCELOCK_PG_URL").ok())
         .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".into());
-    let sql = |e| map_sqlx_error("ledger", e);
 
     // The application's own pool and tables.
-    let pool = PgPool::connect(&url).await.map_err(sql)?;
+    let pool = PgPool::connect(&url).await.into_fencelock("ledger")?;
     for statement in [
         "CREATE TABLE IF NOT EXISTS accounts (
              id bigint PRIMARY KEY, balance bigint NOT NULL CHECK (balance >= 0),
@@ -91,7 +87,10 @@ async fn main() -> Result<()> {
              id bigserial PRIMARY KEY, account_id bigint NOT NULL, amount bigint NOT NULL,
              token bigint NOT NULL, at timestamptz NOT NULL DEFAULT now())",
     ] {
-        sqlx::query(statement).execute(&pool).await.map_err(sql)?;
+        sqlx::query(statement)
+            .execute(&pool)
+            .await
+            .into_fencelock("ledger")?;
     }
 
     // fencelock on the same pool: its tables in the schema `fencelock`, migrated explicitly,
@@ -107,7 +106,7 @@ async fn main() -> Result<()> {
         .bind(account)
         .execute(&pool)
         .await
-        .map_err(sql)?;
+        .into_fencelock("ledger")?;
     let key = format!("account/{account}");
 
     for amount in [30, 50, 40] {
@@ -153,7 +152,7 @@ async fn main() -> Result<()> {
     .bind(account)
     .fetch_one(&pool)
     .await
-    .map_err(sql)?;
+    .into_fencelock("ledger")?;
     show(&format!(
         "account {account}: balance {balance}, audit rows {rows}"
     ));

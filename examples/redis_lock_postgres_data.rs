@@ -11,43 +11,40 @@
 use std::time::Duration;
 
 use fencelock::postgres::sqlx::{self, PgPool};
-use fencelock::postgres::{PgDatabase, PgFence, map_sqlx_error};
+use fencelock::postgres::{PgDatabase, PgFence, SqlxResultExt};
 use fencelock::redis::RedisConfig;
 use fencelock::{Error, Fence, LockKey, Locker, OwnerId, Result};
-
-fn sql(e: sqlx::Error) -> Error {
-    map_sqlx_error("invoices", e)
-}
 
 /// Pays `invoice` as the holder of `fence`, unless it is paid already. One transaction: the
 /// admit first (a fenced read: any holder with an older token is refused from here on), then
 /// the read, the decision in the application, and the writes.
 async fn pay(pool: &PgPool, fence: &PgFence, invoice: i64, by: Fence) -> Result<bool> {
     let resource = LockKey::new(format!("invoice/{invoice}"))?;
-    let mut tx = pool.begin().await.map_err(sql)?;
+    let mut tx = pool.begin().await.into_fencelock("invoices")?;
     fence.admit(&mut *tx, &resource, by).await?;
     let status: String = sqlx::query_scalar("SELECT status FROM invoices WHERE id = $1")
         .bind(invoice)
         .fetch_one(&mut *tx)
         .await
-        .map_err(sql)?;
+        .into_fencelock("invoices")?;
     if status == "paid" {
         // Committing keeps the fenced read: older holders stay refused.
-        tx.commit().await.map_err(sql)?;
+        tx.commit().await.into_fencelock("invoices")?;
         return Ok(false);
     }
     sqlx::query("UPDATE invoices SET status = 'paid' WHERE id = $1")
         .bind(invoice)
         .execute(&mut *tx)
         .await
-        .map_err(sql)?;
+        .into_fencelock("invoices")?;
     sqlx::query("INSERT INTO payments (invoice_id, token) VALUES ($1, $2)")
         .bind(invoice)
+        // The token as a `bigint`: checked, a token above i64::MAX is refused, never wrapped.
         .bind(i64::try_from(by.token)?)
         .execute(&mut *tx)
         .await
-        .map_err(sql)?;
-    tx.commit().await.map_err(sql)?;
+        .into_fencelock("invoices")?;
+    tx.commit().await.into_fencelock("invoices")?;
     Ok(true)
 }
 
@@ -69,13 +66,16 @@ async fn main() -> Result<()> {
             .await?,
     );
 
-    let pool = PgPool::connect(&pg_url).await.map_err(sql)?;
+    let pool = PgPool::connect(&pg_url).await.into_fencelock("invoices")?;
     for statement in [
         "CREATE TABLE IF NOT EXISTS invoices (id bigint PRIMARY KEY, status text NOT NULL)",
         "CREATE TABLE IF NOT EXISTS payments (
              id bigserial PRIMARY KEY, invoice_id bigint NOT NULL, token bigint NOT NULL)",
     ] {
-        sqlx::query(statement).execute(&pool).await.map_err(sql)?;
+        sqlx::query(statement)
+            .execute(&pool)
+            .await
+            .into_fencelock("invoices")?;
     }
     let db = PgDatabase::from_pool(pool.clone(), "fencelock")?;
     db.migrate().await?;
@@ -86,7 +86,7 @@ async fn main() -> Result<()> {
         .bind(invoice)
         .execute(&pool)
         .await
-        .map_err(sql)?;
+        .into_fencelock("invoices")?;
     let key = format!("invoice/{invoice}");
 
     // Worker A takes the Redis lock, then stalls past its lease before paying.
@@ -115,7 +115,7 @@ async fn main() -> Result<()> {
         .bind(invoice)
         .fetch_one(&pool)
         .await
-        .map_err(sql)?;
+        .into_fencelock("invoices")?;
     show(&format!("invoice {invoice}: {payments} payment(s)"));
     Ok(())
 }

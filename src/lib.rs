@@ -9,26 +9,32 @@ pub use fencelock_core::*;
 
 /// The in-process backend.
 #[cfg(feature = "memory")]
+#[doc(inline)]
 pub use fencelock_memory as memory;
 
 /// The Redis backends (one node, and Redlock over N nodes) and fenced storage.
 #[cfg(feature = "redis")]
+#[doc(inline)]
 pub use fencelock_redis as redis;
 
 /// The PostgreSQL backends (lease table, advisory locks, transactions, fenced storage).
 #[cfg(feature = "postgres")]
+#[doc(inline)]
 pub use fencelock_postgres as postgres;
 
 /// The MySQL / MariaDB backend (`GET_LOCK` sessions, fenced storage, the user's own tables).
 #[cfg(feature = "mysql")]
+#[doc(inline)]
 pub use fencelock_mysql as mysql;
 
 /// The etcd backend and fenced storage.
 #[cfg(feature = "etcd")]
+#[doc(inline)]
 pub use fencelock_etcd as etcd;
 
 /// The ZooKeeper backend and fenced storage.
 #[cfg(feature = "zookeeper")]
+#[doc(inline)]
 pub use fencelock_zookeeper as zookeeper;
 
 /// Fenced writes to object storage through conditional puts: a fenced storage over any store

@@ -7,6 +7,32 @@ use std::str::FromStr;
 use crate::error::{Error, Result};
 
 /// A fencing token: a non-zero `u64` that a backend hands out in increasing order per key.
+///
+/// # In the application's own `bigint` column
+///
+/// SQL has no unsigned 64-bit integer, so a token goes into a `bigint` column (and into a
+/// `$1` bind) through `i64::try_from(token)?`, and comes back through
+/// `FencingToken::try_from(value)?`. Both are checked: a token above `i64::MAX` would wrap into
+/// a negative, older-looking number, and zero or a negative number is not a token, so each is
+/// refused with [`Error::InvalidConfig`] naming the value, never cast. Compare tokens in SQL
+/// with the column's own `<` / `>`: the order of the `bigint`s is the order of the tokens.
+///
+/// ```
+/// use fencelock_core::FencingToken;
+///
+/// # fn main() -> fencelock_core::Result<()> {
+/// let token = FencingToken::new(42).expect("42 is not zero");
+/// let column: i64 = i64::try_from(token)?; // bind this as the `bigint` parameter
+/// assert_eq!(FencingToken::try_from(column)?, token);
+///
+/// let huge = FencingToken::new(u64::MAX).expect("not zero");
+/// assert!(i64::try_from(huge).is_err()); // refused, never wrapped
+/// # Ok(())
+/// # }
+/// ```
+///
+/// With PostgreSQL, `FenceParams::try_from(fence)` of `fencelock-postgres` gives the token and
+/// the owner as the `bigint` and `bytea` binds of its row guard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FencingToken(NonZeroU64);
 

@@ -1,4 +1,5 @@
-//! The one mapping from `sqlx` errors to fencelock's [`Error`].
+//! The one mapping from `sqlx` errors to fencelock's [`Error`], and [`SqlxResultExt`] to apply
+//! it with `?`.
 
 use std::future::Future;
 use std::time::Duration;
@@ -94,6 +95,55 @@ pub fn map_sqlx_error(backend: &'static str, error: sqlx::Error) -> Error {
             message: other.to_string(),
             source: Some(Box::new(other)),
         },
+    }
+}
+
+/// `?` on a `sqlx` result inside a function returning fencelock's
+/// [`Result`](fencelock_core::Result): maps the error with [`map_sqlx_error`], naming `backend`.
+///
+/// fencelock's [`Error`] cannot implement `From<sqlx::Error>`: the orphan rule allows that impl
+/// only in fencelock's core crate or in sqlx, and the core does not depend on any driver. This
+/// trait is the conversion instead, one call before the `?`. The Redis crate's
+/// `RedisResultExt` has the same method for redis-rs results, so one idiom covers both
+/// drivers. (For MySQL / MariaDB, map with `fencelock_mysql::map_sqlx_error`, which knows that
+/// server's error codes.)
+///
+/// ```no_run
+/// use fencelock_core::{Fence, LockKey, Result};
+/// use fencelock_postgres::{PgDatabase, SqlxResultExt, sqlx};
+///
+/// /// Debits account 10 under `fence`: `Error::Stale` if a newer holder has admitted one.
+/// async fn debit(db: &PgDatabase, pool: &sqlx::PgPool, fence: Fence) -> Result<()> {
+///     let mut tx = pool.begin().await.into_fencelock("ledger")?;
+///     db.fence().admit(&mut *tx, &LockKey::new("account/10")?, fence).await?;
+///     sqlx::query("UPDATE accounts SET balance = balance - 100 WHERE id = 10")
+///         .execute(&mut *tx)
+///         .await
+///         .into_fencelock("ledger")?;
+///     tx.commit().await.into_fencelock("ledger")?;
+///     Ok(())
+/// }
+/// ```
+///
+/// The error is typed by meaning, with the name given:
+///
+/// ```
+/// use fencelock_core::Error;
+/// use fencelock_postgres::{SqlxResultExt, sqlx};
+///
+/// let timed_out: Result<(), sqlx::Error> = Err(sqlx::Error::PoolTimedOut);
+/// let error = timed_out.into_fencelock("ledger").unwrap_err();
+/// assert!(matches!(error, Error::Unavailable { backend: "ledger", .. }));
+/// assert!(error.is_retryable());
+/// ```
+pub trait SqlxResultExt<T> {
+    /// This result with a `sqlx` error mapped by [`map_sqlx_error`], naming `backend` in it.
+    fn into_fencelock(self, backend: &'static str) -> Result<T, Error>;
+}
+
+impl<T> SqlxResultExt<T> for Result<T, sqlx::Error> {
+    fn into_fencelock(self, backend: &'static str) -> Result<T, Error> {
+        self.map_err(|error| map_sqlx_error(backend, error))
     }
 }
 

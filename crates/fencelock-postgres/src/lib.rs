@@ -27,7 +27,7 @@ pub use config::{
     PgBackendKind, PgConfig, PgPooler,
 };
 pub use database::PgDatabase;
-pub use error::map_sqlx_error;
+pub use error::{SqlxResultExt, map_sqlx_error};
 pub use fence::{DEFAULT_FENCE_COLUMNS, FenceParams, NO_FENCE_SQLSTATE, PgFence, STALE_SQLSTATE};
 pub use hash::{advisory_lock_id, advisory_lock_id_in, raw_lock_key};
 pub use lease_table::PgLeaseBackend;

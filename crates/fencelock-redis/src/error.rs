@@ -1,5 +1,5 @@
-//! The one mapping from the driver's errors to fencelock's [`Error`], and the backends' names
-//! that errors, logs and spans carry.
+//! The one mapping from the driver's errors to fencelock's [`Error`], [`RedisResultExt`] to
+//! apply it with `?`, and the backends' names that errors, logs and spans carry.
 
 use std::future::Future;
 use std::time::Duration;
@@ -14,7 +14,9 @@ pub(crate) const REDIS_CLUSTER: &str = "redis-cluster";
 /// Redlock's name.
 pub(crate) const REDLOCK: &str = "redlock";
 
-/// Maps a driver error met by `backend` to fencelock's [`Error`]:
+/// Maps a redis-rs error met by `backend` to fencelock's [`Error`], naming `backend` in it
+/// (the crate's own backends use it for every driver call; an application's own commands on
+/// its own connection get the same typed errors through it, or through [`RedisResultExt`]):
 ///
 /// - connection refused, I/O errors, dropped connections, time-outs, and server states that
 ///   pass (`LOADING`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `READONLY`) are
@@ -23,7 +25,7 @@ pub(crate) const REDLOCK: &str = "redlock";
 ///   the same URL cannot succeed;
 /// - everything else the server or the protocol says (`WRONGTYPE`, `NOPERM`, script errors,
 ///   unexpected replies) is [`Error::Backend`].
-pub(crate) fn map_error(backend: &'static str, e: RedisError) -> Error {
+pub fn map_redis_error(backend: &'static str, e: RedisError) -> Error {
     let code = e.code().unwrap_or_default().to_owned();
     if matches!(code.as_str(), "WRONGPASS" | "NOAUTH")
         || matches!(e.kind(), ErrorKind::AuthenticationFailed)
@@ -59,6 +61,59 @@ pub(crate) fn map_error(backend: &'static str, e: RedisError) -> Error {
         backend,
         message: e.to_string(),
         source: Some(Box::new(e)),
+    }
+}
+
+/// The crate's own name for [`map_redis_error`].
+pub(crate) use map_redis_error as map_error;
+
+/// `?` on a redis-rs result inside a function returning fencelock's
+/// [`Result`](fencelock_core::Result): maps the error with [`map_redis_error`], naming
+/// `backend`.
+///
+/// fencelock's [`Error`] cannot implement `From<redis::RedisError>`: the orphan rule allows
+/// that impl only in fencelock's core crate or in redis-rs, and the core does not depend on any
+/// driver. This trait is the conversion instead, one call before the `?`. The PostgreSQL
+/// crate's `SqlxResultExt` has the same method for `sqlx` results, so one idiom covers both
+/// drivers.
+///
+/// ```no_run
+/// use fencelock_core::Result;
+/// use fencelock_redis::{RedisResultExt, redis};
+/// use redis::AsyncCommands;
+///
+/// /// Counts a visit in the application's own key, on its own connection.
+/// async fn visit(client: &redis::Client) -> Result<u64> {
+///     let mut conn = client
+///         .get_multiplexed_async_connection()
+///         .await
+///         .into_fencelock("cache")?;
+///     let seen: u64 = conn.incr("visits", 1).await.into_fencelock("cache")?;
+///     Ok(seen)
+/// }
+/// ```
+///
+/// The error is typed by meaning, with the name given:
+///
+/// ```
+/// use fencelock_core::Error;
+/// use fencelock_redis::{RedisResultExt, redis};
+///
+/// let refused: redis::RedisResult<()> = Err(redis::RedisError::from(std::io::Error::from(
+///     std::io::ErrorKind::ConnectionRefused,
+/// )));
+/// let error = refused.into_fencelock("cache").unwrap_err();
+/// assert!(matches!(error, Error::Unavailable { backend: "cache", .. }));
+/// assert!(error.is_retryable());
+/// ```
+pub trait RedisResultExt<T> {
+    /// This result with a redis-rs error mapped by [`map_redis_error`], naming `backend` in it.
+    fn into_fencelock(self, backend: &'static str) -> Result<T>;
+}
+
+impl<T> RedisResultExt<T> for redis::RedisResult<T> {
+    fn into_fencelock(self, backend: &'static str) -> Result<T> {
+        self.map_err(|error| map_redis_error(backend, error))
     }
 }
 

@@ -36,6 +36,7 @@ pub use codec::MAX_TTL;
 pub use config::{
     DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_VALUE_LEN, RedisConfig,
 };
+pub use error::{RedisResultExt, map_redis_error};
 pub use fence::{RedisFence, Reply, hash_tag};
 pub use redlock::{DEFAULT_NODE_TIMEOUT, Redlock, RedlockConfig};
 pub use schemes::SCHEMES;
