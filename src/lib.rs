@@ -41,4 +41,5 @@ pub use fencelock_zookeeper as zookeeper;
 /// with conditional updates (S3 and S3-compatible servers, the in-memory store), and the fence
 /// of the user's own objects.
 #[cfg(feature = "object-store")]
+#[doc(inline)]
 pub use fencelock_object_store as object_store;
