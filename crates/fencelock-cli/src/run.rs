@@ -12,13 +12,14 @@ use std::ffi::{OsStr, OsString};
 use std::io::ErrorKind;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::process::ExitStatus;
 use std::time::Duration;
 
 use fencelock::spec::Connected;
 use fencelock::{
-    Error, FencedStorage, HolderInfo, LockGuard, LockKey, Locker, RwLocker, Semaphore,
-    holder_resource,
+    CompositeGuard, Error, FencedStorage, HolderInfo, LockGuard, LockKey, Locker, LostReason,
+    RwLocker, Semaphore, holder_resource,
 };
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -45,6 +46,8 @@ pub(crate) const EXAMPLES: &str = "  # a cron job that runs once across hosts
   fencelock run -n -E 1 -q --key backup -c 'pg_dump app > app.sql'
   # the grant for a script, one JSON line in a file of its own
   fencelock run --key deploy --grant-file grant.json -- ./deploy.sh
+  # two locks held together, all or none (FENCELOCK_KEY_0, FENCELOCK_TOKEN_0, ... per key)
+  fencelock run --key accounts/alice --key accounts/bob -- ./transfer.sh
 ";
 
 /// How long connecting and the one try may take when `--wait` is zero (and connecting, when
@@ -147,9 +150,13 @@ impl<'a> WaitBudget<'a> {
 pub(crate) struct Args {
     #[command(flatten)]
     pub(crate) backend: SharedBackendArg,
-    /// The lock's key.
-    #[arg(long)]
-    key: String,
+    /// The lock's key. Given more than once (--key a --key b), every key's lock is held
+    /// together, all or none, taken in one order whatever the order given; the command then
+    /// gets FENCELOCK_KEY_COUNT and, for each key i in sorted order from 0,
+    /// FENCELOCK_KEY_<i>, FENCELOCK_TOKEN_<i> and FENCELOCK_OWNER_<i> (each key's own fence)
+    /// instead of FENCELOCK_KEY, FENCELOCK_TOKEN and FENCELOCK_OWNER.
+    #[arg(long, required = true, value_name = "KEY")]
+    key: Vec<String>,
     /// Lease ttl; the lease is renewed at about a third of it while the command runs.
     #[arg(long, default_value = "30s", value_parser = parse_ttl)]
     ttl: Duration,
@@ -284,7 +291,75 @@ impl CommandArgs {
 }
 
 /// A lock `run` obtained: its guard and the environment variables its kind adds.
-type Obtained = (LockGuard, Vec<(&'static str, String)>);
+type Obtained = (HeldLocks, Vec<(&'static str, String)>);
+
+/// What a command runs under: one lock, or the locks of several keys held together.
+pub(crate) enum HeldLocks {
+    One(LockGuard),
+    All(CompositeGuard),
+}
+
+impl HeldLocks {
+    /// One guard per key, sorted by key when there are several.
+    fn members(&self) -> &[LockGuard] {
+        match self {
+            HeldLocks::One(guard) => std::slice::from_ref(guard),
+            HeldLocks::All(set) => set.members(),
+        }
+    }
+
+    /// The variables naming the grants: FENCELOCK_KEY, FENCELOCK_TOKEN and FENCELOCK_OWNER
+    /// for one lock; FENCELOCK_KEY_COUNT and FENCELOCK_KEY_<i>, FENCELOCK_TOKEN_<i>,
+    /// FENCELOCK_OWNER_<i> for each of several.
+    fn env(&self) -> Vec<(String, String)> {
+        let grant = |guard: &LockGuard, suffix: &str| {
+            let lease = guard.lease();
+            [
+                (format!("FENCELOCK_KEY{suffix}"), lease.key.to_string()),
+                (format!("FENCELOCK_TOKEN{suffix}"), lease.token.to_string()),
+                (format!("FENCELOCK_OWNER{suffix}"), lease.owner.to_string()),
+            ]
+        };
+        match self {
+            HeldLocks::One(guard) => grant(guard, "").into(),
+            HeldLocks::All(set) => {
+                let mut env = vec![(
+                    "FENCELOCK_KEY_COUNT".to_owned(),
+                    set.members().len().to_string(),
+                )];
+                for (i, member) in set.members().iter().enumerate() {
+                    env.extend(grant(member, &format!("_{i}")));
+                }
+                env
+            }
+        }
+    }
+
+    /// Completes when a lock is lost, with its key and the reason.
+    fn lost(&self) -> Pin<Box<dyn Future<Output = (LockKey, LostReason)> + Send>> {
+        match self {
+            HeldLocks::One(guard) => {
+                let (key, lost) = (guard.lease().key, guard.lost());
+                Box::pin(async move { (key, lost.await) })
+            }
+            HeldLocks::All(set) => {
+                let lost = set.lost();
+                Box::pin(async move {
+                    let member = lost.await;
+                    (member.key, member.reason)
+                })
+            }
+        }
+    }
+
+    /// Releases every lock: whether all were still held.
+    async fn release(self) -> fencelock::Result<bool> {
+        match self {
+            HeldLocks::One(guard) => guard.release().await,
+            HeldLocks::All(set) => set.release().await,
+        }
+    }
+}
 
 /// What `run` holds.
 #[derive(Debug, Clone, Copy)]
@@ -292,15 +367,29 @@ enum Kind {
     Exclusive,
     Shared,
     Permits(usize),
+    /// The exclusive locks of several keys, all or none.
+    All,
 }
 
 pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     let spec = args.backend.shared("fencelock run")?;
-    let key = LockKey::new(&args.key)?;
-    let kind = match (args.shared, args.permits) {
-        (true, _) => Kind::Shared,
-        (false, Some(n)) => Kind::Permits(n as usize),
-        (false, None) => Kind::Exclusive,
+    let mut keys = args
+        .key
+        .iter()
+        .map(LockKey::new)
+        .collect::<Result<Vec<_>, _>>()?;
+    keys.sort();
+    keys.dedup();
+    let kind = match (keys.len(), args.shared, args.permits) {
+        (2.., true, _) | (2.., _, Some(_)) => {
+            return Err(CliError::Input(
+                "--shared and --permits take one --key; several keys are exclusive locks".into(),
+            ));
+        }
+        (2.., false, None) => Kind::All,
+        (_, true, _) => Kind::Shared,
+        (_, false, Some(n)) => Kind::Permits(n as usize),
+        (_, false, None) => Kind::Exclusive,
     };
     let wait = if args.once.nonblock {
         Duration::ZERO
@@ -320,7 +409,7 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     let storage = connected.storage;
     let outcome = async {
         let (guard, extra_env) = tokio::select! {
-            obtained = obtain(&locker, &budget, &key, kind, args.ttl, args.verbosity) => {
+            obtained = obtain(&locker, &budget, &keys, kind, args.ttl, args.verbosity) => {
                 match obtained? {
                     Some(held) => held,
                     None => return Ok(Exit::NotObtained(args.once.conflict_exit_code)),
@@ -328,7 +417,9 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
             }
             signal = signals.recv() => return Ok(not_started(signal)),
         };
-        record_holder(&guard, &*storage, &holder, spec).await;
+        for member in guard.members() {
+            record_holder(member, &*storage, &holder, spec).await;
+        }
         run_granted(guard, &args, spec, &extra_env, started, &mut signals).await
     }
     .await;
@@ -355,7 +446,7 @@ pub(crate) async fn settle_backend(locker: &Locker) {
 /// Runs the command under the granted `guard`: the grant file and line, then the command
 /// until it ends, then the release.
 async fn run_granted(
-    guard: LockGuard,
+    guard: HeldLocks,
     args: &Args,
     spec: &Spec,
     extra_env: &[(&'static str, String)],
@@ -377,18 +468,21 @@ async fn run_granted(
         eprintln!("{grant}");
     }
     if talk.verbose {
-        let lease = guard.lease();
-        eprintln!(
-            "fencelock: obtained {:?} with token {} (owner {}) after {} ms",
-            lease.key.as_str(),
-            lease.token,
-            lease.owner,
-            started.elapsed().as_millis()
-        );
+        for member in guard.members() {
+            let lease = member.lease();
+            eprintln!(
+                "fencelock: obtained {:?} with token {} (owner {}) after {} ms",
+                lease.key.as_str(),
+                lease.token,
+                lease.owner,
+                started.elapsed().as_millis()
+            );
+        }
     }
-    let exit = hold_while_running(
+    let key_names = args.key.join(", ");
+    let exit = hold_locks_while_running(
         guard,
-        &args.key,
+        &key_names,
         spec,
         &args.command,
         extra_env,
@@ -400,7 +494,7 @@ async fn run_granted(
     if talk.verbose && exit != Exit::LeaseLost {
         eprintln!(
             "fencelock: released {:?}; the command ended with {}",
-            args.key,
+            key_names,
             exit.code()
         );
     }
@@ -408,15 +502,24 @@ async fn run_granted(
 }
 
 /// The grant as one JSON object: key, token, owner, backend (the spec, password hidden, and
-/// the backend's name), and the variables the kind adds (`slot`, `reader`).
-fn grant_json(guard: &LockGuard, spec: &Spec, extra_env: &[(&str, String)]) -> serde_json::Value {
-    let lease = guard.lease();
-    let mut grant = serde_json::json!({
-        "key": lease.key.as_str(),
-        "token": lease.token.get(),
-        "owner": lease.owner.to_string(),
-        "backend": spec.to_string(),
-    });
+/// the backend's name), and the variables the kind adds (`slot`, `reader`); for several keys,
+/// `keys`: one {"key", "token", "owner"} per key, sorted by key, and the backend.
+fn grant_json(guard: &HeldLocks, spec: &Spec, extra_env: &[(&str, String)]) -> serde_json::Value {
+    let one = |guard: &LockGuard| {
+        let lease = guard.lease();
+        serde_json::json!({
+            "key": lease.key.as_str(),
+            "token": lease.token.get(),
+            "owner": lease.owner.to_string(),
+        })
+    };
+    let mut grant = match guard {
+        HeldLocks::One(guard) => one(guard),
+        HeldLocks::All(set) => serde_json::json!({
+            "keys": set.members().iter().map(one).collect::<Vec<_>>(),
+        }),
+    };
+    grant["backend"] = serde_json::json!(spec.to_string());
     for (name, value) in extra_env {
         let field = name.trim_start_matches("FENCELOCK_").to_ascii_lowercase();
         let value = value
@@ -440,15 +543,35 @@ pub(crate) async fn hold_while_running(
     grace: Duration,
     signals: &mut Signals,
 ) -> Result<Exit, CliError> {
+    hold_locks_while_running(
+        HeldLocks::One(guard),
+        key_name,
+        server,
+        command,
+        extra_env,
+        grace,
+        signals,
+    )
+    .await
+}
+
+/// [`hold_while_running`] for one lock or several held together ([`HeldLocks::env`] names
+/// their variables); the command is stopped when any of them is lost.
+async fn hold_locks_while_running(
+    guard: HeldLocks,
+    key_name: &str,
+    server: &Spec,
+    command: &CommandArgs,
+    extra_env: &[(&str, String)],
+    grace: Duration,
+    signals: &mut Signals,
+) -> Result<Exit, CliError> {
     let (program, rest) = command
         .argv()
         .ok_or_else(|| CliError::Input("no command given".into()))?;
-    let lease = guard.lease();
     let mut to_start = tether::command(program, &rest);
     to_start
-        .env("FENCELOCK_KEY", lease.key.as_str())
-        .env("FENCELOCK_TOKEN", lease.token.to_string())
-        .env("FENCELOCK_OWNER", lease.owner.to_string())
+        .envs(guard.env())
         .envs(extra_env.iter().map(|(name, value)| (name, value)))
         .process_group(0)
         .kill_on_drop(true);
@@ -481,10 +604,11 @@ pub(crate) async fn hold_while_running(
                 Ok(Exit::LeaseLost)
             }
         }
-        reason = lost => {
+        (lost_key, reason) = lost => {
             eprintln!(
-                "fencelock: lease on {key_name:?} at {server} lost ({reason}); sending SIGTERM \
-                 to the command"
+                "fencelock: lease on {:?} at {server} lost ({reason}); sending SIGTERM \
+                 to the command",
+                lost_key.as_str()
             );
             stop(&mut child, group, Signal::SIGTERM, grace, signals).await?;
             Ok(Exit::LeaseLost)
@@ -506,17 +630,28 @@ pub(crate) async fn hold_while_running(
 async fn obtain(
     locker: &Locker,
     budget: &WaitBudget<'_>,
-    key: &LockKey,
+    keys: &[LockKey],
     kind: Kind,
     ttl: Duration,
     talk: Verbosity,
 ) -> Result<Option<Obtained>, CliError> {
     let left = budget.left();
+    let key = keys
+        .first()
+        .ok_or_else(|| CliError::Input("no --key given".into()))?;
     let request = async {
         match kind {
             Kind::Exclusive => {
                 let guard = locker.lock(key.as_str()).ttl(ttl).wait(left).await?;
-                Ok::<_, Error>((guard, vec![]))
+                Ok::<_, Error>((HeldLocks::One(guard), vec![]))
+            }
+            Kind::All => {
+                let set = locker
+                    .lock_all(keys.iter().map(LockKey::as_str))
+                    .ttl(ttl)
+                    .wait(left)
+                    .await?;
+                Ok((HeldLocks::All(set), vec![]))
             }
             Kind::Shared => {
                 let reader = RwLocker::new(locker.clone())
@@ -525,7 +660,10 @@ async fn obtain(
                     .wait(left)
                     .await?;
                 let id = reader.reader().to_string();
-                Ok((reader.into_guard(), vec![("FENCELOCK_READER", id)]))
+                Ok((
+                    HeldLocks::One(reader.into_guard()),
+                    vec![("FENCELOCK_READER", id)],
+                ))
             }
             Kind::Permits(permits) => {
                 let permit = Semaphore::new(locker, key.as_str(), permits)?
@@ -534,17 +672,19 @@ async fn obtain(
                     .wait(left)
                     .await?;
                 let slot = permit.slot().to_string();
-                Ok((permit.into_guard(), vec![("FENCELOCK_SLOT", slot)]))
+                Ok((
+                    HeldLocks::One(permit.into_guard()),
+                    vec![("FENCELOCK_SLOT", slot)],
+                ))
             }
         }
     };
     match budget.answer(request).await? {
         Ok(held) => Ok(Some(held)),
-        Err(Error::Timeout { waited, .. }) => {
+        Err(Error::Timeout { key, waited }) => {
             if !talk.quiet {
                 eprintln!(
-                    "fencelock: lock {:?} is held by another owner; not obtained within {waited:?}",
-                    key.as_str()
+                    "fencelock: lock {key:?} is held by another owner; not obtained within {waited:?}",
                 );
             }
             Ok(None)
@@ -593,7 +733,7 @@ pub(crate) async fn record_holder(
 /// Releases the lock once the command, which ended with `ended`, is over: whether the lease
 /// was still held (when not, it says so). An error names what was being done, so that a
 /// server gone at the end does not read as the command's failure.
-async fn release(guard: LockGuard, key: &str, ended: Exit) -> Result<bool, CliError> {
+async fn release(guard: HeldLocks, key: &str, ended: Exit) -> Result<bool, CliError> {
     let held = guard.release().await.map_err(|e| {
         e.in_context(&format!(
             "releasing {key:?} after the command ended with {}",

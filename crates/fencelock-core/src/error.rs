@@ -116,6 +116,14 @@ pub enum Error {
         /// The storage's maximum.
         max: usize,
     },
+    /// The [`Locker`](crate::Locker) asked for a lock it already holds (re-entry): refused at
+    /// once, before the backend is touched, so the holder neither waits for itself nor gets a
+    /// second grant with a new token. Not retryable while the first guard is held.
+    #[error("lock {key:?} is already held by this locker; locks are not re-entrant")]
+    AlreadyHeld {
+        /// The key asked for again.
+        key: String,
+    },
     /// The lock was not obtained within the wait budget.
     #[error("lock {key:?} not obtained within {waited:?}")]
     Timeout {
@@ -237,6 +245,7 @@ impl Error {
             Error::InvalidTtl { .. } => "invalid_ttl",
             Error::InvalidConfig { .. } => "invalid_config",
             Error::ValueTooLarge { .. } => "value_too_large",
+            Error::AlreadyHeld { .. } => "already_held",
             Error::Timeout { .. } => "timeout",
             Error::LeaseLost { .. } => "lease_lost",
             Error::Stale { .. } => "stale",

@@ -5,6 +5,7 @@
 mod backend;
 mod backoff;
 mod capabilities;
+mod composite;
 mod config;
 mod error;
 mod fence;
@@ -28,6 +29,7 @@ mod watchdog;
 pub use backend::{LockBackend, MIN_TTL, validate_floor, validate_ttl};
 pub use backoff::Backoff;
 pub use capabilities::{Capabilities, LockKinds, TimeAuthority, TokenGuarantee, WakeUp};
+pub use composite::{CompositeGuard, LockAllRequest, MemberLost};
 pub use config::{BackendConfig, Connected, Scheme, Schemes};
 pub use error::{BoxError, Error, LostReason, NodeReport, Result};
 pub use fence::{Fence, FenceRule, FencingToken, OwnerId};

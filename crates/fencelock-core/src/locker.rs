@@ -1,17 +1,20 @@
 //! `Locker`: waiting for a lock within a budget and wrapping the grant in a `LockGuard`.
 
 use std::any::Any;
+use std::collections::HashMap;
 use std::fmt;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backend::{LockBackend, validate_ttl};
 use crate::backoff::Backoff;
+use crate::composite::LockAllRequest;
 use crate::error::{Error, Result};
 use crate::fence::OwnerId;
 use crate::guard::LockGuard;
@@ -46,6 +49,19 @@ impl Default for LockOptions {
 
 /// Takes locks from one backend. Cheap to clone.
 ///
+/// # Re-entry
+///
+/// Locks are not re-entrant. A `lock` (or [`lock_all`](Self::lock_all), or
+/// [`try_lock`](Self::try_lock)) of a key this `Locker` value already holds fails at once with
+/// [`Error::AlreadyHeld`]: it neither waits for itself until its wait budget runs out (or for
+/// ever) nor takes a second grant, and it never touches the backend, so the key's token is not
+/// bumped. A key counts as held from its grant until its guard is released, dropped or lost.
+///
+/// Each clone is a holder of its own: a clone moved into another task contends for the key
+/// like any other owner (it waits for the release), while the clones still share one list of
+/// guards for [`shutdown`](Self::shutdown). Give each task that may contend for a key its own
+/// clone.
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> fencelock_core::Result<()> {
@@ -59,11 +75,51 @@ impl Default for LockOptions {
 /// # let _ = fence;
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
 pub struct Locker {
     backend: Arc<dyn LockBackend>,
     options: LockOptions,
     registry: Arc<Registry>,
+    holding: Arc<Holding>,
+}
+
+impl Clone for Locker {
+    /// A locker with the same backend, options and guard list, but a holder of its own: see
+    /// "Re-entry" above.
+    fn clone(&self) -> Self {
+        Locker {
+            backend: self.backend.clone(),
+            options: self.options,
+            registry: self.registry.clone(),
+            holding: Arc::default(),
+        }
+    }
+}
+
+/// The keys one `Locker` value holds, each with its guard's lost token (cancelled once the
+/// guard is released, dropped or lost), for refusing re-entry.
+#[derive(Debug, Default)]
+pub(crate) struct Holding {
+    keys: Mutex<HashMap<LockKey, CancellationToken>>,
+}
+
+impl Holding {
+    /// [`Error::AlreadyHeld`] if `key` is held through this locker.
+    pub(crate) fn refuse_held(&self, key: &LockKey) -> Result<()> {
+        let keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
+        match keys.get(key) {
+            Some(lost) if !lost.is_cancelled() => Err(Error::AlreadyHeld {
+                key: key.to_string(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Records the grant of `key`; forgets the keys whose guards have ended.
+    fn granted(&self, key: LockKey, lost: CancellationToken) {
+        let mut keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
+        keys.retain(|_, lost| !lost.is_cancelled());
+        keys.insert(key, lost);
+    }
 }
 
 impl fmt::Debug for Locker {
@@ -95,6 +151,7 @@ impl Locker {
             backend: shared_backend(backend),
             options: LockOptions::default(),
             registry: Arc::default(),
+            holding: Arc::default(),
         }
     }
 
@@ -111,13 +168,66 @@ impl Locker {
 
     /// A request for the lock on `key`; await it to wait for the lock. An invalid key is
     /// reported when the request is awaited, before any backend is touched.
+    ///
+    /// [`Error::AlreadyHeld`] at once when this locker already holds `key` (see "Re-entry").
     pub fn lock(&self, key: impl AsRef<str>) -> LockRequest {
         LockRequest {
             backend: self.backend.clone(),
             key: LockKey::new(key),
             options: self.options,
             registry: self.registry.clone(),
+            holding: self.holding.clone(),
         }
+    }
+
+    /// A request for the locks on every key of `keys`, all or none; await it for a
+    /// [`CompositeGuard`](crate::CompositeGuard) whose members each keep their own key's fence.
+    ///
+    /// The keys are deduplicated and taken one at a time in one canonical order (sorted by
+    /// key), whatever order they were given in, so two requests with overlapping sets never
+    /// deadlock: each waits only for keys after the ones it holds. The wait budget covers the
+    /// whole set; when a key is not obtained within it (or any member fails), the keys taken
+    /// so far are released and the request fails with that member's error. Every member has
+    /// the request's ttl and watchdog; the guard's [`lost`](crate::CompositeGuard::lost)
+    /// fires when any member is lost.
+    ///
+    /// An invalid key, an empty set or a key this locker already holds
+    /// ([`Error::AlreadyHeld`]) is reported when the request is awaited, before any backend
+    /// is touched.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> fencelock_core::Result<()> {
+    /// use fencelock_core::Locker;
+    /// let locker = Locker::new(fencelock_memory::MemoryLockBackend::new());
+    /// let both = locker.lock_all(["accounts/b", "accounts/a"]).await?;
+    /// // Each write presents its own key's fence.
+    /// let (a, b) = (both.fence("accounts/a"), both.fence("accounts/b"));
+    /// assert!(a.is_some() && b.is_some() && a != b);
+    /// assert!(both.release().await?);
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_all<K: AsRef<str>>(&self, keys: impl IntoIterator<Item = K>) -> LockAllRequest {
+        LockAllRequest::new(
+            self.clone_holder(),
+            keys.into_iter().map(LockKey::new).collect(),
+        )
+    }
+
+    /// This locker with the same holding: the members of a composite request are this
+    /// locker's own grants.
+    pub(crate) fn clone_holder(&self) -> Locker {
+        Locker {
+            backend: self.backend.clone(),
+            options: self.options,
+            registry: self.registry.clone(),
+            holding: self.holding.clone(),
+        }
+    }
+
+    /// [`Error::AlreadyHeld`] if this locker holds `key`.
+    pub(crate) fn refuse_held(&self, key: &LockKey) -> Result<()> {
+        self.holding.refuse_held(key)
     }
 
     /// A locker with this one's options and guard list over another backend: the adapters of
@@ -127,6 +237,7 @@ impl Locker {
             backend,
             options: self.options,
             registry: self.registry.clone(),
+            holding: Arc::default(),
         }
     }
 
@@ -237,6 +348,7 @@ pub struct LockRequest {
     key: Result<LockKey>,
     options: LockOptions,
     registry: Arc<Registry>,
+    holding: Arc<Holding>,
 }
 
 impl LockRequest {
@@ -276,6 +388,7 @@ impl LockRequest {
         let key = self.key?;
         let options = self.options;
         validate_ttl(options.ttl, &self.backend.capabilities())?;
+        self.holding.refuse_held(&key)?;
         let started = Instant::now();
         // `None`: a budget the clock cannot add, waited out without a bound.
         let deadline = started.checked_add(options.wait);
@@ -314,12 +427,14 @@ impl LockRequest {
                             waited_ms = started.elapsed().as_millis() as u64,
                             "acquired"
                         );
-                        return Ok(LockGuard::registered(
+                        let guard = LockGuard::registered(
                             self.backend,
                             lease,
                             options.watchdog,
                             &self.registry,
-                        ));
+                        );
+                        self.holding.granted(key.clone(), guard.lost_token());
+                        return Ok(guard);
                     }
                     Ok(None) => {}
                     Err(e) if e.is_retryable() && before_deadline(Instant::now()) => {

@@ -99,7 +99,9 @@ declare_properties!(__fencelock_conformance_election, {
         let resource = key("failover-data");
         let old = election.campaign().ttl(s.short_ttl()).watchdog(false).wait(PATIENCE).await.unwrap();
         s.storage.write(&resource, old.fence(), b"old").await.unwrap();
-        let next = election.campaign().ttl(LONG_TTL).wait(PATIENCE).await.unwrap();
+        // The successor is another campaigner: a clone holds on its own, while the same value
+        // campaigning again for a term it still holds would be refused as re-entry.
+        let next = election.clone().campaign().ttl(LONG_TTL).wait(PATIENCE).await.unwrap();
         assert!(next.term() > old.term(), "terms did not increase over a failover");
         assert!(!old.is_leader(), "the deposed leader still believes it leads");
         s.storage.write(&resource, next.fence(), b"new").await.unwrap();

@@ -1,4 +1,4 @@
-//! The properties, one `pub async fn(&Setup)` each, in eight groups by what they check. Each
+//! The properties, one `pub async fn(&Setup)` each, in nine groups by what they check. Each
 //! takes a fresh [`Setup`](crate::Setup) and panics, naming what broke, when the backend does
 //! not meet the contract. Keys are random per call, so properties may share a server.
 //!
@@ -31,6 +31,9 @@ declare_groups! {
     semaphore => __fencelock_conformance_semaphore,
     /// Leader election: one leader per term, increasing terms, observers, failover.
     election => __fencelock_conformance_election,
+    /// Composite locks (`Locker::lock_all`): all or none, no deadlock, a fence per member;
+    /// re-entry refused.
+    composite => __fencelock_conformance_composite,
 }
 
 /// One group of properties, by name.

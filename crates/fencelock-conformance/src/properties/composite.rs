@@ -1,0 +1,147 @@
+//! Composite locks (`Locker::lock_all`) and re-entry, on top of the backend under test.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use fencelock_core::{Error, Locker, LostReason};
+use tokio::time::{sleep, timeout};
+
+use super::support::{LONG_TTL, PATIENCE, assert_stale, grant, key};
+use crate::Setup;
+
+declare_properties!(__fencelock_conformance_composite, {
+    /// Two owners that lock overlapping sets given in opposite orders ({a, b} and {b, a}),
+    /// again and again, all finish: no deadlock. While either holds its set nobody else holds
+    /// any member, and a set one of whose keys is held elsewhere is not taken at all: its
+    /// other keys stay free.
+    pub async fn composite_is_all_or_none_and_never_deadlocks(s: &Setup) {
+        let (a, b, c) = (key("set-a"), key("set-b"), key("set-c"));
+        let inside = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for set in [vec![a.clone(), b.clone()], vec![b.clone(), a.clone()], vec![c.clone(), b.clone()]] {
+            let (locker, inside) = (Locker::new(s.backend.clone()), inside.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..8 {
+                    let held = locker
+                        .lock_all(set.iter().map(|key| key.as_str()))
+                        .ttl(LONG_TTL)
+                        .wait(PATIENCE * 3)
+                        .await
+                        .expect("a composite lock of overlapping sets was not granted");
+                    assert!(held.is_held());
+                    assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two owners held key b at once");
+                    sleep(Duration::from_millis(5)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    assert!(held.release().await.unwrap(), "a member was lost without contention");
+                }
+            }));
+        }
+        for task in tasks {
+            timeout(PATIENCE * 6, task)
+                .await
+                .expect("owners locking {a, b} and {b, a} did not all finish: a deadlock")
+                .unwrap();
+        }
+
+        // All or none: with b held elsewhere, {a, b} is refused and a is left free.
+        let b = &*s.backend;
+        let other = grant(b, &c, LONG_TTL).await;
+        let locker = Locker::new(s.backend.clone());
+        let refused = locker.lock_all([c.as_str(), a.as_str()]).ttl(LONG_TTL).wait(Duration::from_millis(300)).await;
+        assert!(
+            matches!(&refused, Err(Error::Timeout { key, .. }) if *key == c.to_string()),
+            "expected a Timeout naming the held key {c}, got {refused:?}"
+        );
+        let info = b.inspect(&a).await.unwrap();
+        assert_eq!(info.holder, None, "a refused composite lock left {a} held");
+        assert!(b.release(&other).await.unwrap());
+    }
+
+    /// Each member of a composite lock carries its own key's grant: its fence is the one the
+    /// backend reports for that key, the fences of different keys differ, and a write to a
+    /// key's resource is admitted with that key's fence.
+    pub async fn composite_members_carry_their_own_fences(s: &Setup) {
+        let b = &*s.backend;
+        let (a, k) = (key("own-a"), key("own-b"));
+        // Set the two keys' counters apart, so one key's token cannot pass for the other's.
+        for _ in 0..3 {
+            let lease = grant(b, &k, LONG_TTL).await;
+            assert!(b.release(&lease).await.unwrap());
+        }
+        let locker = Locker::new(s.backend.clone());
+        let held = locker.lock_all([k.as_str(), a.as_str(), k.as_str()]).ttl(LONG_TTL).wait(PATIENCE).await.unwrap();
+        assert_eq!(held.keys().collect::<Vec<_>>(), {
+            let mut keys = vec![a.clone(), k.clone()];
+            keys.sort();
+            keys
+        });
+        for member in [&a, &k] {
+            let fence = held.fence(member.as_str()).unwrap();
+            let info = b.inspect(member).await.unwrap();
+            assert_eq!(info.holder, Some(fence), "{member}'s member does not carry {member}'s grant");
+            s.storage.write(member, fence, b"mine").await.expect("a member's own fence was refused");
+        }
+        assert_ne!(held.fence(a.as_str()), held.fence(k.as_str()));
+        assert!(held.release().await.unwrap());
+    }
+
+    /// When one member of a composite lock is lost (here: another owner takes it), the guard's
+    /// `lost()` fires naming that member, `is_held()` turns false, and a write to that
+    /// member's resource with the composite's fence is refused once the new owner wrote.
+    pub async fn composite_lost_fires_when_one_member_is_lost(s: &Setup) {
+        let b = &*s.backend;
+        let (a, k) = (key("lost-a"), key("lost-b"));
+        let locker = Locker::new(s.backend.clone());
+        let held = locker
+            .lock_all([a.as_str(), k.as_str()])
+            .ttl(s.short_ttl())
+            .watchdog(false)
+            .wait(PATIENCE)
+            .await
+            .unwrap();
+        let old = held.fence(k.as_str()).unwrap();
+        // Keep `a` alive; let `k` lapse and go to another owner.
+        held.member(a.as_str()).unwrap().extend(LONG_TTL).await.unwrap();
+        sleep(s.past_short_ttl()).await;
+        let successor = grant(b, &k, LONG_TTL).await;
+        let lost = timeout(PATIENCE, held.lost()).await.expect("lost() did not fire after a member was lost");
+        assert_eq!(lost.key, k, "lost() named the wrong member");
+        assert!(matches!(lost.reason, LostReason::DeadlinePassed | LostReason::NotHeld | LostReason::Superseded));
+        timeout(PATIENCE, held.lost_token().cancelled_owned()).await.expect("lost_token() was not cancelled");
+        assert!(!held.is_held(), "a composite with a lost member says it is held");
+        assert!(held.member(a.as_str()).unwrap().is_held(), "the other member should be unaffected");
+        s.storage.write(&k, successor.fence(), b"new").await.unwrap();
+        assert_stale(s.storage.write(&k, old, b"stale").await, old, successor.fence());
+        assert!(!held.release().await.unwrap(), "release says every member was still held");
+        assert!(b.release(&successor).await.unwrap());
+    }
+
+    /// A second lock of a key the same `Locker` holds is refused at once with `AlreadyHeld`,
+    /// never a wait for itself nor a second grant: the token is not bumped. A composite lock
+    /// with a held key is refused the same way and takes none of its other keys. A clone is
+    /// a holder of its own and contends normally.
+    pub async fn relocking_a_held_key_is_refused(s: &Setup) {
+        let b = &*s.backend;
+        let (k, other) = (key("reenter"), key("reenter-other"));
+        let locker = Locker::new(s.backend.clone());
+        let guard = locker.lock(k.as_str()).ttl(LONG_TTL).await.unwrap();
+        let again = timeout(PATIENCE, locker.lock(k.as_str()).ttl(LONG_TTL).wait(LONG_TTL).into_future())
+            .await
+            .expect("a re-entrant lock waited instead of being refused");
+        assert!(matches!(&again, Err(Error::AlreadyHeld { key }) if *key == k.to_string()), "expected AlreadyHeld, got {again:?}");
+        assert!(matches!(locker.try_lock(k.as_str()).await, Err(Error::AlreadyHeld { .. })));
+        let set = locker.lock_all([other.as_str(), k.as_str()]).ttl(LONG_TTL).wait(LONG_TTL).await;
+        assert!(matches!(&set, Err(Error::AlreadyHeld { .. })), "expected AlreadyHeld, got {set:?}");
+        let info = b.inspect(&k).await.unwrap();
+        assert_eq!(info.holder, Some(guard.fence()), "a refused re-entry changed the holder");
+        assert_eq!(info.last_token, Some(guard.token()), "a refused re-entry bumped the token");
+        assert_eq!(b.inspect(&other).await.unwrap().holder, None, "a refused composite took a key");
+        let clone = locker.clone();
+        assert!(clone.try_lock(k.as_str()).await.unwrap().is_none(), "a clone got a held lock");
+        assert!(guard.release().await.unwrap());
+        let relocked = locker.lock(k.as_str()).ttl(LONG_TTL).wait(PATIENCE).await.expect("released key not granted again");
+        assert!(relocked.token() > info.last_token.unwrap());
+        assert!(relocked.release().await.unwrap());
+    }
+});
