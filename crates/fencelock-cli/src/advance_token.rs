@@ -10,6 +10,8 @@ use crate::exit::Exit;
 pub(crate) const EXAMPLES: &str =
     "  # after a Redis restart without persistence, the storage is at token 41
   fencelock advance-token --backend redis://127.0.0.1:6379 --key nightly-report --to 41
+  # moved from another lock service: lift the counter past the fence the storage holds
+  fencelock advance-token --backend 'postgres://app@db/app?backend=lease' --key nightly-report --to-fence-of nightly-report
 ";
 
 #[derive(Debug, clap::Args)]
@@ -20,17 +22,47 @@ pub(crate) struct Args {
     #[arg(long)]
     key: String,
     /// The floor: the next grant carries a token greater than N (at least 1).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    to: u64,
+    #[arg(
+        long,
+        value_name = "N",
+        required_unless_present = "to_fence_of",
+        conflicts_with = "to_fence_of",
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    to: Option<u64>,
+    /// The floor is the fence this backend's storage last admitted for RESOURCE (the key, for
+    /// data written with `write_key`): after moving to this lock service from another, whose
+    /// tokens the storage already holds, the next grant is admitted again.
+    #[arg(long, value_name = "RESOURCE")]
+    to_fence_of: Option<String>,
 }
 
 pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     let spec = args.backend.shared("fencelock advance-token")?;
     let key = LockKey::new(&args.key)?;
-    let floor = FencingToken::new(args.to)
-        .ok_or_else(|| CliError::Input("--to must be at least 1".into()))?;
-    let backend = spec.spec().connect().await?.backend;
-    let counter = backend.advance_token(&key, floor).await?;
+    let connected = spec.spec().connect().await?;
+    let floor = match (&args.to_fence_of, args.to) {
+        (Some(resource), _) => {
+            let resource = LockKey::new(resource)?;
+            match connected.storage.peek(&resource).await? {
+                Some(snapshot) => snapshot.fence.token,
+                None => {
+                    return Err(CliError::Input(format!(
+                        "the storage of {spec} holds no fence for {resource}: nothing to lift \
+                         the counter past (give --to N)"
+                    )));
+                }
+            }
+        }
+        (None, Some(to)) => FencingToken::new(to)
+            .ok_or_else(|| CliError::Input("--to must be at least 1".into()))?,
+        (None, None) => {
+            return Err(CliError::Input(
+                "give --to N or --to-fence-of RESOURCE".into(),
+            ));
+        }
+    };
+    let counter = connected.backend.advance_token(&key, floor).await?;
     println!(
         "token counter of {key} is at {counter}: the next grant carries a token above {floor}"
     );

@@ -34,6 +34,10 @@ pub(crate) struct Args {
     /// in words.
     #[arg(long)]
     json: bool,
+    /// The storage resource whose fence to show next to the lock's last token [default: the
+    /// key itself, as `write_key` names it].
+    #[arg(long, value_name = "RESOURCE")]
+    resource: Option<String>,
     /// The lock's key (an election's key shows its leader: the holder, whose token is the
     /// term).
     key: String,
@@ -119,6 +123,14 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
             .map_or("none (never granted)".into(), |token| token.to_string()),
     );
     shown.json["last_token"] = json!(info.last_token.map(|token| token.get()));
+    storage_fence(
+        &mut shown,
+        &*storage,
+        &key,
+        args.resource.as_deref(),
+        info.last_token,
+    )
+    .await?;
     let caps = backend.capabilities();
     if caps.kinds.shared {
         match backend.inspect_shared(&key).await? {
@@ -194,6 +206,61 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
         print!("{}", shown.text());
     }
     Ok(Exit::Success)
+}
+
+/// The fence the storage last admitted for `resource` (the key by default), and, when it is
+/// ahead of the lock's counter, the command that lifts the counter past it: what a move from
+/// another lock service, or a counter a server lost, looks like.
+async fn storage_fence(
+    shown: &mut Shown,
+    storage: &dyn FencedStorage,
+    key: &LockKey,
+    resource: Option<&str>,
+    last_token: Option<fencelock::FencingToken>,
+) -> Result<(), CliError> {
+    let resource = match resource {
+        Some(name) => LockKey::new(name)?,
+        None => key.clone(),
+    };
+    let fence = storage
+        .peek(&resource)
+        .await?
+        .map(|snapshot| snapshot.fence);
+    match fence {
+        Some(fence) => {
+            shown.row(
+                "storage fence",
+                format!(
+                    "token {} owner {} (on {resource})",
+                    fence.token, fence.owner
+                ),
+            );
+            shown.json["storage_fence"] = json!({
+                "resource": resource.as_str(),
+                "token": fence.token.get(),
+                "owner": fence.owner.to_string(),
+            });
+            if last_token.is_none_or(|last| last < fence.token) {
+                shown.row(
+                    "  ahead",
+                    format!(
+                        "the storage holds a newer token than this lock has granted, so its \
+                         next grant is refused there: fencelock advance-token --key {key} \
+                         --to-fence-of {resource}"
+                    ),
+                );
+                shown.json["storage_fence"]["ahead"] = json!(true);
+            }
+        }
+        None => {
+            shown.row(
+                "storage fence",
+                format!("none (no fenced operation on {resource})"),
+            );
+            shown.json["storage_fence"] = Value::Null;
+        }
+    }
+    Ok(())
 }
 
 /// The holder record of `key` written under `fence`, if any (a key too long for a record has

@@ -60,3 +60,77 @@ fn advance_token_heals_a_counter_lost_in_a_restart() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(token_of_a_run(&url, "job"), 5);
 }
+
+// Catches: a move from one lock service to another over the same data that leaves every
+// grant of the new service refused with nothing saying why. The data lives in the PostgreSQL
+// storage, fenced first under a Redis lock (the old service, whose tokens are ahead), then the
+// lease backend on the same schema takes over: `inspect` must show the storage's fence ahead of
+// the new counter, and `advance-token --to-fence-of` must lift the counter past it, after which
+// a grant of the new service is admitted.
+#[test]
+fn moving_to_another_lock_service_is_healed_from_the_storage_fence() {
+    use fencelock::spec::BackendSpec;
+    use fencelock::{Fence, FencedStorageExt, FencingToken, OwnerId};
+
+    let redis = RedisServer::spawn();
+    let old_token = (0..5)
+        .map(|_| token_of_a_run(&redis.url(), "ledger"))
+        .max()
+        .unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let schema = runtime.block_on(fencelock_testkit::postgres::PgSchema::create());
+    let url = schema.url();
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let pg = format!("{url}{sep}backend=lease&schema={}", schema.name());
+    let storage = runtime
+        .block_on(async { BackendSpec::parse(&pg)?.connect().await })
+        .unwrap()
+        .storage;
+    // The old service's holder wrote the data with its token.
+    let old = Fence::new(FencingToken::new(old_token).unwrap(), OwnerId::random());
+    runtime
+        .block_on(storage.write_key("ledger", old, b"balance=10"))
+        .unwrap();
+
+    // The new service grants token 1, which the storage would refuse; inspect says so.
+    assert_eq!(token_of_a_run(&pg, "ledger"), 1);
+    let (code, out, err) = fencelock(&["inspect", "--backend", &pg, "--json", "ledger"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let shown: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(shown["storage_fence"]["token"], old_token, "{shown:#}");
+    assert_eq!(shown["storage_fence"]["ahead"], true, "{shown:#}");
+    let (_, text, _) = fencelock(&["inspect", "--backend", &pg, "ledger"]);
+    assert!(text.contains("--to-fence-of ledger"), "{text}");
+
+    let (code, out, err) = fencelock(&[
+        "advance-token",
+        "--backend",
+        &pg,
+        "--key",
+        "ledger",
+        "--to-fence-of",
+        "ledger",
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let new_token = token_of_a_run(&pg, "ledger");
+    assert!(new_token > old_token, "{new_token} <= {old_token}");
+    let new = Fence::new(FencingToken::new(new_token).unwrap(), OwnerId::random());
+    runtime
+        .block_on(storage.write_key("ledger", new, b"balance=12"))
+        .unwrap();
+    let (_, text, _) = fencelock(&["inspect", "--backend", &pg, "ledger"]);
+    assert!(!text.contains("--to-fence-of"), "{text}");
+
+    // A resource the storage never saw has nothing to lift past: refused, nothing changed.
+    let (code, _, err) = fencelock(&[
+        "advance-token",
+        "--backend",
+        &pg,
+        "--key",
+        "ledger",
+        "--to-fence-of",
+        "never-written",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("holds no fence for never-written"), "{err}");
+}
