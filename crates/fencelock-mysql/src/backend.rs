@@ -313,12 +313,31 @@ impl LockBackend for MySqlLockBackend {
             let phase = state.phase.as_ref().map(|p| (p.fence, p.remaining));
             state.lease.or(phase)
         });
+        // No live lease or read phase: the name may still be held by a plain `GET_LOCK`
+        // (which the lock excludes), and then the lock is not free.
+        let unfenced_holder = match holder {
+            Some(_) => None,
+            None => timed(
+                self.timeout(),
+                sqlx::query_as::<_, (Option<i64>,)>("SELECT CAST(IS_USED_LOCK(?) AS SIGNED)")
+                    .bind(lock_name(key))
+                    .fetch_one(self.db.pool()),
+            )
+            .await?
+            .0
+            .map(|id| {
+                format!(
+                    "MySQL connection id {id} (no fencelock lease: a plain GET_LOCK on the \
+                     same name)"
+                )
+            }),
+        };
         Ok(LockInfo {
             key: key.clone(),
             holder: holder.map(|(fence, _)| fence),
             remaining: holder.map(|(_, left)| left),
             last_token: state.map(|state| state.last_token),
-            unfenced_holder: None,
+            unfenced_holder,
         })
     }
 

@@ -11,6 +11,7 @@ use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 
 use crate::config::{DEFAULT_MAX_VALUE_LEN, MySqlBackendKind, MySqlConfig};
 use crate::error::timed;
+use crate::greeting::{self, Peer};
 use crate::schema::Statements;
 use crate::{MySqlFence, MySqlLockBackend, MySqlStorage};
 
@@ -67,9 +68,22 @@ impl MySqlDatabase {
         );
         // The first connection is opened outside the pools: a pool tries a refused connect
         // again until its time-out and then says only that it timed out, not why.
-        let mut first = timed(timeout, options.connect())
-            .await
-            .map_err(|e| e.in_context(&server))?;
+        // A server that does not greet within a moment is probed on a connection of its
+        // own: Redis or PostgreSQL at a MySQL URL is named now, not after the time-out.
+        let connect = timed(timeout, options.connect());
+        let not_mysql = async {
+            tokio::time::sleep(greeting::GREETING_WAIT).await;
+            for host in config.hosts() {
+                if let Peer::NotMySql(why) = greeting::probe(&host).await {
+                    return why;
+                }
+            }
+            std::future::pending().await
+        };
+        let mut first = tokio::select! {
+            first = connect => first.map_err(|e| e.in_context(&server))?,
+            why = not_mysql => return Err(greeting::not_mysql(&server, why)),
+        };
         let settings = timed(
             timeout,
             sqlx::query_as(

@@ -10,6 +10,7 @@ mod config;
 mod database;
 mod error;
 mod fence;
+mod greeting;
 mod lock_name;
 mod redact;
 mod schema;

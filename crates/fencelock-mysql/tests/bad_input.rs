@@ -186,3 +186,28 @@ async fn keys_longer_than_get_lock_takes_are_hashed_not_truncated() {
         assert!(backend.release(&lease).await.unwrap());
     }
 }
+
+/// A Redis or PostgreSQL port at a MySQL URL is named as not a MySQL server, with what
+/// answered there, before the operation time-out (those servers wait for the client to speak,
+/// so a plain connect only ever times out).
+#[tokio::test]
+async fn a_redis_or_postgres_port_is_not_a_mysql_server() {
+    for (port, what) in [(6379, "Redis"), (5432, "PostgreSQL")] {
+        let config = MySqlConfig::from_url(&common::url())
+            .unwrap()
+            .with_hosts(&[fencelock_core::HostPort::new("127.0.0.1", port)])
+            .unwrap()
+            .operation_timeout(Duration::from_secs(60));
+        match config.connect().await {
+            Err(Error::InvalidConfig { message, .. }) => {
+                assert!(message.contains("not a MySQL"), "{message}");
+                assert!(message.contains(&format!("127.0.0.1:{port}")), "{message}");
+                assert!(message.contains(what), "{message}");
+            }
+            other => panic!(
+                "expected InvalidConfig for the {what} port {port} (is {what} running there?), \
+                 got {other:?}"
+            ),
+        }
+    }
+}

@@ -388,3 +388,47 @@ async fn a_holder_that_keeps_renewing_is_never_ended() {
     assert!(!lost.is_cancelled(), "the renewed lease was lost");
     assert!(guard.release().await.unwrap());
 }
+
+/// A plain `GET_LOCK` client holding the key's name is reported by `inspect` with its
+/// connection id (the lock is not free), and the key is free again once it lets go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_names_a_plain_get_lock_holder_by_connection_id() {
+    let (db, _cleanup) = common::database("plain_holder").await;
+    let backend = db.lock_backend();
+    for key in [key("plain-never-used"), key("plain-after-use")] {
+        if key.as_str().contains("after-use") {
+            let lease = backend
+                .try_acquire(&key, Duration::from_secs(10))
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(backend.release(&lease).await.unwrap());
+        }
+        let mut plain = common::admin().await;
+        let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 10)")
+            .bind(lock_name(&key))
+            .fetch_one(&mut plain)
+            .await
+            .unwrap();
+        assert_eq!(got, Some(1));
+        let id: i64 = sqlx::query_scalar("SELECT CAST(CONNECTION_ID() AS SIGNED)")
+            .fetch_one(&mut plain)
+            .await
+            .unwrap();
+        let info = backend.inspect(&key).await.unwrap();
+        assert_eq!(info.holder, None);
+        assert!(info.is_held(), "{info:?}");
+        let described = info.unfenced_holder.unwrap();
+        assert!(
+            described.contains(&format!("MySQL connection id {id}")),
+            "{described}"
+        );
+        let _: Option<i64> = sqlx::query_scalar("SELECT RELEASE_LOCK(?)")
+            .bind(lock_name(&key))
+            .fetch_one(&mut plain)
+            .await
+            .unwrap();
+        let info = backend.inspect(&key).await.unwrap();
+        assert!(!info.is_held(), "{info:?}");
+    }
+}

@@ -3,7 +3,9 @@
 -- runs the commands in order, all in one step.
 -- KEYS[1] the fence record (hash: token, owner); KEYS[1 + i] the key of command i.
 -- ARGV[1] token (decimal, no leading zeros), ARGV[2] owner (32 hex digits),
--- ARGV[3] rule ('monotonic' or 'strict'), then each command's name and arguments:
+-- ARGV[3] rule ('monotonic' or 'strict'), ARGV[4] 'check-eviction' to refuse a server that
+-- may evict keys (a connection of the user's own, never checked at connect) or '', then each
+-- command's name and arguments:
 --   'set' value px     px: milliseconds, or '' for no expiry
 --   'hset' field value
 --   'del'
@@ -12,7 +14,7 @@
 --   'get'
 --   'hgetall'
 -- Returns { 'ok', one reply per command (INCRBY: the value afterwards, as a string) } or
--- { 'stale', last token, last owner }.
+-- { 'stale', last token, last owner }, or { 'evicts', maxmemory-policy } (nothing done).
 --
 -- Redis does not undo a script that stops half way, so nothing is written before every
 -- command has been checked against the state it will meet (key types, integers, overflow,
@@ -21,7 +23,7 @@
 -- by then, so a stale holder is kept out either way.
 local ARITY = { set = 2, hset = 2, del = 0, incrby = 1, pexpire = 1, get = 0, hgetall = 0 }
 local ops = {}
-local i = 4
+local i = 5
 while i <= #ARGV do
   local name = ARGV[i]
   local arity = ARITY[name]
@@ -33,6 +35,15 @@ while i <= #ARGV do
 end
 if i ~= #ARGV + 1 or #ops ~= #KEYS - 1 then
   return redis.error_reply('ERR fencelock commands, keys and arguments do not match')
+end
+
+-- INFO (unlike CONFIG) may run in a script: the check is made on the very node that holds
+-- the fence record, in the same step. A server that hides the policy is served, as at connect.
+if ARGV[4] == 'check-eviction' then
+  local policy = string.match(redis.call('INFO', 'memory'), 'maxmemory_policy:([%w%-]+)')
+  if policy and policy ~= 'noeviction' then
+    return { 'evicts', policy }
+  end
 end
 
 local refused = admit(KEYS[1], ARGV[1], ARGV[2], ARGV[3])

@@ -292,6 +292,7 @@ impl Locks {
         RedisFence::new(conn)
             .prefix(self.conn.keys.prefix())
             .call_timeout(self.conn.call_timeout)
+            .server_checked()
     }
 
     pub(crate) async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {

@@ -16,6 +16,8 @@ use crate::config::RedisConfig;
 use crate::error::{bounded, map_error};
 use crate::keys::KeySpace;
 use crate::link::Link;
+use crate::protocol_probe::{PROBE_AFTER, speaks_plain_redis, speaks_tls};
+use crate::redis_url::Endpoint;
 
 /// One server's (or cluster's) connection, shared by a backend or a storage and its clones.
 #[derive(Clone)]
@@ -129,17 +131,53 @@ impl Connection {
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(200));
         let span = tracing::debug_span!("connect", backend, server = %server);
-        let failed = |e| connect_failure(backend, &server, &client, call_timeout, e);
-        let manager = match tokio::time::timeout(
+        let host = config.endpoint().map(Endpoint::host_port);
+        let tls = config.endpoint().is_some_and(Endpoint::is_tls);
+        let (host_ref, server_ref, client_ref) = (&host, &server, &client);
+        let failed = move |e| async move {
+            let (server, client) = (server_ref, client_ref);
+            match host_ref {
+                Some(host) if !tls && tls_port(&e) && speaks_tls(host, call_timeout).await => {
+                    Error::InvalidConfig {
+                        message: format!(
+                            "{server} speaks TLS (it answered a TLS handshake, and dropped the \
+                             plain connection): use a rediss:// URL (with `?tls_ca=` for a \
+                             private CA)"
+                        ),
+                        source: Some(Box::new(e)),
+                    }
+                }
+                _ => connect_failure(backend, server, client, call_timeout, e).await,
+            }
+        };
+        let connect = tokio::time::timeout(
             connect_timeout + call_timeout,
             ConnectionManager::new_with_config(client.clone(), manager_config),
         )
-        .instrument(span)
-        .await
-        {
-            Ok(Ok(manager)) => manager,
-            Ok(Err(e)) => return Err(failed(e).await),
-            Err(_) => return Err(no_answer(backend, &server, connect_timeout + call_timeout)),
+        .instrument(span);
+        // A plain Redis waits for a newline that a TLS handshake never sends: asked plainly
+        // after a moment, it answers, and the connect can say so instead of timing out.
+        let plain_at_tls_url = async {
+            if let (Some(host), true) = (&host, tls) {
+                tokio::time::sleep(PROBE_AFTER).await;
+                if speaks_plain_redis(host, call_timeout).await {
+                    return;
+                }
+            }
+            std::future::pending::<()>().await
+        };
+        let manager = tokio::select! {
+            connected = connect => match connected {
+                Ok(Ok(manager)) => manager,
+                Ok(Err(e)) => return Err(failed(e).await),
+                Err(_) => return Err(no_answer(backend, &server, connect_timeout + call_timeout)),
+            },
+            () = plain_at_tls_url => {
+                return Err(Error::config(format!(
+                    "{server} does not support TLS (it answered plain Redis on this port): use \
+                     a redis:// URL, or the server's TLS port (`tls-port`)"
+                )));
+            }
         };
         // The manager may connect without sending a command; a PING surfaces refused or
         // missing credentials, and a service that does not speak Redis, now rather than at
@@ -264,7 +302,15 @@ pub(crate) async fn connect_failure(
             source: Some(Box::new(e)),
         },
         _ => match untrusted_certificate(&e) {
-            Some(why) => Error::InvalidConfig {
+            Some(Certificate::NotForName(why)) => Error::InvalidConfig {
+                message: format!(
+                    "{server}: its TLS certificate is not for the host name in the URL ({why}); \
+                     connect by a name the certificate lists, or give the server a \
+                     certificate for this name"
+                ),
+                source: Some(Box::new(e)),
+            },
+            Some(Certificate::Untrusted(why)) => Error::InvalidConfig {
                 message: format!(
                     "{server}: its TLS certificate was not trusted ({why}); trust the CA that \
                      signed it with `?tls_ca=/path/ca.pem` (RedisConfig::tls_ca)"
@@ -276,11 +322,26 @@ pub(crate) async fn connect_failure(
     }
 }
 
+/// What was wrong with the server's certificate, in rustls' words.
+#[cfg_attr(not(feature = "tls"), allow(dead_code))]
+enum Certificate {
+    /// Trusted, but for other host names than the URL's.
+    NotForName(String),
+    /// Not signed by a trusted CA, expired, revoked, ...
+    Untrusted(String),
+}
+
+/// Whether a failed plain connect looks like a TLS-only port's answer: the connection
+/// reset, dropped or closed, which a TLS server does to bytes that are not a handshake.
+fn tls_port(e: &RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped()
+}
+
 /// What rustls found wrong with the server's certificate (not signed by a trusted CA, not
 /// for this host name, expired, ...), when that is why connecting failed: trying again
 /// cannot succeed.
 #[cfg(feature = "tls")]
-fn untrusted_certificate(e: &RedisError) -> Option<String> {
+fn untrusted_certificate(e: &RedisError) -> Option<Certificate> {
     use std::error::Error as _;
     use std::sync::Arc;
 
@@ -290,13 +351,17 @@ fn untrusted_certificate(e: &RedisError) -> Option<String> {
         .downcast_ref::<Arc<dyn std::error::Error + Send + Sync>>()?;
     let io = inner.downcast_ref::<std::io::Error>()?;
     match io.get_ref()?.downcast_ref::<rustls::Error>()? {
-        rustls::Error::InvalidCertificate(why) => Some(format!("{why:?}")),
+        rustls::Error::InvalidCertificate(
+            why @ (rustls::CertificateError::NotValidForName
+            | rustls::CertificateError::NotValidForNameContext { .. }),
+        ) => Some(Certificate::NotForName(format!("{why:?}"))),
+        rustls::Error::InvalidCertificate(why) => Some(Certificate::Untrusted(format!("{why:?}"))),
         _ => None,
     }
 }
 
 #[cfg(not(feature = "tls"))]
-fn untrusted_certificate(_: &RedisError) -> Option<String> {
+fn untrusted_certificate(_: &RedisError) -> Option<Certificate> {
     None
 }
 

@@ -8,6 +8,7 @@ mod error;
 mod keys;
 mod link;
 mod outcome;
+mod protocol_probe;
 mod redis_url;
 mod scripts;
 mod slot;

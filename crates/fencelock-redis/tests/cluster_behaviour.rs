@@ -257,3 +257,30 @@ async fn connect_errors_name_the_seeds() {
         Ok(_) => panic!("a server without cluster support is no cluster"),
     }
 }
+
+/// A replica frozen with SIGSTOP (it accepts connections and answers nothing) does not make
+/// connect wait out its time-out: the seed is skipped and the driver's per-node time-out
+/// follows what the live seeds took, so the backend connects (well within the 60 s a stall
+/// would take) and serves locks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_replica_does_not_stall_connect() {
+    let cluster = spawn(3, 1).await;
+    let replica = cluster.replica_of(0).expect("master 0 has a replica");
+    cluster.pause(replica);
+    let started = std::time::Instant::now();
+    let result = RedisClusterConfig::from_url(&cluster.url())
+        .unwrap()
+        .connect_timeout(Duration::from_secs(60))
+        .connect()
+        .await;
+    let elapsed = started.elapsed();
+    let backend = result.unwrap();
+    let key = LockKey::new("frozen-replica").unwrap();
+    let lease = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+    assert!(backend.release(&lease).await.unwrap());
+    cluster.resume(replica);
+    assert!(
+        elapsed < Duration::from_secs(30),
+        "connect waited {elapsed:?} for the frozen replica"
+    );
+}

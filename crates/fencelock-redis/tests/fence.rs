@@ -525,3 +525,64 @@ async fn incr_by_is_checked_exactly_to_the_edges_of_i64() {
     let kept: i64 = conn.get(&n).await.unwrap();
     assert_eq!(kept, i64::MIN);
 }
+
+/// A `RedisFence` on a connection of the user's own checks the eviction policy itself (no
+/// connect-time check covers that connection): a server that may evict keys is refused,
+/// naming the policy, and nothing is applied or recorded, unless eviction is allowed; a
+/// backend's own fence was checked at connect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_connection_on_an_evicting_server_is_refused_unless_allowed() {
+    let server = RedisServer::spawn();
+    let mut conn = multiplexed(&server).await;
+    for (name, value) in [("maxmemory", "3mb"), ("maxmemory-policy", "allkeys-lru")] {
+        let () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(name)
+            .arg(value)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let resource = resource("evicting");
+    let key = format!("balance:{}", hash_tag(&resource));
+    let before = dump(&mut conn).await;
+    match RedisFence::new(conn.clone())
+        .set(&key, "1")
+        .commit(&resource, fence(1))
+        .await
+    {
+        Err(Error::InvalidConfig { message, .. }) => {
+            assert!(
+                message.contains("maxmemory-policy allkeys-lru"),
+                "{message}"
+            );
+            assert!(message.contains("maxmemory-policy noeviction"), "{message}");
+            assert!(message.contains("allow_eviction"), "{message}");
+        }
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+    assert_eq!(dump(&mut conn).await, before, "nothing applied or recorded");
+
+    let replies = RedisFence::new(conn.clone())
+        .allow_eviction(true)
+        .set(&key, "1")
+        .commit(&resource, fence(1))
+        .await
+        .unwrap();
+    assert_eq!(replies, vec![Reply::Stored]);
+
+    let backend = RedisConfig::from_url(&server.url())
+        .unwrap()
+        .allow_eviction(true)
+        .connect()
+        .await
+        .unwrap();
+    backend
+        .fence()
+        .set(&key, "2")
+        .commit(&resource, fence(2))
+        .await
+        .unwrap();
+    let value: String = conn.get(&key).await.unwrap();
+    assert_eq!(value, "2");
+}

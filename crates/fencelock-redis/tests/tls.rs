@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use fencelock_core::{Error, FencedStorage, LockKey, Locker};
 use fencelock_redis::RedisConfig;
+use fencelock_testkit::redis::RedisServer;
 use fencelock_testkit::tls::{TestCerts, TlsRedis};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -87,6 +88,65 @@ async fn a_tls_ca_that_is_not_a_certificate_is_refused() {
     match missing {
         Err(Error::InvalidConfig { message, .. }) => {
             assert!(message.contains("/nonexistent/ca.pem"), "{message}");
+        }
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+}
+
+/// A certificate signed by the trusted CA but for another name is reported as such (the
+/// name check failed), not with the hint to trust its CA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_for_another_name_says_the_name_does_not_match() {
+    let certs = TestCerts::generate_for_name("elsewhere.fencelock.invalid");
+    let server = TlsRedis::spawn(&certs);
+    let config = RedisConfig::from_url(&format!("rediss://127.0.0.1:{}", server.port()))
+        .unwrap()
+        .tls_ca(certs.ca());
+    match config.connect().await {
+        Err(Error::InvalidConfig { message, .. }) => {
+            assert!(
+                message.contains(&format!("127.0.0.1:{}", server.port())),
+                "{message}"
+            );
+            assert!(message.contains("not for the host name"), "{message}");
+            assert!(!message.contains("trust the CA"), "{message}");
+        }
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+}
+
+/// `rediss://` at a plain Redis says the server does not support TLS (it would otherwise
+/// wait out the time-out: a plain Redis waits for a newline a handshake never sends), and
+/// `redis://` at a TLS-only port says the port speaks TLS (not "connection reset").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_and_plain_urls_at_the_wrong_kind_of_port_say_so() {
+    let plain = RedisServer::spawn();
+    let config = RedisConfig::from_url(&format!("rediss://127.0.0.1:{}", plain.port()))
+        .unwrap()
+        .connect_timeout(Duration::from_secs(60));
+    match config.connect().await {
+        Err(Error::InvalidConfig { message, .. }) => {
+            assert!(
+                message.contains(&format!("127.0.0.1:{}", plain.port())),
+                "{message}"
+            );
+            assert!(message.contains("does not support TLS"), "{message}");
+            assert!(message.contains("redis://"), "{message}");
+        }
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+
+    let certs = TestCerts::generate();
+    let tls = TlsRedis::spawn(&certs);
+    let config = RedisConfig::from_url(&format!("redis://127.0.0.1:{}", tls.port())).unwrap();
+    match config.connect().await {
+        Err(Error::InvalidConfig { message, .. }) => {
+            assert!(
+                message.contains(&format!("127.0.0.1:{}", tls.port())),
+                "{message}"
+            );
+            assert!(message.contains("speaks TLS"), "{message}");
+            assert!(message.contains("rediss://"), "{message}");
         }
         other => panic!("expected InvalidConfig, got {other:?}"),
     }

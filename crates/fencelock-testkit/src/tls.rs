@@ -73,9 +73,27 @@ impl TestCerts {
         }
     }
 
+    /// A fresh CA and a server certificate it signed for the DNS name `name` alone (not for
+    /// `localhost` or `127.0.0.1`): a trusted certificate that does not match the host a
+    /// client connects to.
+    ///
+    /// # Panics
+    /// As [`generate`](Self::generate).
+    pub fn generate_for_name(name: &str) -> Self {
+        match Self::try_generate_with(true, &format!("DNS:{name}")) {
+            Ok(certs) => certs,
+            Err(e) => panic!("cannot make test certificates: {e}"),
+        }
+    }
+
     /// [`generate`](Self::generate) (or [`other_ca`](Self::other_ca) without `server`),
     /// reporting failures.
     pub fn try_generate(server: bool) -> io::Result<Self> {
+        Self::try_generate_with(server, "DNS:localhost, IP:127.0.0.1")
+    }
+
+    /// [`try_generate`](Self::try_generate) with the server certificate's `subjectAltName`.
+    fn try_generate_with(server: bool, names: &str) -> io::Result<Self> {
         let dir = tempfile::Builder::new().prefix("fl-tls-").tempdir()?;
         let d = dir.path();
         let ec = [
@@ -105,10 +123,12 @@ impl TestCerts {
             )?;
             fs::write(
                 d.join("server.ext"),
-                "subjectAltName = DNS:localhost, IP:127.0.0.1\n\
-                 basicConstraints = critical, CA:FALSE\n\
-                 keyUsage = critical, digitalSignature, keyEncipherment\n\
-                 extendedKeyUsage = serverAuth\n",
+                format!(
+                    "subjectAltName = {names}\n\
+                     basicConstraints = critical, CA:FALSE\n\
+                     keyUsage = critical, digitalSignature, keyEncipherment\n\
+                     extendedKeyUsage = serverAuth\n"
+                ),
             )?;
             openssl(
                 d,

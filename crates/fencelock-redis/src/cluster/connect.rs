@@ -2,6 +2,11 @@
 //! and what every master says about eviction and persistence.
 
 use std::collections::HashMap;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use tokio::time::Instant;
 
 use fencelock_core::{Error, HostPort, Result};
 use redis::cluster::ClusterClientBuilder;
@@ -36,9 +41,35 @@ pub(crate) async fn open(
     let server = format!("redis cluster {}", seeds.join(","));
     let call_timeout = config.call_limit();
     let connect_timeout = config.connect_limit();
-    let urls = config.seed_urls();
+    let all_urls = config.seed_urls();
+    let hosts = config.hosts();
+    let answers = seed_answers(&all_urls, connect_timeout + call_timeout).await;
+    let silent: Vec<String> = hosts
+        .iter()
+        .zip(&answers)
+        .filter(|(_, answer)| answer.is_none())
+        .map(|(host, _)| host.to_string())
+        .collect();
+    let slowest = answers.iter().flatten().max().copied();
+    // Every seed silent: leave them all to the driver, whose error names them.
+    let urls: Vec<String> = match slowest {
+        Some(_) => all_urls
+            .iter()
+            .zip(&answers)
+            .filter(|(_, answer)| answer.is_some())
+            .map(|(url, _)| url.clone())
+            .collect(),
+        None => all_urls.clone(),
+    };
+    for seed in &silent {
+        tracing::warn!(
+            backend = BACKEND,
+            seed = %seed,
+            "redis cluster seed {seed} did not answer PING while others did; skipped"
+        );
+    }
     let client = ClusterClientBuilder::new(urls.clone())
-        .connection_timeout(connect_timeout)
+        .connection_timeout(node_connect_limit(connect_timeout, slowest))
         .response_timeout(call_timeout)
         .build()
         .map_err(|e| Error::InvalidConfig {
@@ -59,7 +90,13 @@ pub(crate) async fn open(
     {
         Ok(Ok(cluster)) => cluster,
         Ok(Err(e)) => return Err(failed(seed_error(&seed, limit).await.unwrap_or(e)).await),
-        Err(_) => return Err(no_answer(BACKEND, &server, limit)),
+        Err(_) => {
+            let mut error = no_answer(BACKEND, &server, limit);
+            if !silent.is_empty() {
+                error = error.in_context(&format!("silent seeds {}", silent.join(",")));
+            }
+            return Err(error);
+        }
     };
     let topology = match tokio::time::timeout(call_timeout, cluster_nodes(&cluster)).await {
         Ok(Ok(reply)) => topology_of(&server, reply)?,
@@ -92,6 +129,52 @@ pub(crate) async fn open(
         settings: ServerSettings::all(&per_master),
     };
     Ok((connection, cluster, topology))
+}
+
+/// How long a seed that answers later than the first one may take before it is skipped:
+/// a node that is up answers a PING in about the time the others did.
+const SEED_GRACE: Duration = Duration::from_millis(250);
+
+/// How long each seed took to answer a PING (an error reply counts: the node is alive),
+/// `None` for a seed that did not answer within `limit`, or within [`SEED_GRACE`] (or four
+/// times the first answer's time, if longer) after the first answer came.
+async fn seed_answers(urls: &[String], limit: Duration) -> Vec<Option<Duration>> {
+    let started = Instant::now();
+    let mut pending: FuturesUnordered<_> = urls
+        .iter()
+        .enumerate()
+        .map(|(index, url)| async move {
+            let ask = async {
+                let client = Client::open(url.as_str()).ok()?;
+                let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+                let _: RedisResult<()> = redis::cmd("PING").query_async(&mut conn).await;
+                Some(())
+            };
+            let answered = tokio::time::timeout(limit, ask).await.ok().flatten();
+            (index, answered.map(|()| started.elapsed()))
+        })
+        .collect();
+    let mut answers = vec![None; urls.len()];
+    let mut deadline = started + limit;
+    while let Ok(Some((index, answer))) = tokio::time::timeout_at(deadline, pending.next()).await {
+        if let Some(took) = answer {
+            if answers.iter().all(Option::is_none) {
+                deadline = deadline.min(Instant::now() + SEED_GRACE.max(took * 4));
+            }
+            answers[index] = Some(took);
+        }
+    }
+    answers
+}
+
+/// The driver's time-out for connecting to one node: the configured one, but no more than
+/// ten times what the slowest answering seed took (at least a second), so that one frozen
+/// node (a replica the slot map lists) cannot hold up the connect for the whole time-out.
+fn node_connect_limit(configured: Duration, slowest: Option<Duration>) -> Duration {
+    match slowest {
+        Some(took) => configured.min((took * 10).max(Duration::from_secs(1))),
+        None => configured,
+    }
 }
 
 /// The masters serving slots now, as one node's `CLUSTER NODES` lists them, read through

@@ -106,6 +106,9 @@ pub struct RedisFence<C> {
     rule: FenceRule,
     call_timeout: Duration,
     max_value_len: usize,
+    /// Whether `commit` asks the server for its eviction policy (a connection of the user's
+    /// own); `false` when the backend checked at connect or the user allowed eviction.
+    check_eviction: bool,
     commands: Vec<Command>,
 }
 
@@ -121,6 +124,7 @@ impl<C> fmt::Debug for RedisFence<C> {
             .field("rule", &self.rule)
             .field("call_timeout", &self.call_timeout)
             .field("max_value_len", &self.max_value_len)
+            .field("check_eviction", &self.check_eviction)
             .field("commands", &commands)
             .finish_non_exhaustive()
     }
@@ -136,6 +140,7 @@ impl<C> RedisFence<C> {
             rule: FenceRule::Monotonic,
             call_timeout: DEFAULT_CALL_TIMEOUT,
             max_value_len: DEFAULT_MAX_VALUE_LEN,
+            check_eviction: true,
             commands: Vec::new(),
         }
     }
@@ -164,6 +169,22 @@ impl<C> RedisFence<C> {
     /// The largest value (and hash field) accepted, in bytes (default 16 MiB).
     pub fn max_value_len(mut self, max: usize) -> Self {
         self.max_value_len = max;
+        self
+    }
+
+    /// Accepts a server that may evict keys (`maxmemory-policy` other than `noeviction`;
+    /// default `false`). Without it, [`commit`](Self::commit) refuses such a server with
+    /// [`Error::InvalidConfig`] and applies nothing: an evicted fence record lets a stale
+    /// holder in. A batch from [`RedisLockBackend::fence`](crate::RedisLockBackend::fence)
+    /// is not checked again (the backend checked its server at connect).
+    pub fn allow_eviction(mut self, allow: bool) -> Self {
+        self.check_eviction = !allow;
+        self
+    }
+
+    /// Skips the eviction check: the backend whose connection this is checked at connect.
+    pub(crate) fn server_checked(mut self) -> Self {
+        self.check_eviction = false;
         self
     }
 
@@ -268,6 +289,9 @@ impl<C: ConnectionLike + Send> RedisFence<C> {
     /// without commands only admits and records the fence. Bad input is refused before
     /// anything is sent (see the type's docs); a command that cannot run on the keys as they
     /// are (a wrong type, an overflow) is [`Error::Backend`] naming it, and nothing is applied.
+    /// A server that may evict keys is [`Error::InvalidConfig`] naming its policy, and
+    /// nothing is applied, unless [`allow_eviction`](Self::allow_eviction) says otherwise;
+    /// the check runs in the same script, on the node that holds the fence record.
     pub async fn commit(mut self, resource: &LockKey, fence: Fence) -> Result<Vec<Reply>> {
         let record = self.check(resource)?;
         let span = tracing::debug_span!("fenced_commit", backend = BACKEND, resource = %resource, token = fence.token.get(), commands = self.commands.len(), outcome = Empty);
@@ -280,7 +304,12 @@ impl<C: ConnectionLike + Send> RedisFence<C> {
             invocation
                 .arg(fence.token.get().to_string())
                 .arg(fence.owner.to_string())
-                .arg(self.rule.as_str());
+                .arg(self.rule.as_str())
+                .arg(if self.check_eviction {
+                    "check-eviction"
+                } else {
+                    ""
+                });
             for command in &self.commands {
                 invocation.arg(command.args()?);
             }
@@ -358,6 +387,18 @@ fn decode_commit(
     let mut items = items.into_iter();
     match items.next() {
         Some(Value::BulkString(status)) if status == b"ok" => decode_replies(commands, items),
+        Some(Value::BulkString(status)) if status == b"evicts" => {
+            let Some(Value::BulkString(policy)) = items.next() else {
+                return Err(unexpected());
+            };
+            Err(Error::config(format!(
+                "the server of this RedisFence connection may evict keys (maxmemory-policy \
+                 {}): under memory pressure it can delete the fence record of {resource}, \
+                 which lets a stale holder in; set `maxmemory-policy noeviction` on the \
+                 server, or accept the risk with RedisFence::allow_eviction(true)",
+                String::from_utf8_lossy(&policy)
+            )))
+        }
         Some(Value::BulkString(status)) if status == b"stale" => {
             let (token, owner) = (items.next(), items.next());
             let (Some(Value::BulkString(token)), Some(Value::BulkString(owner))) = (token, owner)
