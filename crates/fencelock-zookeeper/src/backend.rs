@@ -461,11 +461,21 @@ impl LockBackend for ZkLockBackend {
     async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {
         let session = self.sessions.get().await?;
         let dir = self.sessions.layout.key_dir(key.as_str());
-        let queue = self.queue(&session, &dir).await?;
-        let Some((holder, _)) = queue.first() else {
+        let queue = self.queue_nodes(&session, &dir).await?;
+        let Some((head, _, kind)) = queue.first() else {
             return Ok(());
         };
-        // Watch only the holder's node: its deletion is the release (or its session's end).
+        // Watch one node: the holder's, whose deletion is the release (or its session's end);
+        // behind readers, the last writer node, which keeps a reader out the longest (a
+        // writer waiter's turn comes after it too).
+        let holder = match kind {
+            NodeKind::Write => head,
+            NodeKind::Read => queue
+                .iter()
+                .rev()
+                .find(|(_, _, kind)| *kind == NodeKind::Write)
+                .map_or(head, |(path, _, _)| path),
+        };
         let watched = self
             .call(
                 "watch the holder",

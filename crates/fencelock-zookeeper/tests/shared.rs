@@ -189,3 +189,53 @@ async fn a_reader_cut_off_past_its_session_is_lost_and_fenced_out() {
     ));
     assert!(new.release(&w).await.unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_kept_out_by_a_writer_behind_readers_wakes_when_that_writer_goes() {
+    let server = common::spawn(1).await;
+    let b = common::config(&server).connect().await.unwrap();
+    let key = key("wake-behind-readers");
+    let first = OwnerId::random();
+    let r = b
+        .try_acquire_shared(&key, first, TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    let waiter = OwnerId::random();
+    assert!(
+        b.try_acquire_queued(&key, TTL, waiter)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        b.try_acquire_shared(&key, OwnerId::random(), TTL)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // The reader stays; only the writer that keeps new readers out leaves.
+    let wait = tokio::spawn({
+        let b = b.clone();
+        let key = key.clone();
+        async move { b.wait_for_release(&key, Duration::from_secs(120)).await }
+    });
+    // Time for the wait to set its watch (a wait that lists later, after the leave, would
+    // watch the reader and fail this test by the timeout below, never pass it wrongly).
+    sleep(Duration::from_secs(2)).await;
+    b.leave_queue(&key, waiter).await.unwrap();
+    timeout(Duration::from_secs(60), wait)
+        .await
+        .expect("the wait did not end when the writer keeping readers out left")
+        .unwrap()
+        .unwrap();
+    let next = OwnerId::random();
+    let joined = b
+        .try_acquire_shared(&key, next, TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(joined.fence(), r.fence());
+    assert!(b.release_shared(&joined, next).await.unwrap());
+    assert!(b.release_shared(&r, first).await.unwrap());
+}
