@@ -507,10 +507,18 @@ impl LockBackend for ZkLockBackend {
             last_token,
             unfenced_holder: None,
         };
-        let queue = self.queue(&session, &dir).await?;
-        let Some((holder, owner)) = queue.first() else {
+        let queue = self.queue_nodes(&session, &dir).await?;
+        let Some((holder, owner, kind)) = queue.first() else {
             return Ok(info);
         };
+        if *kind == NodeKind::Read {
+            // The head reader may have lapsed while later readers of its phase hold on.
+            if let Some(phase) = self.read_phase(key).await? {
+                info.holder = Some(phase.fence);
+                info.remaining = Some(phase.remaining);
+            }
+            return Ok(info);
+        }
         let (data, stat) = match self
             .call("inspect", session.client.get_data(holder))
             .await?

@@ -239,3 +239,38 @@ async fn a_reader_kept_out_by_a_writer_behind_readers_wakes_when_that_writer_goe
     assert!(b.release_shared(&joined, next).await.unwrap());
     assert!(b.release_shared(&r, first).await.unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_shows_the_phase_when_its_first_reader_lapsed() {
+    let server = common::spawn(1).await;
+    let b = common::config(&server).connect().await.unwrap();
+    let key = key("first-lapsed");
+    let (early, late) = (OwnerId::random(), OwnerId::random());
+    let short = b
+        .try_acquire_shared(&key, early, Duration::from_secs(1))
+        .await
+        .unwrap()
+        .unwrap();
+    let long = b
+        .try_acquire_shared(&key, late, TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(short.fence(), long.fence());
+    // Nobody contends, so the lapsed first reader's node stays at the head of the queue.
+    sleep(Duration::from_secs(3)).await;
+    let phase = b
+        .inspect_shared(&key)
+        .await
+        .unwrap()
+        .expect("the phase ended early");
+    assert_eq!((phase.fence, phase.readers), (long.fence(), 1));
+    let info = b.inspect(&key).await.unwrap();
+    assert_eq!(
+        info.holder,
+        Some(long.fence()),
+        "inspect lost the live phase"
+    );
+    assert!(info.remaining.is_some());
+    assert!(b.release_shared(&long, late).await.unwrap());
+}
