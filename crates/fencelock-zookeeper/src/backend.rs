@@ -6,20 +6,22 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use fencelock_core::{
-    Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LostReason, OwnerId,
-    Result, TimeAuthority, TokenGuarantee, WakeUp, async_trait, valid_until, validate_floor,
-    validate_ttl,
+    Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LockKinds,
+    LostReason, OwnerId, ReadPhase, Result, TimeAuthority, TokenGuarantee, WakeUp, async_trait,
+    valid_until, validate_floor, validate_ttl,
 };
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::error::{BACKEND, mapped, protocol, within};
 use crate::layout::{
-    NodeData, grant_data, lock_node_prefix, parse_counter, parse_lock_node, parse_node_data,
+    NodeData, NodeKind, grant_data, lock_node_prefix, parse_counter, parse_node_data,
+    parse_queue_node,
 };
 use crate::queue::Place;
 use crate::recipe::Judged;
 use crate::session::{Session, Sessions};
+use crate::shared::ReaderGrant;
 
 /// The largest token: counters are stored as decimal `i64` so other ZooKeeper clients read
 /// them as Java `long`s.
@@ -46,6 +48,8 @@ pub struct ZkLockBackend {
     grants: Arc<Mutex<HashMap<(LockKey, OwnerId), Grant>>>,
     /// The queued waiters' places, by key and waiter.
     places: Arc<Mutex<HashMap<(LockKey, OwnerId), Place>>>,
+    /// The readers this process holds, by key and reader.
+    readers: Arc<Mutex<HashMap<(LockKey, OwnerId), ReaderGrant>>>,
 }
 
 impl ZkLockBackend {
@@ -54,6 +58,7 @@ impl ZkLockBackend {
             sessions,
             grants: Arc::default(),
             places: Arc::default(),
+            readers: Arc::default(),
         }
     }
 
@@ -68,6 +73,12 @@ impl ZkLockBackend {
 
     pub(crate) fn places(&self) -> std::sync::MutexGuard<'_, HashMap<(LockKey, OwnerId), Place>> {
         self.places.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn readers(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<(LockKey, OwnerId), ReaderGrant>> {
+        self.readers.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     pub(crate) async fn call<T>(
@@ -140,8 +151,8 @@ impl ZkLockBackend {
             Ok((data, stat)) => {
                 let (token, ttl_ms) = match parse_node_data(&data) {
                     Some(NodeData::Grant { token, ttl_ms }) => (token, ttl_ms),
-                    // A place in the queue is no lease.
-                    Some(NodeData::Waiting { .. }) => return Ok(None),
+                    // A place in the queue is no lease (nor is a reader, named `read-`).
+                    Some(NodeData::Waiting { .. } | NodeData::Reader { .. }) => return Ok(None),
                     None => return Err(protocol("grant node data")),
                 };
                 if token != lease.token || stat.ephemeral_owner != session.id() {
@@ -160,12 +171,27 @@ impl ZkLockBackend {
         }
     }
 
-    /// The lock nodes of `dir` (grants, contenders, waiting places), lowest sequence first.
+    /// The lock nodes of `dir` (grants, contenders, waiting places, readers), lowest sequence
+    /// first.
     pub(crate) async fn queue(
         &self,
         session: &Session,
         dir: &str,
     ) -> Result<Vec<(String, OwnerId)>> {
+        Ok(self
+            .queue_nodes(session, dir)
+            .await?
+            .into_iter()
+            .map(|(path, owner, _)| (path, owner))
+            .collect())
+    }
+
+    /// [`queue`](Self::queue) with each node's kind.
+    pub(crate) async fn queue_nodes(
+        &self,
+        session: &Session,
+        dir: &str,
+    ) -> Result<Vec<(String, OwnerId, NodeKind)>> {
         let children = match self
             .call("list the key", session.client.list_children(dir))
             .await?
@@ -174,19 +200,22 @@ impl ZkLockBackend {
             Err(zk::Error::NoNode) => Vec::new(),
             Err(e) => return Err(mapped(e, "list the key")),
         };
-        let mut nodes: Vec<(i64, String, OwnerId)> = children
+        // One parent hands out one sequence to all its children, whatever their prefix.
+        let mut nodes: Vec<(i64, String, OwnerId, NodeKind)> = children
             .into_iter()
-            .filter_map(|name| parse_lock_node(&name).map(|(owner, seq)| (seq, name, owner)))
+            .filter_map(|name| {
+                parse_queue_node(&name).map(|(kind, owner, seq)| (seq, name, owner, kind))
+            })
             .collect();
-        nodes.sort();
+        nodes.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
         Ok(nodes
             .into_iter()
-            .map(|(_, name, owner)| (format!("{dir}/{name}"), owner))
+            .map(|(_, name, owner, kind)| (format!("{dir}/{name}"), owner, kind))
             .collect())
     }
 
     /// The leader's clock now (ms): the mtime of a write to the clock node.
-    async fn server_now(&self, session: &Session) -> Result<i64> {
+    pub(crate) async fn server_now(&self, session: &Session) -> Result<i64> {
         let clock = self.sessions.layout.clock();
         let stat = self
             .call(
@@ -200,11 +229,11 @@ impl ZkLockBackend {
 }
 
 /// Removes a grant attempt's node when the attempt is dropped half way.
-struct Withdraw {
-    session: Arc<Session>,
-    dir: String,
-    prefix: String,
-    armed: bool,
+pub(crate) struct Withdraw {
+    pub(crate) session: Arc<Session>,
+    pub(crate) dir: String,
+    pub(crate) prefix: String,
+    pub(crate) armed: bool,
 }
 
 impl Drop for Withdraw {
@@ -266,6 +295,7 @@ impl LockBackend for ZkLockBackend {
         )
         .with_min_ttl(Duration::from_millis(100))
         .with_fair(true)
+        .with_kinds(LockKinds::GENERIC.with_shared())
     }
 
     async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
@@ -431,11 +461,21 @@ impl LockBackend for ZkLockBackend {
     async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {
         let session = self.sessions.get().await?;
         let dir = self.sessions.layout.key_dir(key.as_str());
-        let queue = self.queue(&session, &dir).await?;
-        let Some((holder, _)) = queue.first() else {
+        let queue = self.queue_nodes(&session, &dir).await?;
+        let Some((head, _, kind)) = queue.first() else {
             return Ok(());
         };
-        // Watch only the holder's node: its deletion is the release (or its session's end).
+        // Watch one node: the holder's, whose deletion is the release (or its session's end);
+        // behind readers, the last writer node, which keeps a reader out the longest (a
+        // writer waiter's turn comes after it too).
+        let holder = match kind {
+            NodeKind::Write => head,
+            NodeKind::Read => queue
+                .iter()
+                .rev()
+                .find(|(_, _, kind)| *kind == NodeKind::Write)
+                .map_or(head, |(path, _, _)| path),
+        };
         let watched = self
             .call(
                 "watch the holder",
@@ -467,10 +507,18 @@ impl LockBackend for ZkLockBackend {
             last_token,
             unfenced_holder: None,
         };
-        let queue = self.queue(&session, &dir).await?;
-        let Some((holder, owner)) = queue.first() else {
+        let queue = self.queue_nodes(&session, &dir).await?;
+        let Some((holder, owner, kind)) = queue.first() else {
             return Ok(info);
         };
+        if *kind == NodeKind::Read {
+            // The head reader may have lapsed while later readers of its phase hold on.
+            if let Some(phase) = self.read_phase(key).await? {
+                info.holder = Some(phase.fence);
+                info.remaining = Some(phase.remaining);
+            }
+            return Ok(info);
+        }
         let (data, stat) = match self
             .call("inspect", session.client.get_data(holder))
             .await?
@@ -479,8 +527,12 @@ impl LockBackend for ZkLockBackend {
             Err(zk::Error::NoNode) => return Ok(info),
             Err(e) => return Err(mapped(e, "inspect")),
         };
-        let (token, ttl_ms) = match parse_node_data(&data) {
-            Some(NodeData::Grant { token, ttl_ms }) => (token, ttl_ms),
+        let (fence, ttl_ms) = match parse_node_data(&data) {
+            Some(NodeData::Grant { token, ttl_ms }) => {
+                (fencelock_core::Fence::new(token, *owner), ttl_ms)
+            }
+            // During a read phase the holder is the phase's fence.
+            Some(NodeData::Reader { fence, ttl_ms }) => (fence, ttl_ms),
             // A waiter at the head of the queue holds nothing yet.
             Some(NodeData::Waiting { .. }) => return Ok(info),
             None => return Err(protocol("grant node")),
@@ -491,7 +543,7 @@ impl LockBackend for ZkLockBackend {
                 .mtime
                 .saturating_add(i64::try_from(ttl_ms).unwrap_or(i64::MAX))
                 .saturating_sub(now);
-            info.holder = Some(fencelock_core::Fence::new(token, *owner));
+            info.holder = Some(fence);
             info.remaining = Some(Duration::from_millis(
                 u64::try_from(left).unwrap_or(0).max(1),
             ));
@@ -500,34 +552,41 @@ impl LockBackend for ZkLockBackend {
     }
 
     async fn watch_lost(&self, lease: &Lease) -> LostReason {
-        let Some(grant) = self
+        let grant = self
             .grants()
             .get(&(lease.key.clone(), lease.owner))
-            .cloned()
-        else {
-            return std::future::pending().await;
-        };
-        loop {
-            let watched = grant.session.client.check_and_watch_stat(&grant.path);
-            tokio::select! {
-                () = grant.session.lost.cancelled() => return LostReason::SessionEnded,
-                watched = watched => match watched {
-                    Ok((None, _)) => return LostReason::NotHeld,
-                    Ok((Some(_), watcher)) => {
-                        tokio::select! {
-                            () = grant.session.lost.cancelled() => return LostReason::SessionEnded,
-                            event = watcher.changed() => {
-                                if event.event_type == zk::EventType::NodeDeleted {
-                                    return LostReason::NotHeld;
-                                }
-                            }
-                        }
-                    }
-                    // A connection loss is not a loss of the lock: look again shortly.
-                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-                },
-            }
-        }
+            .cloned();
+        watch_node(grant).await
+    }
+
+    async fn watch_lost_shared(&self, lease: &Lease, reader: OwnerId) -> LostReason {
+        let grant = self
+            .readers()
+            .get(&(lease.key.clone(), reader))
+            .filter(|held| held.fence == lease.fence())
+            .map(|held| held.grant.clone());
+        watch_node(grant).await
+    }
+
+    async fn try_acquire_shared(
+        &self,
+        key: &LockKey,
+        reader: OwnerId,
+        ttl: Duration,
+    ) -> Result<Option<Lease>> {
+        self.join_read_phase(key, reader, ttl).await
+    }
+
+    async fn extend_shared(&self, lease: &Lease, reader: OwnerId, ttl: Duration) -> Result<Lease> {
+        self.renew_reader(lease, reader, ttl).await
+    }
+
+    async fn release_shared(&self, lease: &Lease, reader: OwnerId) -> Result<bool> {
+        self.release_reader(lease, reader).await
+    }
+
+    async fn inspect_shared(&self, key: &LockKey) -> Result<Option<ReadPhase>> {
+        self.read_phase(key).await
     }
 
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
@@ -564,5 +623,33 @@ impl LockBackend for ZkLockBackend {
             message: format!("the token counter of {key:?} kept moving"),
             source: None,
         })
+    }
+}
+
+/// Completes when the node of `grant` is deleted or its session ends; never without a grant.
+async fn watch_node(grant: Option<Grant>) -> LostReason {
+    let Some(grant) = grant else {
+        return std::future::pending().await;
+    };
+    loop {
+        let watched = grant.session.client.check_and_watch_stat(&grant.path);
+        tokio::select! {
+            () = grant.session.lost.cancelled() => return LostReason::SessionEnded,
+            watched = watched => match watched {
+                Ok((None, _)) => return LostReason::NotHeld,
+                Ok((Some(_), watcher)) => {
+                    tokio::select! {
+                        () = grant.session.lost.cancelled() => return LostReason::SessionEnded,
+                        event = watcher.changed() => {
+                            if event.event_type == zk::EventType::NodeDeleted {
+                                return LostReason::NotHeld;
+                            }
+                        }
+                    }
+                }
+                // A connection loss is not a loss of the lock: look again shortly.
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            },
+        }
     }
 }

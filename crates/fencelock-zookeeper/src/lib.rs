@@ -11,6 +11,7 @@ mod layout;
 mod queue;
 mod recipe;
 mod session;
+mod shared;
 #[cfg(feature = "servers")]
 mod spawn;
 mod storage;

@@ -20,10 +20,11 @@ pub(crate) enum Judged {
     Gone,
 }
 
-/// How long a node lives past its mtime: a grant's ttl, a waiting place's place ttl.
-fn lifespan(data: &[u8]) -> u64 {
+/// How long a node lives past its mtime: a grant's or a reader's ttl, a waiting place's
+/// place ttl.
+pub(crate) fn lifespan(data: &[u8]) -> u64 {
     match parse_node_data(data) {
-        Some(NodeData::Grant { ttl_ms, .. }) => ttl_ms,
+        Some(NodeData::Grant { ttl_ms, .. } | NodeData::Reader { ttl_ms, .. }) => ttl_ms,
         Some(NodeData::Waiting { .. }) => ms(PLACE_TTL),
         // Not ours to judge: never removed as expired.
         None => u64::MAX,
