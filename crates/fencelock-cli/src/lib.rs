@@ -30,6 +30,7 @@ mod advance_token;
 mod args;
 mod bench;
 mod chaos;
+mod child;
 mod demo;
 mod elect;
 mod error;
@@ -39,6 +40,7 @@ mod run;
 mod signals;
 mod spec;
 mod tether;
+mod wait_budget;
 
 pub use error::CliError;
 pub use exit::Exit;

@@ -10,21 +10,17 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io::ErrorKind;
-use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::process::ExitStatus;
 use std::time::Duration;
 
-use fencelock::spec::Connected;
 use fencelock::{
     CompositeGuard, Error, FencedStorage, HolderInfo, LockGuard, LockKey, Locker, LostReason,
     RwLocker, Semaphore, holder_resource,
 };
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::Signal;
 use nix::unistd::Pid;
-use tokio::process::Child;
-use tokio::time::{Instant, timeout_at};
+use tokio::time::Instant;
 
 use crate::args::{SharedBackendArg, parse_duration, parse_ttl, parse_wait};
 use crate::error::CliError;
@@ -32,6 +28,8 @@ use crate::exit::{self, Exit};
 use crate::signals::Signals;
 use crate::spec::Spec;
 use crate::tether;
+use crate::child::{status_exit, stop};
+pub(crate) use crate::wait_budget::WaitBudget;
 
 pub(crate) const EXAMPLES: &str = "  # a cron job that runs once across hosts
   fencelock run --backend redis://redis.example:6379 --key nightly-report -- ./report.sh
@@ -50,101 +48,7 @@ pub(crate) const EXAMPLES: &str = "  # a cron job that runs once across hosts
   fencelock run --key accounts/alice --key accounts/bob -- ./transfer.sh
 ";
 
-/// How long connecting and the one try may take when `--wait` is zero (and connecting, when
-/// `elect` waits without a bound).
-const TRY_ONCE_WITHIN: Duration = Duration::from_secs(5);
 
-/// How often the command's process group is checked for processes left after the command
-/// itself exited.
-const GROUP_POLL: Duration = Duration::from_millis(20);
-
-/// The shortest pause between two connection attempts within `--wait`.
-const CONNECT_RETRY_FLOOR: Duration = Duration::from_millis(50);
-
-/// How long processes sent SIGKILL get to disappear.
-const KILLED_GONE_WITHIN: Duration = Duration::from_secs(5);
-
-/// How long past `--wait` a call already sent may take to answer before the server counts as
-/// not answering (the lock's own wait ends first when the server answers).
-const ANSWER_SLACK: Duration = Duration::from_millis(500);
-
-/// `--wait` as `run` and `elect` spend it: connecting and then waiting for the lock share one
-/// deadline (a wait of zero, a single try, has [`TRY_ONCE_WITHIN`] for both), and a call
-/// already sent gets [`ANSWER_SLACK`] past it before the server counts as not answering.
-pub(crate) struct WaitBudget<'a> {
-    spec: &'a Spec,
-    wait: Duration,
-    deadline: Instant,
-}
-
-impl<'a> WaitBudget<'a> {
-    /// Starts the clock on a wait of `wait` for the server `spec` names.
-    pub(crate) fn start(spec: &'a Spec, wait: Duration) -> Self {
-        let mut budget = WaitBudget {
-            spec,
-            wait,
-            deadline: Instant::now(),
-        };
-        budget.deadline += budget.within();
-        budget
-    }
-
-    /// How long connecting and obtaining may take in all.
-    fn within(&self) -> Duration {
-        if self.wait.is_zero() {
-            TRY_ONCE_WITHIN
-        } else {
-            self.wait
-        }
-    }
-
-    fn no_answer(&self) -> CliError {
-        CliError::NoAnswer {
-            server: self.spec.to_string(),
-            within: self.within(),
-        }
-    }
-
-    /// Connects to the server, within the deadline. With a wait, a server that refuses the
-    /// connection or is not there yet (a restart) is tried again with the default backoff
-    /// until the deadline, and the last refusal is the error; a single try tries once.
-    pub(crate) async fn connect(&self) -> Result<Connected, CliError> {
-        let backoff = fencelock::Backoff::default();
-        let mut attempt = 0;
-        loop {
-            match timeout_at(self.deadline, self.spec.spec().connect()).await {
-                Err(_) => return Err(self.no_answer()),
-                Ok(Ok(connected)) => return Ok(connected),
-                Ok(Err(e)) if e.is_retryable() && !self.wait.is_zero() => {
-                    let pause = backoff.pause(attempt).max(CONNECT_RETRY_FLOOR);
-                    attempt += 1;
-                    if Instant::now() + pause >= self.deadline {
-                        return Err(e.into());
-                    }
-                    tokio::time::sleep(pause).await;
-                }
-                Ok(Err(e)) => return Err(e.into()),
-            }
-        }
-    }
-
-    /// The wait left for the lock itself: zero for a single try, else up to the deadline.
-    pub(crate) fn left(&self) -> Duration {
-        if self.wait.is_zero() {
-            Duration::ZERO
-        } else {
-            self.deadline.saturating_duration_since(Instant::now())
-        }
-    }
-
-    /// What `request` answers, or [`CliError::NoAnswer`] when it has not answered
-    /// [`ANSWER_SLACK`] past the deadline.
-    pub(crate) async fn answer<T>(&self, request: impl Future<Output = T>) -> Result<T, CliError> {
-        timeout_at(self.deadline + ANSWER_SLACK, request)
-            .await
-            .map_err(|_| self.no_answer())
-    }
-}
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -746,66 +650,5 @@ async fn release(guard: HeldLocks, key: &str, ended: Exit) -> Result<bool, CliEr
     Ok(held)
 }
 
-/// Sends `signal` to the command's process group, passes on any signal fencelock receives
-/// meanwhile, and waits until the command and everything else in its group have exited;
-/// SIGKILL to the group when they have not after `grace`.
-async fn stop(
-    child: &mut Child,
-    group: Option<Pid>,
-    signal: Signal,
-    grace: Duration,
-    signals: &mut Signals,
-) -> Result<(), CliError> {
-    let send = |signal: Signal| {
-        if let Some(group) = group {
-            // The group may be gone already; then there is nothing to signal.
-            let _ = killpg(group, signal);
-        }
-    };
-    send(signal);
-    let kill_at = Instant::now() + grace;
-    let mut exited = false;
-    loop {
-        if exited && !alive(group) {
-            return Ok(());
-        }
-        tokio::select! {
-            status = child.wait(), if !exited => {
-                status.map_err(|e| CliError::io("waiting for the command", e))?;
-                exited = true;
-            }
-            again = signals.recv() => send(again),
-            // Processes of the group other than the command cannot be waited for: poll.
-            () = tokio::time::sleep(GROUP_POLL), if exited => {}
-            () = tokio::time::sleep_until(kill_at) => {
-                eprintln!(
-                    "fencelock: the command outlived the {grace:?} grace period; sending SIGKILL"
-                );
-                send(Signal::SIGKILL);
-                child
-                    .wait()
-                    .await
-                    .map_err(|e| CliError::io("waiting for the killed command", e))?;
-                let gone_by = Instant::now() + KILLED_GONE_WITHIN;
-                while alive(group) && Instant::now() < gone_by {
-                    tokio::time::sleep(GROUP_POLL).await;
-                }
-                return Ok(());
-            }
-        }
-    }
-}
 
-/// Whether any process of `group` is left.
-fn alive(group: Option<Pid>) -> bool {
-    group.is_some_and(|group| killpg(group, None).is_ok())
-}
 
-/// The shell's convention: the exit code, or 128 + the signal that ended the process.
-fn status_exit(status: ExitStatus) -> Exit {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => u8::try_from(code).map_or(Exit::Failure, Exit::Command),
-        (None, Some(signal)) => Exit::Signal(signal),
-        (None, None) => Exit::Failure,
-    }
-}
