@@ -392,6 +392,7 @@ pub(crate) async fn advance_token(
         i64::MAX.unsigned_abs(),
         "a Postgres token (a bigint)",
     )?;
+    epoch::check_floor(floor)?;
     let floor = token_param(backend, floor)?;
     let protocol = db.protocol().await?;
     let value: i64 = timed(
