@@ -455,7 +455,17 @@ async fn a_floor_cannot_use_up_the_schemas_epochs() {
         direct.is_err_and(|e| e.to_string().contains("the last a floor may reach")),
         "the SQL function took a floor in the last epoch"
     );
-    let highest = FencingToken::new(MAX_FLOOR_EPOCH << COUNTER_BITS | LAST_COUNTER).unwrap();
+    // On timeline 1 (the shared server's) the limit is that timeline's: its epochs end at
+    // 2^20 - 1, and the last 2^16 are kept.
+    let timeline_max = (1 << 20) - 1 - (1 << 16);
+    let past = FencingToken::new((timeline_max + 1) << COUNTER_BITS).unwrap();
+    match lease.advance_token(&key, past).await {
+        Err(Error::InvalidConfig { message, .. }) => {
+            assert!(message.contains("on timeline 1"), "{message}");
+        }
+        other => panic!("a floor past timeline 1's epochs was not refused: {other:?}"),
+    }
+    let highest = FencingToken::new(timeline_max << COUNTER_BITS | LAST_COUNTER).unwrap();
     assert_eq!(lease.advance_token(&key, highest).await.unwrap(), highest);
     lose_volatile_state(&db).await;
     for token in grant_each_way(&db, &key).await {
