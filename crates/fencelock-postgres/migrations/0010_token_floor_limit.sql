@@ -21,7 +21,7 @@ BEGIN
     IF (p_floor >> 32) > 2147483647 - 65536 THEN
         RAISE EXCEPTION 'fencelock: token floor % is in epoch %, beyond epoch %, the last a floor may reach',
             p_floor, p_floor >> 32, 2147483647 - 65536
-            USING ERRCODE = 'FL002',
+            USING ERRCODE = 'FL006',
                   HINT = 'Epochs are shared by every key of the schema; the last 2^16 are kept '
                       || 'for the new epochs started after a crash or failover or when a key''s '
                       || 'counter is used up.';

@@ -50,7 +50,7 @@ BEGIN
     IF timeline > 2048 THEN
         RAISE EXCEPTION 'fencelock: the server is on timeline %, past 2048, the last whose epochs a token can hold',
             timeline
-            USING ERRCODE = 'FL003';
+            USING ERRCODE = 'FL007';
     END IF;
     -- After a loss the marker is gone and tokens of epoch `durable` may have been handed out:
     -- the new epoch is above it, and at least the first of this timeline's.
@@ -58,7 +58,7 @@ BEGIN
     IF durable >= timeline * 1048576 THEN
         RAISE EXCEPTION 'fencelock: no epoch is left on timeline % (its last is %, the next would be %)',
             timeline, timeline * 1048576 - 1, durable
-            USING ERRCODE = 'FL003',
+            USING ERRCODE = 'FL007',
                   HINT = 'A new epoch past its timeline''s last could be used again by a '
                       || 'promoted standby. A promotion or a recovery to a point in time '
                       || 'starts the next timeline.';
@@ -86,7 +86,7 @@ BEGIN
     IF (p_floor >> 32) > fencelock_max_floor_epoch(timeline) THEN
         RAISE EXCEPTION 'fencelock: token floor % is in epoch %, beyond epoch %, the last a floor may reach on timeline %',
             p_floor, p_floor >> 32, fencelock_max_floor_epoch(timeline), timeline
-            USING ERRCODE = 'FL002',
+            USING ERRCODE = 'FL006',
                   HINT = 'Epochs are shared by every key of the schema, and timeline T owns '
                       || 'epochs (T - 1) * 2^20 to T * 2^20 - 1; the last 2^16 of them are '
                       || 'kept for the new epochs started after a crash or when a key''s '

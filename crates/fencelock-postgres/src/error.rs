@@ -111,7 +111,7 @@ pub fn map_sqlx_error(backend: &'static str, error: sqlx::Error) -> Error {
 
 /// SQLSTATE of a token floor `fencelock_advance_token` refuses (migration 10): it would use up
 /// the schema's epochs.
-const FLOOR_REFUSED_SQLSTATE: &str = "FL002";
+const FLOOR_REFUSED_SQLSTATE: &str = "FL006";
 
 /// Said after the error a named prepared statement gets behind a transaction-mode pooler.
 const POOLER_HINT: &str = " (prepared statements do not survive between transactions here: \
