@@ -23,12 +23,12 @@ use nix::unistd::Pid;
 use tokio::time::Instant;
 
 use crate::args::{SharedBackendArg, parse_duration, parse_ttl, parse_wait};
+use crate::child::{status_exit, stop};
 use crate::error::CliError;
 use crate::exit::{self, Exit};
 use crate::signals::Signals;
 use crate::spec::Spec;
 use crate::tether;
-use crate::child::{status_exit, stop};
 pub(crate) use crate::wait_budget::WaitBudget;
 
 pub(crate) const EXAMPLES: &str = "  # a cron job that runs once across hosts
@@ -47,8 +47,6 @@ pub(crate) const EXAMPLES: &str = "  # a cron job that runs once across hosts
   # two locks held together, all or none (FENCELOCK_KEY_0, FENCELOCK_TOKEN_0, ... per key)
   fencelock run --key accounts/alice --key accounts/bob -- ./transfer.sh
 ";
-
-
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -649,6 +647,3 @@ async fn release(guard: HeldLocks, key: &str, ended: Exit) -> Result<bool, CliEr
     }
     Ok(held)
 }
-
-
-

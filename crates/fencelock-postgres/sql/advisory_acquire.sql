@@ -3,14 +3,21 @@
 -- Takes the session advisory lock without waiting; only when granted, bumps the key's
 -- counter, records the holder and arms idle_session_timeout so that the server ends this
 -- session (freeing the lock) if the client goes silent for longer than the ttl.
+-- The lock is tried only when the schema's lock mechanism (fencelock_bind_mechanism,
+-- migration 9, recording 'advisory' when none is) is 'advisory'; `bound` returns it, so a
+-- schema bound to leases is refused by the grant itself, whatever the client knew.
 -- Every table written here is UNLOGGED: the commit waits for no WAL flush (DESIGN 5.3).
 -- Same next-token rule (fencelock_next_token, migration 8) and signals as lease_acquire.sql:
 -- granted the lock but no token, with `live` NULL or `exhausted`, the caller unlocks, starts a
 -- new epoch and tries again.
-WITH live AS (
+WITH serves AS (
+    SELECT {schema}.fencelock_bind_mechanism('advisory') AS bound
+), live AS (
     SELECT e.epoch FROM {schema}.fencelock_epoch_live e WHERE e.one
 ), locked AS (
-    SELECT pg_try_advisory_lock($1) AS got
+    SELECT CASE WHEN serves.bound = 'advisory' THEN pg_try_advisory_lock($1) ELSE false END
+           AS got
+      FROM serves
 ), counter AS (
     INSERT INTO {schema}.fencelock_counters AS c (key, last_token)
     SELECT $2, {schema}.fencelock_next_token(NULL, live.epoch) FROM locked, live WHERE locked.got
@@ -39,5 +46,6 @@ SELECT (SELECT got FROM locked) AS got,
        CASE WHEN t.token IS NULL THEN EXISTS (
            SELECT 1 FROM {schema}.fencelock_counters c, live
             WHERE c.key = $2 AND {schema}.fencelock_token_exhausted(c.last_token, live.epoch)
-       ) ELSE false END AS exhausted
+       ) ELSE false END AS exhausted,
+       (SELECT bound FROM serves) AS bound
   FROM (SELECT (SELECT token FROM holder) AS token) t

@@ -8,11 +8,23 @@
 -- `got` false: a writer holds the lock or waits for it. `got` with no token: the shared lock
 -- was given back; `live` NULL or `exhausted` say to start a new epoch and ask again.
 -- Every table written is UNLOGGED: the commit waits for no WAL flush (DESIGN 5.3).
-SELECT r.r_got AS got,
+-- The function (and with it the shared lock) runs only when the schema's lock mechanism
+-- (fencelock_bind_mechanism, migration 9) is 'advisory'; with another, `got` is false and
+-- `bound` says why. `OFFSET 0` keeps the lateral subquery whole, so its WHERE, which reads
+-- only `s.bound`, is a one-time filter above the function scan (flattened, it would be a
+-- join filter evaluated after the function ran).
+SELECT COALESCE(r.r_got, false) AS got,
        r.r_token AS token,
        r.r_owner AS owner,
        CASE WHEN r.r_token IS NOT NULL
             THEN set_config('idle_session_timeout', $6, false) END AS armed,
        r.r_live AS live,
-       r.r_exhausted AS exhausted
-  FROM {schema}.fencelock_advisory_read($1, $2, $3, $4, $5, $7) r
+       COALESCE(r.r_exhausted, false) AS exhausted,
+       s.bound
+  FROM (SELECT {schema}.fencelock_bind_mechanism('advisory') AS bound) s
+  LEFT JOIN LATERAL (
+      SELECT f.r_got, f.r_token, f.r_owner, f.r_live, f.r_exhausted
+        FROM {schema}.fencelock_advisory_read($1, $2, $3, $4, $5, $7) f
+       WHERE s.bound = 'advisory'
+      OFFSET 0
+  ) r ON true

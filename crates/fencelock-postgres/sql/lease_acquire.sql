@@ -12,17 +12,23 @@
 -- Returns the token when granted; otherwise `live` (NULL: no live epoch, the volatile state
 -- was lost) and `exhausted` (the key's counter is used up in the live epoch) say whether the
 -- caller must start a new epoch (fencelock_new_epoch) and try again.
+-- `serves` is the schema's lock mechanism (fencelock_bind_mechanism, migration 9, recording
+-- 'lease' when none is): a key is granted only when it is 'lease', and `bound` returns it, so
+-- a schema bound to advisory locks is refused by the grant itself, whatever the client knew.
 -- `bounded` sets lock_timeout for this statement's transaction only, before any row lock is
 -- waited for: a grant behind a transaction holding the key's rows gives up (SQLSTATE 55P03,
 -- "held") instead of waiting on the server after the client gave up. One statement, so it
 -- also holds behind a transaction-mode pooler.
 WITH bounded AS (
     SELECT set_config('lock_timeout', $4, true)
+), serves AS (
+    SELECT {schema}.fencelock_bind_mechanism('lease') AS bound
 ), live AS (
     SELECT e.epoch FROM {schema}.fencelock_epoch_live e, bounded WHERE e.one
 ), free AS (
-    SELECT live.epoch FROM live
-     WHERE NOT EXISTS (
+    SELECT live.epoch FROM live, serves
+     WHERE serves.bound = 'lease'
+       AND NOT EXISTS (
          SELECT 1 FROM {schema}.fencelock_leases l
           WHERE l.key = $1 AND l.expires_at > clock_timestamp()
      )
@@ -54,5 +60,6 @@ SELECT g.token,
        CASE WHEN g.token IS NULL THEN EXISTS (
            SELECT 1 FROM {schema}.fencelock_counters c, live
             WHERE c.key = $1 AND {schema}.fencelock_token_exhausted(c.last_token, live.epoch)
-       ) ELSE false END AS exhausted
+       ) ELSE false END AS exhausted,
+       (SELECT bound FROM serves) AS bound
   FROM (SELECT (SELECT token FROM granted) AS token) g

@@ -140,7 +140,6 @@ impl LockBackend for PgAdvisoryBackend {
     async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
         validate_ttl(ttl, &self.capabilities())?;
         self.db.advisory_allowed().await?;
-        self.db.serves(PgBackendKind::Advisory).await?;
         self.sweep_abandoned();
         let lock_id = self.db.advisory_lock_id(key);
         let span = tracing::debug_span!(
@@ -158,12 +157,13 @@ impl LockBackend for PgAdvisoryBackend {
                 let sent_at = Instant::now();
                 // On error or cancellation `holder` is dropped, closing the connection and
                 // with it any lock the statement may have taken.
-                let (got, token, _armed, live, exhausted): (
+                let (got, token, _armed, live, exhausted, bound): (
                     Option<bool>,
                     Option<i64>,
                     Option<String>,
                     Option<i64>,
                     bool,
+                    Option<String>,
                 ) = timed(
                     BACKEND,
                     self.timeout(),
@@ -177,6 +177,14 @@ impl LockBackend for PgAdvisoryBackend {
                 )
                 .await?;
                 let replied_at = Instant::now();
+                if let Err(error) = self
+                    .db
+                    .check_bound(PgBackendKind::Advisory, bound.as_deref())
+                {
+                    // The lock was not tried: the session is as it was.
+                    holder.give_back();
+                    return Err(error);
+                }
                 if got != Some(true) {
                     holder.give_back();
                     tracing::debug!(outcome = "held", "not acquired");

@@ -53,6 +53,18 @@ pub fn map_sqlx_error(backend: &'static str, error: sqlx::Error) -> Error {
             {
                 return stale;
             }
+            if code == FLOOR_REFUSED_SQLSTATE {
+                // The server's message says which floor and why; nothing in it is secret.
+                let hint = db
+                    .try_downcast_ref::<PgDatabaseError>()
+                    .and_then(|pg| pg.hint())
+                    .map(|hint| format!(" ({hint})"))
+                    .unwrap_or_default();
+                return Error::InvalidConfig {
+                    message: format!("{backend}: {}{hint}", db.message()),
+                    source: Some(Box::new(error)),
+                };
+            }
             let mut message = format!("SQLSTATE {code}: {}", db.message());
             if prepared_statement_lost(&code, db.message()) {
                 message.push_str(POOLER_HINT);
@@ -146,6 +158,10 @@ impl<T> SqlxResultExt<T> for Result<T, sqlx::Error> {
         self.map_err(|error| map_sqlx_error(backend, error))
     }
 }
+
+/// SQLSTATE of a token floor `fencelock_advance_token` refuses (migration 10): it would use up
+/// the schema's epochs.
+const FLOOR_REFUSED_SQLSTATE: &str = "FL006";
 
 /// Said after the error a named prepared statement gets behind a transaction-mode pooler.
 const POOLER_HINT: &str = " (prepared statements do not survive between transactions here: \

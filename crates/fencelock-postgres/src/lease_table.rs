@@ -103,7 +103,7 @@ impl PgLeaseBackend {
         protocol: Protocol,
         statement: &Sql,
         args: &[Arg<'_>],
-        columns: fn(&T) -> GrantRow,
+        columns: fn(&T) -> (GrantRow, Option<&str>),
     ) -> Result<Option<(FencingToken, T, Instant)>>
     where
         T: for<'r> FromRow<'r, PgRow> + Send + Unpin + 'static,
@@ -125,7 +125,9 @@ impl PgLeaseBackend {
                 Ok(Err(e)) => return Err(map_sqlx_error(BACKEND, e)),
                 Err(_) => return Err(timed_out(BACKEND, self.timeout())),
             };
-            let (token, live, exhausted) = columns(&row);
+            let ((token, live, exhausted), bound) = columns(&row);
+            // Before anything else: with another mechanism the statement granted nothing.
+            self.db.check_bound(PgBackendKind::Lease, bound)?;
             match Grant::from_columns(token, live, exhausted) {
                 Grant::Token(token) => {
                     let token = FencingToken::from_backend(BACKEND, token)?;
@@ -147,6 +149,9 @@ impl PgLeaseBackend {
 /// The token, live epoch and `exhausted` columns of a grant statement (DESIGN.md 5.3,
 /// *Tokens*); all of `lease_acquire`'s row.
 type GrantRow = (Option<i64>, Option<i64>, bool);
+
+/// A row of `lease_acquire`: token, live epoch, `exhausted`, and the schema's mechanism.
+type AcquireRow = (Option<i64>, Option<i64>, bool, Option<String>);
 
 /// A lease renewed by an extend statement's `(extended, superseded)` row, or why not.
 pub(super) fn renewed(
@@ -195,7 +200,6 @@ impl LockBackend for PgLeaseBackend {
         let span = tracing::debug_span!("fencelock.pg.acquire", backend = BACKEND, key = %key);
         async {
             let protocol = self.db.protocol().await?;
-            self.db.serves(PgBackendKind::Lease).await?;
             let owner = OwnerId::random();
             let owner_bytes = owner_bytes(owner);
             let lock_wait = millis_setting(self.lock_wait());
@@ -210,7 +214,7 @@ impl LockBackend for PgLeaseBackend {
                     protocol,
                     &self.db.sql().lease_acquire,
                     &args,
-                    |row: &GrantRow| *row,
+                    |row: &AcquireRow| ((row.0, row.1, row.2), row.3.as_deref()),
                 )
                 .await?;
             let Some((token, _, sent_at)) = granted else {
@@ -388,6 +392,7 @@ pub(crate) async fn advance_token(
         i64::MAX.unsigned_abs(),
         "a Postgres token (a bigint)",
     )?;
+    epoch::check_floor(floor)?;
     let floor = token_param(backend, floor)?;
     let protocol = db.protocol().await?;
     let value: i64 = timed(

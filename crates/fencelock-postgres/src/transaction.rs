@@ -9,12 +9,12 @@ use sqlx::{PgConnection, Postgres, Transaction};
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::PgStorage;
 use crate::codec::{millis_setting, owner_bytes, token_param};
 use crate::epoch::{self, Grant};
 use crate::error::{map_sqlx_error, sqlstate, timed};
 use crate::exec::{Arg, Protocol};
 use crate::storage::BACKEND;
-use crate::{PgBackendKind, PgStorage};
 
 /// SQLSTATE of a session the server ended for sitting idle in a transaction past
 /// `idle_in_transaction_session_timeout`.
@@ -255,10 +255,10 @@ impl PgStorage {
         // On an error below, dropping `tx` rolls it back and frees the lock.
         let token = self.grant_token(key, protocol).await?;
         let fence = Fence::new(token, OwnerId::random());
-        if self.database().known_mechanism() != Some(PgBackendKind::Advisory) {
-            self.claim_lease_row(&mut tx, protocol, key, fence, wait, started)
-                .await?;
-        }
+        // Every time: the statement reads the schema's mechanism, which may have changed
+        // since the last transaction (the binding row deleted, the other mechanism bound).
+        self.claim_lease_row(&mut tx, protocol, key, fence, wait, started)
+            .await?;
         Ok(FencedTransaction {
             tx,
             key: key.clone(),
@@ -328,15 +328,12 @@ impl PgStorage {
                     ),
             )
             .await;
-            let (mechanism, claimed) = match outcome {
+            let (_mechanism, claimed) = match outcome {
                 Ok(Ok(row)) => row,
                 Ok(Err(e)) if sqlstate(&e).as_deref() == Some("55P03") => return Err(timeout()),
                 Ok(Err(e)) => return Err(map_sqlx_error(BACKEND, e)),
                 Err(_) => return Err(crate::error::timed_out(BACKEND, bound)),
             };
-            if let Some(kind) = mechanism.and_then(|m| m.parse::<PgBackendKind>().ok()) {
-                db.learned_mechanism(kind);
-            }
             if claimed != Some(false) {
                 return Ok(());
             }

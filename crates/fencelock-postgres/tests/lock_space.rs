@@ -175,3 +175,138 @@ async fn a_lease_grant_behind_a_transaction_is_bounded() {
     guard.release().await.unwrap();
     schema.cleanup().await;
 }
+
+/// Deletes the schema's binding row, as the refusal's message says to do while no lock is
+/// held.
+async fn unbind(schema: &fencelock_testkit::postgres::PgSchema) {
+    sqlx::query(&format!(
+        "DELETE FROM \"{}\".fencelock_mechanism",
+        schema.name()
+    ))
+    .execute(schema.admin())
+    .await
+    .unwrap();
+}
+
+/// The binding is checked by every grant, not once per process: process A grants with one
+/// mechanism and releases, the binding row is deleted while no lock is held, process B binds
+/// the schema to the other mechanism and holds the key; A's next grant (exclusive or shared)
+/// is refused, never granted beside B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebound_schema_is_refused_by_a_process_that_knew_the_old_binding() {
+    for (first, second) in [
+        (PgBackendKind::Lease, PgBackendKind::Advisory),
+        (PgBackendKind::Advisory, PgBackendKind::Lease),
+    ] {
+        let (schema, process_a) = common::database().await;
+        let process_b = PgConfig::from_options(pg_options())
+            .schema(schema.name())
+            .connect()
+            .await
+            .unwrap();
+        let key = LockKey::new("rebound").unwrap();
+        let a = process_a.lock_backend(first);
+        let reader = fencelock_core::OwnerId::random();
+        let first_lease = a.try_acquire(&key, TTL).await.unwrap().unwrap();
+        assert!(a.release(&first_lease).await.unwrap());
+        let shared = a
+            .try_acquire_shared(&key, reader, TTL)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(a.release_shared(&shared, reader).await.unwrap());
+        unbind(&schema).await;
+        let b = process_b.lock_backend(second);
+        let held = b.try_acquire(&key, TTL).await.unwrap().unwrap();
+        refused(
+            a.try_acquire(&key, TTL).await,
+            schema.name(),
+            second.as_str(),
+        );
+        refused(
+            a.try_acquire_shared(&key, reader, TTL).await,
+            schema.name(),
+            second.as_str(),
+        );
+        let info = b.inspect(&key).await.unwrap();
+        assert_eq!(info.holder.map(|f| f.token), Some(held.token), "{first:?}");
+        // The refused grants ran nothing: no shared advisory lock of the key's id, no read
+        // phase in the lease table.
+        let id = process_a.advisory_lock_id(&key);
+        let shared: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ShareLock' \
+               AND classid::bigint = ($1 >> 32) & 4294967295 \
+               AND objid::bigint = $1 & 4294967295 AND objsubid = 1",
+        )
+        .bind(id)
+        .fetch_one(schema.admin())
+        .await
+        .unwrap();
+        assert_eq!(
+            shared, 0,
+            "a refused reader holds a shared lock ({first:?})"
+        );
+        let phases: i64 = sqlx::query_scalar(&format!(
+            "SELECT count(*) FROM \"{}\".fencelock_leases WHERE key = $1 \
+               AND octet_length(owner) = 20",
+            schema.name()
+        ))
+        .bind(key.as_str())
+        .fetch_one(schema.admin())
+        .await
+        .unwrap();
+        assert_eq!(
+            phases, 0,
+            "a refused reader started a read phase ({first:?})"
+        );
+        assert!(b.release(&held).await.unwrap());
+        process_b.close().await;
+        schema.cleanup().await;
+    }
+}
+
+/// A process whose transactions ran in a schema bound to advisory locks, after the binding
+/// row was deleted and a lease holder bound the schema to leases, excludes that holder: its
+/// transaction waits for the lease (and times out within its budget), never runs beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_excludes_a_lease_holder_after_the_schema_is_rebound() {
+    let (schema, transactions) = common::database().await;
+    let key = LockKey::new("rebound-tx").unwrap();
+    let advisory = transactions.advisory_backend();
+    let bound = advisory.try_acquire(&key, TTL).await.unwrap().unwrap();
+    assert!(advisory.release(&bound).await.unwrap());
+    let storage = transactions.storage();
+    let ran = storage
+        .transaction_with(&key, TTL, async |tx| -> Result<u64, Error> {
+            Ok(tx.token().get())
+        })
+        .await
+        .unwrap();
+    unbind(&schema).await;
+    let leases = PgConfig::from_options(pg_options())
+        .schema(schema.name())
+        .connect()
+        .await
+        .unwrap();
+    let lease = leases
+        .lease_backend()
+        .try_acquire(&key, TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(lease.token.get() > ran);
+    let outcome = storage
+        .transaction_with(
+            &key,
+            Duration::from_millis(300),
+            async |_tx| -> Result<(), Error> { Ok(()) },
+        )
+        .await;
+    assert!(
+        matches!(outcome, Err(Error::Timeout { .. })),
+        "a transaction ran beside a live lease: {outcome:?}"
+    );
+    assert!(leases.lease_backend().release(&lease).await.unwrap());
+    leases.close().await;
+    schema.cleanup().await;
+}

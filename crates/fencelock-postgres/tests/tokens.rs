@@ -413,3 +413,63 @@ async fn tokens_from_before_the_epoch_migration_stay_below() {
     db.close().await;
     schema.cleanup().await;
 }
+
+/// The last epoch a token floor may be in: `fencelock_epoch` holds epochs up to 2^31 - 1, and
+/// the last 2^16 are kept for the new epochs a schema starts by itself.
+const MAX_FLOOR_EPOCH: u64 = (1 << 31) - 1 - (1 << 16);
+
+/// A floor that would use up the schema's epochs is refused, saying why, and changes nothing;
+/// the greatest floor allowed leaves room: after the volatile state is lost (as by a crash)
+/// every way in still grants, above the floor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_floor_cannot_use_up_the_schemas_epochs() {
+    let (schema, db) = common::database().await;
+    let lease = db.lease_backend();
+    let key = key("floor-limit");
+    let start = granted(&lease, &key).await;
+    for epoch in [(1 << 31) - 1, MAX_FLOOR_EPOCH + 1] {
+        let floor = FencingToken::new(epoch << COUNTER_BITS | 5).unwrap();
+        match lease.advance_token(&key, floor).await {
+            Err(Error::InvalidConfig { message, .. }) => {
+                assert!(message.contains(&format!("in epoch {epoch}")), "{message}");
+                assert!(message.contains("shared by every key"), "{message}");
+            }
+            other => panic!("a floor in epoch {epoch} was not refused: {other:?}"),
+        }
+    }
+    let after = granted(&lease, &key).await;
+    assert_eq!(
+        after.get(),
+        start.get() + 1,
+        "a refused floor moved the key"
+    );
+    // The SQL function refuses it too, for operators calling it directly.
+    let direct = sqlx::query(&format!(
+        "SELECT \"{}\".fencelock_advance_token('floor-limit', $1)",
+        db.schema()
+    ))
+    .bind((((1_u64 << 31) - 1) << COUNTER_BITS) as i64)
+    .execute(db.pool())
+    .await;
+    assert!(
+        direct.is_err_and(|e| e.to_string().contains("the last a floor may reach")),
+        "the SQL function took a floor in the last epoch"
+    );
+    // On timeline 1 (the shared server's) the limit is that timeline's: its epochs end at
+    // 2^20 - 1, and the last 2^16 are kept.
+    let timeline_max = (1 << 20) - 1 - (1 << 16);
+    let past = FencingToken::new((timeline_max + 1) << COUNTER_BITS).unwrap();
+    match lease.advance_token(&key, past).await {
+        Err(Error::InvalidConfig { message, .. }) => {
+            assert!(message.contains("on timeline 1"), "{message}");
+        }
+        other => panic!("a floor past timeline 1's epochs was not refused: {other:?}"),
+    }
+    let highest = FencingToken::new(timeline_max << COUNTER_BITS | LAST_COUNTER).unwrap();
+    assert_eq!(lease.advance_token(&key, highest).await.unwrap(), highest);
+    lose_volatile_state(&db).await;
+    for token in grant_each_way(&db, &key).await {
+        assert!(token > highest, "{token} after a loss, floor {highest}");
+    }
+    schema.cleanup().await;
+}

@@ -107,6 +107,85 @@ impl PgCluster {
         Err(last.unwrap_or_else(|| io::Error::other("postgres did not start")))
     }
 
+    /// A streaming standby of this (running) cluster: `pg_basebackup -R` into a temporary
+    /// directory, `settings` added to its configuration, started on a free port. Its
+    /// `cluster_name` is `name`, the name its walreceiver reports, which the primary's
+    /// `synchronous_standby_names` can list. Stopped (immediate) and removed on drop.
+    ///
+    /// # Panics
+    /// If `pg_basebackup` fails or the standby does not start, with its log.
+    pub fn spawn_standby(&self, name: &str, settings: &[&str]) -> PgCluster {
+        match self.try_spawn_standby(name, settings) {
+            Ok(standby) => standby,
+            Err(e) => panic!("cannot start a standby of the throwaway PostgreSQL cluster: {e}"),
+        }
+    }
+
+    fn try_spawn_standby(&self, name: &str, settings: &[&str]) -> io::Result<PgCluster> {
+        let dir = tempfile::Builder::new()
+            .prefix("fl-pg-standby-")
+            .tempdir()?;
+        if let Some((uid, gid)) = self.account {
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))?;
+        }
+        let data = dir.path().join("data");
+        let mut backup = Command::new(self.bin.join("pg_basebackup"));
+        backup
+            .arg("-D")
+            .arg(&data)
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(["-U", "postgres", "-R", "-X", "stream", "--no-sync"])
+            .stdin(Stdio::null());
+        as_account(&mut backup, self.account);
+        let output = backup.output()?;
+        if !output.status.success() {
+            return Err(io::Error::other(format!(
+                "pg_basebackup failed: {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            )));
+        }
+        let mut conf = fs::OpenOptions::new()
+            .append(true)
+            .open(data.join("postgresql.conf"))?;
+        writeln!(conf, "\ncluster_name = '{name}'")?;
+        for setting in settings {
+            writeln!(conf, "{setting}")?;
+        }
+        let mut standby = PgCluster {
+            port: 0,
+            dir,
+            bin: self.bin.clone(),
+            account: self.account,
+        };
+        let mut last = None;
+        for _ in 0..5 {
+            standby.port = free_port()?;
+            match standby.try_start() {
+                Ok(()) => return Ok(standby),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("the standby did not start")))
+    }
+
+    /// Promotes a standby to a primary (`pg_ctl promote`, waiting until it accepts writes):
+    /// it starts a new timeline.
+    ///
+    /// # Panics
+    /// If `pg_ctl` fails, with the server's log.
+    pub fn promote(&self) {
+        let output = self.pg_ctl().arg("promote").output();
+        match output {
+            Ok(output) if output.status.success() => {}
+            Ok(output) => panic!(
+                "pg_ctl promote failed: {}\n{}",
+                String::from_utf8_lossy(&output.stderr).trim(),
+                tail(&self.log_path())
+            ),
+            Err(e) => panic!("running pg_ctl promote: {e}"),
+        }
+    }
+
     /// `postgres://postgres@127.0.0.1:<port>/postgres`.
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)

@@ -9,7 +9,8 @@
 //!   refuse the same server twice ([`distinct`]); [`port_problem`] words a refused port.
 //! - [`Options`] reads a query string, refusing repeated settings (alias spellings
 //!   included), unknown names (listing the known ones), values that are not UTF-8 once
-//!   percent-decoded, and NUL.
+//!   percent-decoded, and NUL; a [`Known::indexed`] setting is a family written
+//!   `name[index]`, each index given once.
 //! - [`decode_part`] decodes a user name, password or database name, refusing NUL and text
 //!   that is not UTF-8.
 //!

@@ -10,27 +10,66 @@ const SHOWN_NAME_LEN: usize = 32;
 /// One setting a URL's query may carry: its name, and other spellings of the same setting
 /// (`ssl-mode` for `sslmode`). Giving the setting twice, under any of its spellings, is
 /// refused: a driver would silently keep one of the two.
+///
+/// An [`indexed`](Self::indexed) setting is a family of settings written `name[index]`
+/// (`options[statement_timeout]=5s`): each index is a setting of its own, given once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Known {
     /// The name, as messages and [`Options::get`] use it.
     pub name: &'static str,
     /// Other spellings of the same setting.
     pub aliases: &'static [&'static str],
+    /// Whether the setting is written `name[index]`.
+    indexed: bool,
 }
 
 impl Known {
     /// A setting with one spelling.
     pub const fn new(name: &'static str) -> Self {
-        Known { name, aliases: &[] }
+        Known {
+            name,
+            aliases: &[],
+            indexed: false,
+        }
     }
 
     /// A setting that may also be spelled as each of `aliases`.
     pub const fn with_aliases(name: &'static str, aliases: &'static [&'static str]) -> Self {
-        Known { name, aliases }
+        Known {
+            name,
+            aliases,
+            indexed: false,
+        }
     }
 
-    fn spells(&self, written: &str) -> bool {
-        self.name == written || self.aliases.contains(&written)
+    /// The settings written `name[index]`, one per non-empty `index` (which holds no `[` or
+    /// `]`); messages list them as `name[...]`. Read them with [`Options::indexed`]. Each
+    /// index is given once: `name[a]=1&name[a]=2` is refused, `name[a]=1&name[b]=2` is not.
+    /// A plain `name` is another setting, known only if listed with [`new`](Self::new).
+    pub const fn indexed(name: &'static str) -> Self {
+        Known {
+            name,
+            aliases: &[],
+            indexed: true,
+        }
+    }
+
+    /// Whether this setting is written `name[index]`.
+    pub const fn is_indexed(&self) -> bool {
+        self.indexed
+    }
+
+    /// The index `written` gives this setting (`None` for a plain setting), if it spells it.
+    fn spells(&self, written: &str) -> Option<Option<String>> {
+        if !self.indexed {
+            let plain = self.name == written || self.aliases.contains(&written);
+            return plain.then_some(None);
+        }
+        let (base, rest) = written.split_once('[')?;
+        let index = rest.strip_suffix(']')?;
+        let spelled = self.name == base || self.aliases.contains(&base);
+        let well_formed = !index.is_empty() && !index.contains(['[', ']']);
+        (spelled && well_formed).then(|| Some(index.to_owned()))
     }
 }
 
@@ -40,6 +79,9 @@ impl Known {
 pub struct OptionEntry {
     /// The setting's [`Known::name`].
     pub name: &'static str,
+    /// The index of an [`indexed`](Known::indexed) setting (`statement_timeout` in
+    /// `options[statement_timeout]`); `None` for a plain one.
+    pub index: Option<String>,
     /// The name as the URL writes it (an alias, perhaps), decoded.
     pub written: String,
     /// The value, percent-decoded (`+` is a space).
@@ -82,14 +124,20 @@ impl Options {
             let (raw_name, raw_value) = pair.split_once('=').unwrap_or((pair, ""));
             let written =
                 decode(raw_name).map_err(|what| Error::config(format!("an option name {what}")))?;
-            let Some(setting) = known.iter().find(|k| k.spells(&written)) else {
+            let Some((setting, index)) = known
+                .iter()
+                .find_map(|k| k.spells(&written).map(|index| (k, index)))
+            else {
                 let shown: String = written.chars().take(SHOWN_NAME_LEN).collect();
                 return Err(Error::config(format!(
                     "unknown option `{shown}` ({})",
                     list_known(known)
                 )));
             };
-            if let Some(first) = entries.iter().find(|e| e.name == setting.name) {
+            if let Some(first) = entries
+                .iter()
+                .find(|e| e.name == setting.name && e.index == index)
+            {
                 let also = if first.written == written {
                     String::new()
                 } else {
@@ -103,6 +151,7 @@ impl Options {
                 .map_err(|what| Error::config(format!("option `{written}` {what}")))?;
             entries.push(OptionEntry {
                 name: setting.name,
+                index,
                 written,
                 value,
             });
@@ -115,9 +164,20 @@ impl Options {
         self.entry(name).map(|e| e.value.as_str())
     }
 
-    /// The entry of the setting `name`.
+    /// The entry of the plain (not [`indexed`](Known::indexed)) setting `name`.
     pub fn entry(&self, name: &str) -> Option<&OptionEntry> {
-        self.entries.iter().find(|e| e.name == name)
+        self.entries
+            .iter()
+            .find(|e| e.name == name && e.index.is_none())
+    }
+
+    /// The `(index, value)` pairs of the [`indexed`](Known::indexed) setting `name`, in URL
+    /// order.
+    pub fn indexed<'a>(&'a self, name: &'a str) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
+        self.entries
+            .iter()
+            .filter(move |e| e.name == name)
+            .filter_map(|e| Some((e.index.as_deref()?, e.value.as_str())))
     }
 
     /// Every option, in URL order.
@@ -145,7 +205,13 @@ fn decode(raw: &str) -> std::result::Result<String, &'static str> {
 
 /// `the only option is `a``, `the options are `a`, `b` and `c``, for messages.
 fn list_known(known: &[Known]) -> String {
-    let names: Vec<String> = known.iter().map(|k| format!("`{}`", k.name)).collect();
+    let names: Vec<String> = known
+        .iter()
+        .map(|k| match k.indexed {
+            true => format!("`{}[...]`", k.name),
+            false => format!("`{}`", k.name),
+        })
+        .collect();
     match names.as_slice() {
         [] => "this URL takes no options".to_owned(),
         [one] => format!("the only option is {one}"),
@@ -217,6 +283,47 @@ mod tests {
         assert!(only.to_string().contains("the only option is `prefix`"));
         let none = Options::parse("x=1", &[]).unwrap_err();
         assert!(none.to_string().contains("takes no options"));
+    }
+
+    #[test]
+    fn indexed_settings_are_one_per_index() {
+        const WITH_INDEXED: &[Known] = &[Known::new("options"), Known::indexed("options")];
+        let options = Options::parse(
+            "options=-c%20a&options%5Bwork_mem%5D=4MB&options[statement_timeout]=5s",
+            WITH_INDEXED,
+        )
+        .unwrap();
+        assert_eq!(options.get("options"), Some("-c a"));
+        assert_eq!(
+            options.indexed("options").collect::<Vec<_>>(),
+            [("work_mem", "4MB"), ("statement_timeout", "5s")]
+        );
+        assert_eq!(options.entries()[1].written, "options[work_mem]");
+        assert!(Known::indexed("options").is_indexed());
+        assert!(!Known::new("options").is_indexed());
+        for (query, expected) in [
+            (
+                "options[a]=1&options[a]=2",
+                "repeats the option `options[a]`",
+            ),
+            ("options=1&options=2", "repeats the option `options`"),
+            ("options[]=1", "unknown option `options[]`"),
+            ("options[a=1", "unknown option `options[a`"),
+            ("options[a]]=1", "unknown option `options[a]]`"),
+            ("options[a][b]=1", "unknown option `options[a][b]`"),
+            ("other[a]=1", "the options are `options` and `options[...]`"),
+        ] {
+            let message = Options::parse(query, WITH_INDEXED).unwrap_err().to_string();
+            assert!(message.contains(expected), "{query:?}: {message}");
+        }
+        let plain_only = Options::parse("options[a]=1", &[Known::new("options")]).unwrap_err();
+        assert!(plain_only.to_string().contains("unknown option"));
+        let indexed_only = Options::parse("options=1", &[Known::indexed("options")]).unwrap_err();
+        assert!(
+            indexed_only
+                .to_string()
+                .contains("the only option is `options[...]`")
+        );
     }
 
     #[test]

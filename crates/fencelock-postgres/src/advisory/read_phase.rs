@@ -28,7 +28,8 @@ const READ_LOCK_WAIT: Duration = Duration::from_millis(500);
 /// SQLSTATE of a lock wait cut short by `lock_timeout`.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
 
-/// One row of `advisory_read_acquire.sql`: got, token, owner, armed, live, exhausted.
+/// One row of `advisory_read_acquire.sql`: got, token, owner, armed, live, exhausted, and
+/// the schema's mechanism.
 type ReadGrant = (
     bool,
     Option<i64>,
@@ -36,6 +37,7 @@ type ReadGrant = (
     Option<String>,
     Option<i64>,
     bool,
+    Option<String>,
 );
 
 /// One row of `advisory_read_inspect.sql`: owner, token, readers, remaining_us, plain_pid.
@@ -51,7 +53,6 @@ impl PgAdvisoryBackend {
     ) -> Result<Option<Lease>> {
         validate_ttl(ttl, &self.capabilities())?;
         self.db.advisory_allowed().await?;
-        self.db.serves(PgBackendKind::Advisory).await?;
         self.sweep_abandoned();
         let lock_id = self.db.advisory_lock_id(key);
         let span = tracing::debug_span!(
@@ -101,7 +102,7 @@ impl PgAdvisoryBackend {
                         .fetch_one(holder.conn()?),
                 )
                 .await;
-                let (got, token, owner, _armed, live, exhausted) = match outcome {
+                let (got, token, owner, _armed, live, exhausted, bound) = match outcome {
                     Ok(Ok(row)) => row,
                     // Another reader's grant (or a writer's token) held a row of the key for
                     // longer than the bound: report the key held. The session may hold the
@@ -114,6 +115,14 @@ impl PgAdvisoryBackend {
                     Err(_) => return Err(timed_out(BACKEND, self.timeout())),
                 };
                 let replied_at = Instant::now();
+                if let Err(error) = self
+                    .db
+                    .check_bound(PgBackendKind::Advisory, bound.as_deref())
+                {
+                    // The function did not run: no shared lock was taken.
+                    holder.give_back();
+                    return Err(error);
+                }
                 if !got {
                     holder.give_back();
                     tracing::debug!(outcome = "held", "not acquired");

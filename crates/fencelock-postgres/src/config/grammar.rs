@@ -3,32 +3,42 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use fencelock_core::url::{Known, Options, decode_part, port_problem, redact, safe_to_echo};
 use fencelock_core::{Error, HostPort, Result};
 use sqlx::postgres::PgConnectOptions;
-use url::{Host, Url};
+use url::{Host, Url, form_urlencoded};
 
-use super::redact::{raw_authority, redact_raw, shown};
 use super::{
     DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT, DEFAULT_PORT, DEFAULT_SCHEMA, PgBackendKind, PgConfig,
     PgPooler, validate_schema,
 };
 
-/// The query options of a URL that go to the driver (`sqlx`), as it spells them. Everything
-/// else is refused, so a typo is an error instead of a silently ignored setting.
-const DRIVER_OPTIONS: &[&str] = &[
-    "sslmode",
-    "ssl-mode",
-    "sslrootcert",
-    "ssl-root-cert",
-    "ssl-ca",
-    "sslcert",
-    "ssl-cert",
-    "sslkey",
-    "ssl-key",
-    "statement-cache-capacity",
-    "application_name",
-    "options",
+/// The query options fencelock reads itself.
+const FENCELOCK_OPTIONS: &[&str] = &["backend", "schema", "pooler", IDLE_IN_TRANSACTION];
+
+/// Every option a Postgres URL takes: fencelock's own, then those that go to the driver
+/// (`sqlx`), as it spells them, with the spellings of one driver setting as aliases (given
+/// twice, the driver would keep the last: `sslmode=require&sslmode=disable` connecting
+/// without TLS). Everything else is refused, so a typo is an error instead of a silently
+/// ignored setting.
+const KNOWN_OPTIONS: &[Known] = &[
+    Known::new("backend"),
+    Known::new("schema"),
+    Known::new("pooler"),
+    Known::new(IDLE_IN_TRANSACTION),
+    Known::with_aliases("sslmode", &["ssl-mode"]),
+    Known::with_aliases("sslrootcert", &["ssl-root-cert", "ssl-ca"]),
+    Known::with_aliases("sslcert", &["ssl-cert"]),
+    Known::with_aliases("sslkey", &["ssl-key"]),
+    Known::new("statement-cache-capacity"),
+    Known::new("application_name"),
+    Known::new("options"),
+    // `-c name=value` startup parameters: `options[statement_timeout]=5s`.
+    Known::indexed("options"),
 ];
+
+/// Connection parameters of libpq's query form that a fencelock URL writes in the URL itself.
+const IN_THE_URL: &[&str] = &["host", "hostaddr", "port", "user", "password", "dbname"];
 
 impl PgConfig {
     /// The URL schemes this config owns.
@@ -38,11 +48,26 @@ impl PgConfig {
     /// eagerly and completely. Anything wrong is [`Error::InvalidConfig`] naming what is
     /// wrong; the message never contains the password.
     pub fn from_url(url: &str) -> Result<Self> {
+        Self::parse_url(url).map_err(|e| {
+            if safe_to_echo(url) {
+                return e;
+            }
+            // An `@` after the first `/`, `?` or `#`: what the parser read as a port, a path
+            // or an option may be a piece of the password, so no part of it is quoted.
+            Error::config(format!(
+                "Postgres URL {} cannot be read: a user name or password holding `/`, `?` or \
+                 `#` must be percent-encoded (and an `@` in an option value written `%40`)",
+                redact(url)
+            ))
+        })
+    }
+
+    fn parse_url(url: &str) -> Result<Self> {
         let scheme = url.split_once("://").map(|(scheme, _)| scheme);
         if !scheme.is_some_and(|s| Self::SCHEMES.iter().any(|k| s.eq_ignore_ascii_case(k))) {
             return Err(Error::config(format!(
                 "{} is not a Postgres URL: expected postgres://user@host[:port]/database",
-                redact_raw(url)
+                redact(url)
             )));
         }
         let parsed = Url::parse(url).map_err(|e| parse_error(url, e))?;
@@ -67,69 +92,41 @@ impl PgConfig {
             )));
         }
         // The protocol ends these strings with a NUL: one inside breaks the startup packet
-        // (user, database) or cuts a password sent in clear short.
+        // (user, database) or cuts a password sent in clear short. Text that is not UTF-8
+        // is refused too, as the driver would.
+        let context = format!("Postgres URL {shown}");
         for (what, raw) in [
             ("user name", parsed.username()),
             ("password", parsed.password().unwrap_or_default()),
             ("database name", database),
         ] {
-            if raw.contains("%00") {
-                return Err(Error::config(format!(
-                    "Postgres URL {shown}: the {what} holds a NUL character (%00), which \
-                     PostgreSQL cannot take"
-                )));
-            }
+            decode_part(what, raw).map_err(|e| e.in_context(&context))?;
         }
-        let mut backend = None;
-        let mut schema = None;
-        let mut pooler = None;
-        let mut idle = None;
-        let mut driver: Vec<(String, String)> = Vec::new();
-        for (name, value) in parsed.query_pairs() {
-            match &*name {
-                "backend" if backend.is_none() => backend = Some(value.parse()?),
-                "schema" if schema.is_none() => {
-                    validate_schema(&value)?;
-                    schema = Some(value.into_owned());
-                }
-                "pooler" if pooler.is_none() => pooler = Some(value.parse()?),
-                IDLE_IN_TRANSACTION if idle.is_none() => {
-                    idle = Some(parse_duration(IDLE_IN_TRANSACTION, &value)?);
-                }
-                "backend" | "schema" | "pooler" | IDLE_IN_TRANSACTION => {
-                    return Err(Error::config(format!(
-                        "Postgres URL {shown} repeats option `{name}`"
-                    )));
-                }
-                "host" | "hostaddr" | "port" | "user" | "password" | "dbname" => {
-                    return Err(Error::config(format!(
-                        "Postgres URL {shown}: give `{name}` in the URL itself, not as an option"
-                    )));
-                }
-                known if DRIVER_OPTIONS.contains(&known) || is_options_entry(known) => {
-                    // The driver would keep the last of two (`sslmode=require&sslmode=disable`
-                    // connecting without TLS): a setting is given once, under either spelling.
-                    if let Some((first, _)) = driver
-                        .iter()
-                        .find(|(given, _)| driver_setting(given) == driver_setting(known))
-                    {
-                        return Err(Error::config(format!(
-                            "Postgres URL {shown} repeats option `{known}` (also given as \
-                             `{first}`)"
-                        )));
-                    }
-                    driver.push((name.into_owned(), value.into_owned()));
-                }
-                other => {
-                    return Err(Error::config(format!(
-                        "Postgres URL {shown}: unknown option `{other}` (fencelock reads \
-                         `backend`, `schema`, `pooler` and `{IDLE_IN_TRANSACTION}`; the driver \
-                         reads {})",
-                        DRIVER_OPTIONS.join(", ")
-                    )));
-                }
-            }
+        let query = parsed.query().unwrap_or_default();
+        if let Some((name, _)) =
+            form_urlencoded::parse(query.as_bytes()).find(|(name, _)| IN_THE_URL.contains(&&**name))
+        {
+            return Err(Error::config(format!(
+                "{context}: give `{name}` in the URL itself, not as an option"
+            )));
         }
+        let options = Options::parse(query, KNOWN_OPTIONS).map_err(|e| e.in_context(&context))?;
+        let backend = options.get("backend").map(str::parse).transpose()?;
+        let schema = options.get("schema").map(str::to_owned);
+        if let Some(schema) = &schema {
+            validate_schema(schema)?;
+        }
+        let pooler = options.get("pooler").map(str::parse).transpose()?;
+        let idle = options
+            .get(IDLE_IN_TRANSACTION)
+            .map(|text| parse_duration(IDLE_IN_TRANSACTION, text))
+            .transpose()?;
+        let driver: Vec<(String, String)> = options
+            .entries()
+            .iter()
+            .filter(|entry| !FENCELOCK_OPTIONS.contains(&entry.name))
+            .map(|entry| (entry.written.clone(), entry.value.clone()))
+            .collect();
         let mut base = parsed;
         base.set_query(None);
         let options = connect_options(&base, &driver)?;
@@ -309,22 +306,6 @@ fn parse_duration(option: &str, text: &str) -> Result<Duration> {
     Ok(duration)
 }
 
-/// The driver setting an option name sets: `sslmode` and `ssl-mode` are one, and so are
-/// `sslrootcert`, `ssl-root-cert` and `ssl-ca`.
-fn driver_setting(name: &str) -> String {
-    match name {
-        "ssl-ca" => "sslrootcert".to_owned(),
-        other => other.replace('-', ""),
-    }
-}
-
-/// `-c name=value` style startup parameters: `options[statement_timeout]=5s`.
-fn is_options_entry(name: &str) -> bool {
-    name.strip_prefix("options[")
-        .and_then(|rest| rest.strip_suffix(']'))
-        .is_some_and(|key| !key.is_empty())
-}
-
 /// The driver's options for `base` plus the driver query options.
 fn connect_options(base: &Url, driver: &[(String, String)]) -> Result<PgConnectOptions> {
     let mut url = base.clone();
@@ -338,30 +319,22 @@ fn connect_options(base: &Url, driver: &[(String, String)]) -> Result<PgConnectO
     })
 }
 
-/// A URL parse failure, explained. The `url` crate reports a port above 65535 as an invalid
-/// port, which is worth saying plainly.
-fn parse_error(raw: &str, error: url::ParseError) -> Error {
-    let shown = redact_raw(raw);
-    let message = match (error, raw_port(raw)) {
-        (url::ParseError::InvalidPort, Some(port))
-            if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) =>
-        {
-            format!("Postgres URL {shown}: port {port} is out of range (1 to 65535)")
-        }
-        (url::ParseError::InvalidPort, Some(port)) => {
-            format!("Postgres URL {shown}: port {port:?} is not a number")
-        }
-        (url::ParseError::EmptyHost, _) => format!("Postgres URL {shown} names no host"),
-        (other, _) => format!("{shown} is not a valid Postgres URL: {other}"),
-    };
-    // The parse error itself never holds the input, but is dropped anyway: the message says it.
-    Error::config(message)
+/// `url` for messages: the password replaced by `***`, by the one rule of
+/// [`fencelock_core::url`].
+fn shown(url: &Url) -> String {
+    redact(url.as_str())
 }
 
-/// The port text of a raw URL's authority, if it has one.
-fn raw_port(raw: &str) -> Option<&str> {
-    let (_, authority) = raw_authority(raw)?;
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
-    let after_bracket = host_port.rsplit_once(']').map_or(host_port, |(_, p)| p);
-    after_bracket.rsplit_once(':').map(|(_, port)| port)
+/// A URL the `url` crate refused, as an error that names the problem without the password.
+fn parse_error(url: &str, error: url::ParseError) -> Error {
+    let shown = redact(url);
+    let message = match error {
+        url::ParseError::InvalidPort => format!("Postgres URL {shown}: {}", port_problem(url)),
+        url::ParseError::EmptyHost => format!("Postgres URL {shown} names no host"),
+        other => format!("{shown} is not a valid Postgres URL: {other}"),
+    };
+    Error::InvalidConfig {
+        message,
+        source: Some(Box::new(error)),
+    }
 }

@@ -1,8 +1,8 @@
 //! `PgConfig`: the `postgres://` grammar, validation, and the typed settings of a connection.
 //!
-//! By concern: the URL grammar ([`grammar`]), the builder settings and their kinds
-//! ([`options`]), redaction ([`redact`]), connect-error and TLS classification ([`errors`]),
-//! schema names ([`schema`]).
+//! By concern: the URL grammar ([`grammar`], on the shared rules of [`fencelock_core::url`]:
+//! redaction, options, decoding), the builder settings and their kinds ([`options`]),
+//! connect-error and TLS classification ([`errors`]), schema names ([`schema`]).
 
 use std::fmt;
 use std::str::FromStr;
@@ -15,7 +15,6 @@ use url::Url;
 mod errors;
 mod grammar;
 mod options;
-mod redact;
 mod schema;
 #[cfg(test)]
 mod tests;

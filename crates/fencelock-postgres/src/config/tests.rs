@@ -112,7 +112,7 @@ fn errors_name_what_is_wrong() {
         ("postgres://db:99999/test", "port 99999 is out of range"),
         ("postgres://u:p@db:70000", "port 70000 is out of range"),
         ("postgres://db:0/test", "port 0 is out of range"),
-        ("postgres://db:http/test", "\"http\" is not a number"),
+        ("postgres://db:http/test", "port `http` is not a number"),
         ("postgres:///test", "names no host"),
         ("postgres://", "names no host"),
         ("postgres://u:p@/test", "names no host"),
@@ -154,11 +154,11 @@ fn errors_name_what_is_wrong() {
         ),
         (
             "postgres://db/test?backend=lease&backend=advisory",
-            "repeats option `backend`",
+            "repeats the option `backend`",
         ),
         (
             "postgres://db/test?schema=a&schema=b",
-            "repeats option `schema`",
+            "repeats the option `schema`",
         ),
         (
             "postgres://db/test?schema=Upper",
@@ -173,23 +173,23 @@ fn errors_name_what_is_wrong() {
         ),
         (
             "postgres://db/test?pooler=none&pooler=transaction",
-            "repeats option `pooler`",
+            "repeats the option `pooler`",
         ),
         (
             "postgres://db/test?sslmode=require&sslmode=disable",
-            "repeats option `sslmode`",
+            "repeats the option `sslmode`",
         ),
         (
             "postgres://db/test?sslmode=require&ssl-mode=disable",
-            "repeats option `ssl-mode` (also given as `sslmode`)",
+            "repeats the option `ssl-mode` (also given as `sslmode`)",
         ),
         (
             "postgres://db/test?sslrootcert=/a.pem&ssl-ca=/b.pem",
-            "repeats option `ssl-ca`",
+            "repeats the option `ssl-ca`",
         ),
         (
             "postgres://db/test?options[statement_timeout]=1s&options[statement_timeout]=2s",
-            "repeats option `options[statement_timeout]`",
+            "repeats the option `options[statement_timeout]`",
         ),
         ("postgres://u%00@db/test", "the user name holds a NUL"),
         ("postgres://u:p%00w@db/test", "the password holds a NUL"),
@@ -212,6 +212,66 @@ fn errors_name_what_is_wrong() {
         "a".repeat(MAX_SCHEMA_LEN + 1)
     );
     assert!(invalid(&long).contains("at most 48 bytes"));
+}
+
+/// The rules every backend's URL shares (`fencelock_core::url`), which this grammar had
+/// missed: option values that are not UTF-8 or hold a NUL, credentials that are not UTF-8,
+/// and a password holding an unescaped `?` read as the start of the options.
+#[test]
+fn shares_the_url_rules_of_every_backend() {
+    for (url, expected) in [
+        (
+            "postgres://db/test?application_name=a%ffb",
+            "option `application_name` is not UTF-8",
+        ),
+        (
+            "postgres://db/test?application_name=a%00b",
+            "option `application_name` holds a NUL",
+        ),
+        (
+            "postgres://db/test?options[statement_timeout]=1%00",
+            "option `options[statement_timeout]` holds a NUL",
+        ),
+        ("postgres://u%ff@db/test", "the user name is not UTF-8"),
+        ("postgres://db/te%ffst", "the database name is not UTF-8"),
+        (
+            "postgres://db/test?options[]=1",
+            "unknown option `options[]`",
+        ),
+        ("postgres://db/test?foo=1", "`options[...]`"),
+        (
+            "postgres://db/test?hostaddr=10.0.0.1",
+            "give `hostaddr` in the URL",
+        ),
+    ] {
+        let message = invalid(url);
+        assert!(message.contains(expected), "{url}: {message}");
+    }
+    let config = PgConfig::from_url(
+        "postgres://db/test?options[statement_timeout]=5s&options[work_mem]=4MB",
+    )
+    .unwrap();
+    assert_eq!(
+        config.to_url(),
+        "postgres://db/test?options%5Bstatement_timeout%5D=5s&options%5Bwork_mem%5D=4MB"
+    );
+    // The password is `1?application_name=s3cret`: the parser reads a port, then an option
+    // whose name or value may be the password's, so none of it is shown.
+    for url in [
+        "postgres://app:1?nosuch=s3cret@db/test",
+        "postgres://app:1?schema=S3cret@db/test",
+        "postgres://app:1/s3cret/x@db/test",
+    ] {
+        let message = invalid(url);
+        assert!(
+            !message.to_lowercase().contains("s3cret"),
+            "{url}: {message}"
+        );
+        assert!(
+            message.contains("must be percent-encoded"),
+            "{url}: {message}"
+        );
+    }
 }
 
 #[test]

@@ -56,8 +56,6 @@ struct Inner {
     pooler: PgPooler,
     /// The protocol fencelock's statements use, once known (see [`PgPooler`]).
     protocol: OnceCell<Protocol>,
-    /// The schema's lock mechanism, once known (recorded by its first grant).
-    mechanism: OnceCell<PgBackendKind>,
     wakeups: OnceCell<Wakeups>,
 }
 

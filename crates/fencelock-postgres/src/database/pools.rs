@@ -177,7 +177,6 @@ impl PgDatabase {
                 closing: CancellationToken::new(),
                 pooler: settings.pooler,
                 protocol: known(settings.pooler),
-                mechanism: OnceCell::new(),
                 wakeups: OnceCell::new(),
             }),
         })
@@ -199,7 +198,7 @@ impl PgDatabase {
     }
 
     /// The same pools and schema with `pooler` and `idle_in_transaction` as given; what is
-    /// learned on first use (the protocol, the schema's mechanism, the wake-ups) is learned
+    /// learned on first use (the protocol, the wake-ups) is learned
     /// again.
     fn rebuilt(&self, pooler: PgPooler, idle_in_transaction: Duration) -> Self {
         let inner = &self.inner;
@@ -219,7 +218,6 @@ impl PgDatabase {
                 closing: inner.closing.clone(),
                 pooler,
                 protocol: known(pooler),
-                mechanism: OnceCell::new(),
                 wakeups: OnceCell::new(),
             }),
         }

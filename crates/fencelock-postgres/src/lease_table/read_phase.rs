@@ -10,7 +10,6 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::{BACKEND, PgLeaseBackend, renewed};
-use crate::PgBackendKind;
 use crate::codec::{
     fence_from, micros, millis_setting, owner_bytes, owner_from, remaining, token_param,
 };
@@ -18,7 +17,13 @@ use crate::error::{protocol as protocol_error, timed};
 use crate::exec::Arg;
 
 /// `lease_read_acquire`'s row: the phase's token and owner, the live epoch, `exhausted`.
-type ReadRow = (Option<i64>, Option<Vec<u8>>, Option<i64>, bool);
+type ReadRow = (
+    Option<i64>,
+    Option<Vec<u8>>,
+    Option<i64>,
+    bool,
+    Option<String>,
+);
 
 /// `lease_read_inspect`'s row: the phase's owner and token, its live readers, the longest
 /// time left in microseconds.
@@ -37,7 +42,6 @@ impl PgLeaseBackend {
             tracing::debug_span!("fencelock.pg.acquire_shared", backend = BACKEND, key = %key);
         async {
             let protocol = self.db.protocol().await?;
-            self.db.serves(PgBackendKind::Lease).await?;
             let reader = owner_bytes(reader);
             // The owner of a new phase; a reader joining a live phase gets that phase's.
             let owner = owner_bytes(OwnerId::random());
@@ -54,10 +58,10 @@ impl PgLeaseBackend {
                     protocol,
                     &self.db.sql().lease_read_acquire,
                     &args,
-                    |row: &ReadRow| (row.0, row.2, row.3),
+                    |row: &ReadRow| ((row.0, row.2, row.3), row.4.as_deref()),
                 )
                 .await?;
-            let Some((token, (_, owner, _, _), sent_at)) = granted else {
+            let Some((token, (_, owner, _, _, _), sent_at)) = granted else {
                 return Ok(None);
             };
             let Some(owner) = owner else {
