@@ -7,6 +7,7 @@ mod backend_config;
 pub mod baseline;
 mod config;
 mod error;
+mod inspect;
 mod layout;
 mod queue;
 mod recipe;
