@@ -325,14 +325,19 @@ mod tests {
                 "mysql" => cfg!(feature = "mysql"),
                 "etcd" => cfg!(feature = "etcd"),
                 "zookeeper" => cfg!(feature = "zookeeper"),
+                "object-store" => cfg!(feature = "object-store"),
                 other => panic!("unknown feature {other}"),
             };
-            assert_eq!(schemes.get(name).is_some(), built, "{name}");
+            let registered =
+                schemes.get(name).is_some() || schemes.storage_schemes().any(|s| s.name == *name);
+            assert_eq!(registered, built, "{name}");
         }
         assert!(
             schemes
                 .iter()
-                .all(|s| BUILT_IN.iter().any(|(n, _)| *n == s.name))
+                .map(|s| s.name)
+                .chain(schemes.storage_schemes().map(|s| s.name))
+                .all(|name| BUILT_IN.iter().any(|(n, _)| *n == name))
         );
     }
 
