@@ -129,7 +129,12 @@ async fn main() -> Result<()> {
         .watchdog(false)
         .await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let newer = locker.lock(&key).ttl(Duration::from_secs(10)).await?;
+    // The newer holder is another process: a `Locker` value of its own.
+    let newer = locker
+        .clone()
+        .lock(&key)
+        .ttl(Duration::from_secs(10))
+        .await?;
     if let Ok(balance) = debit(&pool, account, 5, newer.fence()).await {
         show(&format!(
             "debit 5 by token {}: balance {balance}",

@@ -96,8 +96,12 @@ async fn main() -> Result<()> {
         .watchdog(false)
         .await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    // Worker B takes over and pays.
-    let b = locker.lock(&key).ttl(Duration::from_secs(10)).await?;
+    // Worker B, another process (a `Locker` value of its own), takes over and pays.
+    let b = locker
+        .clone()
+        .lock(&key)
+        .ttl(Duration::from_secs(10))
+        .await?;
     let paid = pay(&pool, &fence, invoice, b.fence()).await?;
     show(&format!("worker B (token {}): paid = {paid}", b.token()));
     // Worker A wakes up and tries to pay too: refused, nothing written.

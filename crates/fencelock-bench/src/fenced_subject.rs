@@ -114,7 +114,10 @@ impl Subject for FencedSubject {
     }
 
     async fn lock_release(&self, key: &LockKey, wait: Duration) -> Result<()> {
-        let guard = self.locker.lock(key.as_str()).ttl(TTL).wait(wait).await?;
+        // Contending tasks share this subject: each call is a holder of its own (a `Locker`
+        // value refuses to re-enter a key it holds), as each task of an application would be.
+        let locker = self.locker.clone();
+        let guard = locker.lock(key.as_str()).ttl(TTL).wait(wait).await?;
         guard.release().await?;
         Ok(())
     }

@@ -190,7 +190,9 @@ async fn story(connected: &Connected, store: &Store<'_>, ttl: Duration) -> Resul
     );
     let woke_at = Instant::now() + pause;
 
-    let client2 = locker.lock(key.as_str()).ttl(ttl * 10).wait(pause).await?;
+    // Another client: a `Locker` value of its own (one value refuses to re-enter a key).
+    let other = locker.clone();
+    let client2 = other.lock(key.as_str()).ttl(ttl * 10).wait(pause).await?;
     clock.say(
         "client 2",
         format_args!(

@@ -101,6 +101,18 @@ impl ServerSettings {
     }
 }
 
+/// The redis crate builds its TLS connections on rustls' process-wide crypto provider, which
+/// rustls cannot pick by itself when one build enables two of them (ring through this crate,
+/// aws-lc-rs through another dependency of the application): it would panic on the first TLS
+/// connect. Installs ring, the provider this crate depends on, unless the process has one.
+pub(crate) fn ensure_crypto_provider() {
+    #[cfg(feature = "tls")]
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race with another installer leaves that one's provider: fine either way.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
 impl Connection {
     /// Connects to the server `config` names, for `backend`, checks that it answers and that
     /// it is fit for fencing (no eviction, unless the config allows it). `role` says what the
@@ -122,6 +134,9 @@ impl Connection {
         role: &str,
     ) -> Result<(Connection, ConnectionManager)> {
         let (client, keys) = config.validate()?;
+        if config.endpoint().is_some_and(Endpoint::is_tls) {
+            ensure_crypto_provider();
+        }
         let server = format!("{role} {}", config.server_label());
         let call_timeout = config.call_limit();
         let connect_timeout = config.connect_limit();

@@ -68,6 +68,7 @@ pub(crate) async fn open(
             "redis cluster seed {seed} did not answer PING while others did; skipped"
         );
     }
+    crate::connection::ensure_crypto_provider();
     let client = ClusterClientBuilder::new(urls.clone())
         .connection_timeout(node_connect_limit(connect_timeout, slowest))
         .response_timeout(call_timeout)
