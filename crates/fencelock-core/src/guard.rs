@@ -5,7 +5,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -15,12 +14,14 @@ use crate::fence::{Fence, FencingToken};
 use crate::held::{Held, Renewal};
 use crate::lease::Lease;
 use crate::registry::Registry;
+use crate::supervisors::Watch;
 use crate::watchdog::supervise;
 
 /// A held lock. Present [`fence`](Self::fence) with every storage operation.
 ///
-/// While the guard lives a background task renews the lease at about a third of its validity
-/// (unless the request turned the watchdog off) and fires [`lost`](Self::lost) when the lease
+/// While the guard lives its watchdog renews the lease at about a third of its validity
+/// (unless the request turned the watchdog off; one task per [`Locker`](crate::Locker) drives the
+/// watchdogs of all its guards) and fires [`lost`](Self::lost) when the lease
 /// is lost or cannot be renewed before `valid_until`. A renewal never re-creates a lock that
 /// is gone.
 ///
@@ -60,7 +61,8 @@ use crate::watchdog::supervise;
 /// ```
 pub struct LockGuard {
     held: Arc<Held>,
-    supervisor: Option<JoinHandle<()>>,
+    /// Ends this guard's supervision (watchdog and backend loss watch), wherever it is polled.
+    supervision: CancellationToken,
 }
 
 impl fmt::Debug for LockGuard {
@@ -79,7 +81,10 @@ impl LockGuard {
     /// # Panics
     /// When called outside a Tokio runtime.
     pub fn new(backend: Arc<dyn LockBackend>, lease: Lease, watchdog: bool) -> Self {
-        Self::start(Arc::new(Held::new(backend, lease, None)), watchdog)
+        let held = Arc::new(Held::new(backend, lease, None));
+        let (supervision, watch) = Self::supervision(&held, watchdog);
+        tokio::spawn(watch);
+        LockGuard { held, supervision }
     }
 
     /// A guard on the list of `registry`, for its locker's `shutdown`.
@@ -93,15 +98,23 @@ impl LockGuard {
         let id = registration.id;
         let held = Arc::new(Held::new(backend, lease, Some(registration)));
         registry.insert(id, held.clone());
-        Self::start(held, watchdog)
+        let (supervision, watch) = Self::supervision(&held, watchdog);
+        registry.supervisors.watch(watch);
+        LockGuard { held, supervision }
     }
 
-    fn start(held: Arc<Held>, watchdog: bool) -> Self {
-        let supervisor = tokio::spawn(supervise(held.clone(), watchdog));
-        LockGuard {
-            held,
-            supervisor: Some(supervisor),
-        }
+    /// `held`'s supervision, and the token that ends it.
+    fn supervision(held: &Arc<Held>, watchdog: bool) -> (CancellationToken, Watch) {
+        let supervision = CancellationToken::new();
+        let stop = supervision.clone();
+        let held = held.clone();
+        let watch = Box::pin(async move {
+            tokio::select! {
+                _ = stop.cancelled() => {}
+                _ = supervise(held, watchdog) => {}
+            }
+        });
+        (supervision, watch)
     }
 
     /// The current lease (renewals update its `valid_until`).
@@ -177,10 +190,8 @@ impl LockGuard {
     /// the release is sent, so [`lost`](Self::lost) fires and [`is_held`](Self::is_held) turns
     /// false even if this future is cancelled; a cancelled release is finished in the
     /// background on the current runtime.
-    pub async fn release(mut self) -> Result<bool> {
-        if let Some(task) = self.supervisor.take() {
-            task.abort();
-        }
+    pub async fn release(self) -> Result<bool> {
+        self.supervision.cancel();
         if !self.held.claim_release() {
             self.held.wait_released().await;
             return Ok(false);
@@ -211,9 +222,7 @@ impl Drop for ReleaseOnCancel {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if let Some(task) = self.supervisor.take() {
-            task.abort();
-        }
+        self.supervision.cancel();
         if self.held.claim_release() {
             self.held.release_in_background();
         }

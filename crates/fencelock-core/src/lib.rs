@@ -22,6 +22,7 @@ mod registry;
 mod storage;
 mod storage_config;
 mod storage_ext;
+mod supervisors;
 pub mod tools;
 pub mod url;
 mod watchdog;

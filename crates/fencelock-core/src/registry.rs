@@ -7,12 +7,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::held::{Held, Registration};
+use crate::supervisors::Supervisors;
 
 /// Every lease from one locker (and its clones) until its release finished.
 #[derive(Default)]
 pub(crate) struct Registry {
     live: Mutex<HashMap<u64, Arc<Held>>>,
     next_id: AtomicU64,
+    /// The watchdogs of every guard of this locker, driven by one task per runtime.
+    pub(crate) supervisors: Supervisors,
 }
 
 impl fmt::Debug for Registry {
