@@ -11,6 +11,7 @@ mod inspect;
 mod layout;
 mod queue;
 mod recipe;
+mod renew;
 mod session;
 mod shared;
 #[cfg(feature = "servers")]
