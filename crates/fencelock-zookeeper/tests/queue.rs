@@ -160,3 +160,92 @@ async fn a_hand_off_is_the_release_and_one_grant_write() {
         "a hand-off took {fewest} requests (the holder's delete and the waiter's grant are 2)"
     );
 }
+
+/// `inspect_queue` lists the holder, then the waiting places in the order they will be
+/// granted with the tokens they will hold; in a read phase the readers, then a writer's place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_queue_shows_holder_waiters_and_readers_in_order() {
+    use fencelock_zookeeper::QueueRole::{Holder, Reader, Waiting};
+    let server = common::spawn(1).await;
+    let backend = common::config(&server).connect().await.unwrap();
+    let key = LockKey::new(format!("queue/inspect/{}", OwnerId::random())).unwrap();
+    let ttl = Duration::from_secs(20);
+    assert!(backend.inspect_queue(&key).await.unwrap().is_empty());
+    let held = backend
+        .try_acquire(&key, ttl)
+        .await
+        .unwrap()
+        .expect("free key");
+    let (first, second) = (OwnerId::random(), OwnerId::random());
+    for waiter in [first, second] {
+        assert!(
+            backend
+                .try_acquire_queued(&key, ttl, waiter)
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+    let queue = backend.inspect_queue(&key).await.unwrap();
+    let shown: Vec<_> = queue
+        .iter()
+        .map(|entry| (entry.role, entry.owner))
+        .collect();
+    assert_eq!(
+        shown,
+        vec![(Holder, held.owner), (Waiting, first), (Waiting, second)]
+    );
+    assert_eq!(queue[0].token, held.token);
+    assert!(queue[1].token > held.token && queue[2].token > queue[1].token);
+    assert!(
+        queue[0].remaining > Duration::from_secs(10) && queue[0].remaining <= ttl,
+        "{:?}",
+        queue[0].remaining
+    );
+    assert!(
+        queue[1].remaining > Duration::ZERO && queue[1].remaining <= PLACE_TTL,
+        "{:?}",
+        queue[1].remaining
+    );
+    // The first waiter is granted the token the queue showed for it.
+    assert!(backend.release(&held).await.unwrap());
+    let granted = backend
+        .try_acquire_queued(&key, ttl, first)
+        .await
+        .unwrap()
+        .expect("the first waiter's turn");
+    assert_eq!(granted.token, queue[1].token);
+    backend.leave_queue(&key, second).await.unwrap();
+    assert!(backend.release(&granted).await.unwrap());
+
+    let (r1, r2, writer) = (OwnerId::random(), OwnerId::random(), OwnerId::random());
+    let read1 = backend
+        .try_acquire_shared(&key, r1, ttl)
+        .await
+        .unwrap()
+        .expect("a free key's read phase");
+    let read2 = backend
+        .try_acquire_shared(&key, r2, ttl)
+        .await
+        .unwrap()
+        .expect("a join of the read phase");
+    assert!(
+        backend
+            .try_acquire_queued(&key, ttl, writer)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let queue = backend.inspect_queue(&key).await.unwrap();
+    let shown: Vec<_> = queue
+        .iter()
+        .map(|entry| (entry.role, entry.owner))
+        .collect();
+    assert_eq!(shown, vec![(Reader, r1), (Reader, r2), (Waiting, writer)]);
+    assert_eq!((queue[0].token, queue[1].token), (read1.token, read1.token));
+    assert!(queue[2].token > read1.token);
+    backend.leave_queue(&key, writer).await.unwrap();
+    assert!(backend.release_shared(&read1, r1).await.unwrap());
+    assert!(backend.release_shared(&read2, r2).await.unwrap());
+    assert!(backend.inspect_queue(&key).await.unwrap().is_empty());
+}
