@@ -381,58 +381,22 @@ impl LockBackend for ZkLockBackend {
             return Err(lost(LostReason::NotHeld));
         };
         let map_key = (lease.key.clone(), lease.owner);
-        if grant.session.lost.is_cancelled() {
-            self.grants().remove(&map_key);
-            return Err(lost(LostReason::SessionEnded));
-        }
         let sent = Instant::now();
         let data = grant_data(lease.token, ms(ttl));
-        let written = self
-            .call(
-                "extend",
-                grant
-                    .session
-                    .client
-                    .set_data(&grant.path, &data, Some(grant.version)),
-            )
-            .await?;
-        let stat = match written {
-            Ok(stat) => stat,
-            Err(zk::Error::NoNode | zk::Error::BadVersion) => {
-                self.grants().remove(&map_key);
-                return Err(lost(LostReason::NotHeld));
+        match self.renew_node(&grant, &data, ms(ttl), "extend").await? {
+            Ok(renewed) => {
+                self.grants().insert(map_key, renewed);
+                Ok(Lease {
+                    ttl,
+                    valid_until: valid_until(sent, ttl),
+                    ..lease.clone()
+                })
             }
-            Err(zk::Error::SessionExpired) => {
+            Err(reason) => {
                 self.grants().remove(&map_key);
-                return Err(lost(LostReason::SessionEnded));
+                Err(lost(reason))
             }
-            Err(e) => return Err(mapped(e, "extend")),
-        };
-        if expired(grant.mtime, grant.ttl_ms, stat.mtime) {
-            // The lease had lapsed before this renewal: never revive it.
-            let _ = self
-                .call(
-                    "drop a lapsed grant",
-                    grant.session.client.delete(&grant.path, Some(stat.version)),
-                )
-                .await;
-            self.grants().remove(&map_key);
-            return Err(lost(LostReason::NotHeld));
         }
-        self.grants().insert(
-            map_key,
-            Grant {
-                version: stat.version,
-                mtime: stat.mtime,
-                ttl_ms: ms(ttl),
-                ..grant
-            },
-        );
-        Ok(Lease {
-            ttl,
-            valid_until: valid_until(sent, ttl),
-            ..lease.clone()
-        })
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {

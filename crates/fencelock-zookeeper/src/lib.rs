@@ -11,6 +11,7 @@ mod inspect;
 mod layout;
 mod queue;
 mod recipe;
+mod renew;
 mod session;
 mod shared;
 #[cfg(feature = "servers")]
@@ -24,6 +25,7 @@ pub use config::{
     validate_prefix,
 };
 pub use error::map_zk_error;
+pub use inspect::{QueueEntry, QueueRole};
 pub use storage::{MAX_VALUE_LEN, ZkStorage};
 
 /// Re-exported so users get the `zookeeper-client` this crate was built with.

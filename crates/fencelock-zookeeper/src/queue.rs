@@ -35,6 +35,10 @@ pub(crate) struct Place {
     token: FencingToken,
     version: i32,
     session: Arc<Session>,
+    /// Known to be the lowest node of its key: a listing taken after its creation showed no
+    /// node below it, or exactly one (its predecessor) whose deletion this waiter then saw.
+    /// Nodes below a node never appear later, so this stays true while the place exists.
+    lowest: bool,
 }
 
 /// How one look at a place ended.
@@ -76,6 +80,7 @@ impl ZkLockBackend {
                         token,
                         version: 0,
                         session: session.clone(),
+                        lowest: false,
                     };
                     self.places().insert(map_key.clone(), place.clone());
                     self.settle(&session, key, &dir, place, ttl, waiter, now)
@@ -93,8 +98,10 @@ impl ZkLockBackend {
         Ok(None)
     }
 
-    /// A later try of a known place: granted at once when it is the lowest (the common
-    /// hand-off: a listing and the grant's write), else refreshed and judged.
+    /// A later try of a known place: granted at once when it is the lowest, else refreshed
+    /// and judged. The common hand-off is one write: [`wait_turn`](Self::wait_turn) saw the
+    /// deletion of the only node below the place, so the place is the lowest without a new
+    /// listing and the grant's `setData` is the only request after the release.
     async fn look(
         &self,
         session: &Session,
@@ -104,6 +111,9 @@ impl ZkLockBackend {
         ttl: Duration,
         waiter: OwnerId,
     ) -> Result<Turn> {
+        if place.lowest {
+            return self.grant(key, place, ttl, waiter).await;
+        }
         let queue = self.queue(session, dir).await?;
         match queue.iter().position(|(path, _)| *path == place.path) {
             None => return Ok(Turn::Lost),
@@ -224,8 +234,11 @@ impl ZkLockBackend {
         };
         let Some((predecessor, _)) = index.checked_sub(1).and_then(|i| queue.get(i)) else {
             // The lowest: it is this waiter's turn.
+            self.mark_lowest(key, waiter, &place.path);
             return Ok(());
         };
+        // With one node below, that node's deletion makes the place the lowest.
+        let sole = index == 1;
         loop {
             let watched = self
                 .call(
@@ -238,12 +251,33 @@ impl ZkLockBackend {
                     match tokio::time::timeout_at(deadline, watcher.changed()).await {
                         // The predecessor refreshed its place or was granted: still ahead.
                         Ok(event) if event.event_type == zk::EventType::NodeDataChanged => {}
-                        _ => return Ok(()),
+                        Ok(event) => {
+                            if sole && event.event_type == zk::EventType::NodeDeleted {
+                                self.mark_lowest(key, waiter, &place.path);
+                            }
+                            return Ok(());
+                        }
+                        Err(_) => return Ok(()),
                     }
                 }
-                Ok((None, _)) => return Ok(()),
+                Ok((None, _)) => {
+                    if sole {
+                        self.mark_lowest(key, waiter, &place.path);
+                    }
+                    return Ok(());
+                }
                 Err(e) => return Err(mapped(e, "watch the predecessor")),
             }
+        }
+    }
+
+    /// Records that the place at `path` (if it is still the waiter's) is the lowest node of
+    /// its key, so the next try grants it without listing the key again.
+    fn mark_lowest(&self, key: &LockKey, waiter: OwnerId, path: &str) {
+        if let Some(place) = self.places().get_mut(&(key.clone(), waiter))
+            && place.path == path
+        {
+            place.lowest = true;
         }
     }
 

@@ -308,63 +308,31 @@ impl ZkLockBackend {
         let Some(held) = self.find_reader(lease, reader).await? else {
             return Err(lost(LostReason::NotHeld));
         };
-        let grant = &held.grant;
-        if grant.session.lost.is_cancelled() {
-            self.readers().remove(&map_key);
-            return Err(lost(LostReason::SessionEnded));
-        }
         let sent = Instant::now();
         let data = reader_data(held.fence, ms(ttl));
-        let written = self
-            .call(
-                "renew a reader",
-                grant
-                    .session
-                    .client
-                    .set_data(&grant.path, &data, Some(grant.version)),
-            )
-            .await?;
-        let stat = match written {
-            Ok(stat) => stat,
-            Err(zk::Error::NoNode | zk::Error::BadVersion) => {
-                self.readers().remove(&map_key);
-                return Err(lost(LostReason::NotHeld));
+        match self
+            .renew_node(&held.grant, &data, ms(ttl), "renew a reader")
+            .await?
+        {
+            Ok(grant) => {
+                self.readers().insert(
+                    map_key,
+                    ReaderGrant {
+                        grant,
+                        fence: held.fence,
+                    },
+                );
+                Ok(Lease {
+                    ttl,
+                    valid_until: valid_until(sent, ttl),
+                    ..lease.clone()
+                })
             }
-            Err(zk::Error::SessionExpired) => {
+            Err(reason) => {
                 self.readers().remove(&map_key);
-                return Err(lost(LostReason::SessionEnded));
+                Err(lost(reason))
             }
-            Err(e) => return Err(mapped(e, "renew a reader")),
-        };
-        if expired(grant.mtime, grant.ttl_ms, stat.mtime) {
-            // The reader had lapsed before this renewal (a writer may have been granted
-            // since): never revive it.
-            let _ = self
-                .call(
-                    "drop a lapsed reader",
-                    grant.session.client.delete(&grant.path, Some(stat.version)),
-                )
-                .await;
-            self.readers().remove(&map_key);
-            return Err(lost(LostReason::NotHeld));
         }
-        self.readers().insert(
-            map_key,
-            ReaderGrant {
-                grant: Grant {
-                    version: stat.version,
-                    mtime: stat.mtime,
-                    ttl_ms: ms(ttl),
-                    ..grant.clone()
-                },
-                fence: held.fence,
-            },
-        );
-        Ok(Lease {
-            ttl,
-            valid_until: valid_until(sent, ttl),
-            ..lease.clone()
-        })
     }
 
     /// [`LockBackend::release_shared`](fencelock_core::LockBackend::release_shared): deletes

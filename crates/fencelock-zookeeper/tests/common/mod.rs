@@ -58,3 +58,26 @@ pub(crate) async fn setup(members: usize) -> Setup {
     }))
     .keep(server)
 }
+
+/// How many packets member `index` of `server` has received from clients since it started,
+/// as its `srvr` command reports it (`Received:`): requests, pings and connection requests
+/// of every session.
+pub(crate) fn packets_received(server: &ZkServer, index: usize) -> u64 {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", server.client_port(index)))
+        .expect("connect for srvr");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    stream.write_all(b"srvr").unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    let line = reply
+        .lines()
+        .find(|line| line.starts_with("Received: "))
+        .unwrap_or_else(|| panic!("srvr said no Received count: {reply}"));
+    line.trim_start_matches("Received: ")
+        .trim()
+        .parse()
+        .unwrap()
+}
