@@ -9,10 +9,13 @@ CREATE PROCEDURE {prefix}install_epoch_v1()
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
 BEGIN
-    INSERT IGNORE INTO {prefix}epoch (id, epoch)
-    SELECT 1, COALESCE((MAX(token) >> 32) + 1, 0) FROM {prefix}locks;
-    IF ROW_COUNT() = 1 THEN
-        INSERT IGNORE INTO {prefix}counters (lock_key, token)
-        SELECT CONCAT(X'00', @@server_id), epoch FROM {prefix}epoch WHERE id = 1;
+    -- Every connect gets here: the old counters are read only while the row is missing.
+    IF NOT EXISTS (SELECT 1 FROM {prefix}epoch WHERE id = 1) THEN
+        INSERT IGNORE INTO {prefix}epoch (id, epoch)
+        SELECT 1, COALESCE((MAX(token) >> 32) + 1, 0) FROM {prefix}locks;
+        IF ROW_COUNT() = 1 THEN
+            INSERT IGNORE INTO {prefix}counters (lock_key, token)
+            SELECT CONCAT(X'00', @@server_id), epoch FROM {prefix}epoch WHERE id = 1;
+        END IF;
     END IF;
 END

@@ -439,3 +439,39 @@ async fn floors_cross_epochs_and_cannot_use_them_up() {
     assert_eq!(b.inspect(&k).await.unwrap().last_token, Some(after.token));
     admin.close().await.unwrap();
 }
+
+/// An installation upgraded from the InnoDB counters of earlier versions (`<prefix>locks`)
+/// starts its epoch above every token they handed out.
+#[tokio::test]
+async fn an_upgraded_installation_starts_above_the_old_counters() {
+    let config = common::config("upg");
+    let _drop = common::Cleanup::new(config.clone());
+    let prefix = config.prefix_name().to_owned();
+    let mut admin = common::admin().await;
+    sqlx::raw_sql(&include_str!("../sql/locks_table.sql").replace("{prefix}", &prefix))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let old = (3_i64 << 32) | 5;
+    sqlx::query(&format!(
+        "INSERT INTO {prefix}locks (lock_key, token) VALUES ('old', 41), ('older', ?)"
+    ))
+    .bind(old)
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    let db = config.connect().await.unwrap();
+    assert_eq!(durable_epoch(&mut admin, &prefix).await, 4);
+    let b = db.lock_backend();
+    for name in ["old", "older", "new"] {
+        let lease = b.try_acquire(&key(name), TTL).await.unwrap().unwrap();
+        assert_eq!(lease.token.get(), (4 << 32) | 1, "{name}");
+        assert!(b.release(&lease).await.unwrap());
+    }
+    // A second connect leaves the epoch as it is.
+    let again = config.connect().await.unwrap();
+    assert_eq!(durable_epoch(&mut admin, &prefix).await, 4);
+    again.close().await;
+    db.close().await;
+    admin.close().await.unwrap();
+}
