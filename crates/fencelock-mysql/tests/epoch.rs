@@ -90,8 +90,8 @@ async fn grants(
     assert!(b.release(&after).await.unwrap());
 }
 
-/// SIGKILL three times: with grants just made in a long-used epoch, and each time again right
-/// after the first grants of the epoch the restart started (whose start must be on disk
+/// SIGKILL three times: after grants in the installation's first epoch, and each time again
+/// right after the first grants of the epoch the restart started (whose start must be on disk
 /// before its first token is handed out), with a writer's lease and a reader held across the
 /// crash. Every token after each crash is above every token before it, per key, for writers
 /// and read phases, and each crash costs exactly one epoch.
