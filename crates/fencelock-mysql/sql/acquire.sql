@@ -1,17 +1,17 @@
--- CALL {prefix}acquire_v3(key, name, owner, ttl_us, idle_s, kill_wait_s)
+-- CALL {prefix}acquire_v4(key, name, owner, ttl_us, idle_s, kill_wait_s)
 --
 -- Takes GET_LOCK(name) for this session if it is free, or if it is held by a fencelock session
 -- whose lease ran out on the server's clock, which it claims and ends with KILL first
--- (take_lock_v1, the same step as a reader's grant; a holder without a lease is not waited
--- for).
+-- (take_lock_v1, the same step as a reader's grant, called only when the lock is not free; a
+-- holder without a lease is not waited for).
 -- Holding the lock, it is still refused (and let go at once) while a reader of the key's read
 -- phase is live on the server's clock: readers take GET_LOCK only for their grant, so no
 -- reader can join or start a phase between this check and the end of this lease.
--- On a grant: bumps the key's counter (committed: the one durable write), records the lease
--- until now + ttl_us, and arms wait_timeout = idle_s (whole seconds >= the ttl), so that the
+-- On a grant: takes the key's next token (next_token_v1: a MEMORY row, no log flush; a durable
+-- commit only when the volatile state was lost), records the lease until now + ttl_us, and arms wait_timeout = idle_s (whole seconds >= the ttl), so that the
 -- server itself ends the session of a holder that goes silent.
 -- Returns one row: granted (0 or 1), token (NULL unless granted), session (CONNECTION_ID()).
-CREATE PROCEDURE {prefix}acquire_v3(
+CREATE PROCEDURE {prefix}acquire_v4(
     IN p_key VARBINARY(512),
     IN p_name VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN p_owner BINARY(16),
@@ -25,11 +25,15 @@ BEGIN
     DECLARE v_token BIGINT;
     DECLARE v_full INT DEFAULT 0;
 
-    IF IS_USED_LOCK(p_name) <=> CONNECTION_ID() THEN
+    -- GET_LOCK of a name this session holds would succeed again (it counts): refused first.
+    SET v_got = IF(IS_USED_LOCK(p_name) <=> CONNECTION_ID(), -1, GET_LOCK(p_name, 0));
+    IF v_got = -1 THEN
         SIGNAL SQLSTATE 'FL002'
             SET MESSAGE_TEXT = 'fencelock: this session already holds the lock it asks for';
     END IF;
-    CALL {prefix}take_lock_v1(p_key, p_name, p_kill_wait_s, NULL, v_got);
+    IF NOT (v_got <=> 1) THEN
+        CALL {prefix}take_lock_v1(p_key, p_name, p_kill_wait_s, NULL, v_got);
+    END IF;
 
     IF v_got = 1 AND EXISTS (
         SELECT 1 FROM {prefix}readers
@@ -40,9 +44,7 @@ BEGIN
     END IF;
 
     IF v_got = 1 THEN
-        INSERT INTO {prefix}locks (lock_key, token) VALUES (p_key, 1)
-        ON DUPLICATE KEY UPDATE token = token + 1;
-        SELECT token INTO v_token FROM {prefix}locks WHERE lock_key = p_key;
+        CALL {prefix}next_token_v1(p_key, v_token);
         BEGIN
             -- ER_RECORD_FILE_FULL: the MEMORY table reached max_heap_table_size.
             DECLARE CONTINUE HANDLER FOR 1114 SET v_full = 1;

@@ -1,5 +1,6 @@
 -- ? = lock name, ? = key, ? = key.
--- The key's counter, its lease and its read phase. `live` says whether the lease's session
+-- The key's counter (its last token; none after the volatile state was lost, until the key's
+-- next grant), its lease and its read phase. `live` says whether the lease's session
 -- still holds the GET_LOCK (a session ended by the server or an operator holds nothing). The
 -- phase is the key's readers that are live on the server's clock: their fence (every live
 -- reader carries the same one, so `phases` is 1), how many, and the longest time left.
@@ -13,7 +14,7 @@ SELECT l.token,
        r.readers,
        r.phases,
        r.remaining_us AS phase_remaining_us
-FROM {prefix}locks AS l
+FROM {prefix}counters AS l
 LEFT JOIN {prefix}leases AS s ON s.lock_key = l.lock_key
 LEFT JOIN (
     SELECT lock_key,

@@ -1,7 +1,6 @@
--- One row per lock key: the last token handed out for it. Rows are created by the key's first
--- grant (or `advance_token`) and never deleted, and `token` only grows, so tokens survive
--- restarts and crashes: InnoDB commits the counter before the grant is returned. This is the
--- only durable write of the lock backend, one per grant.
+-- The token counters of versions before the durable epoch (one InnoDB row per key, committed
+-- by every grant). No longer written: install_epoch.sql starts the epoch above the largest
+-- token found here, so every token of this version is above every token they handed out.
 CREATE TABLE IF NOT EXISTS {prefix}locks (
     lock_key VARBINARY(512) NOT NULL,
     token BIGINT NOT NULL,

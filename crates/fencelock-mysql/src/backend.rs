@@ -1,5 +1,5 @@
 //! `MySqlLockBackend`: `GET_LOCK` session locks on connections held for the life of a lease,
-//! expired on the server's clock, with tokens from a never-deleted counter row.
+//! expired on the server's clock, with tokens from a durable epoch over volatile counters.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +14,7 @@ use tracing::Instrument;
 
 use crate::codec::{idle_seconds, micros, owner_bytes, token_from, token_param};
 use crate::database::MySqlDatabase;
+use crate::epoch;
 use crate::error::{BACKEND, protocol, timed};
 use crate::lock_name::lock_name;
 use crate::session::{Holder, Session, Sessions};
@@ -28,6 +29,21 @@ const MAX_TTL: Duration = Duration::from_secs(31_536_000);
 /// How long an acquire waits, on the server, for a session it ended with KILL to let go.
 const KILL_WAIT: Duration = Duration::from_millis(500);
 
+/// Room, beyond the operation time-out, for a grant that starts a new token epoch: the wait
+/// for another session starting one (at most 10 s on the server) and a durable commit.
+const EPOCH_WAIT: Duration = Duration::from_secs(1);
+
+/// The server's refusal of a token floor (SQLSTATE `FL006`, for a floor the client's own
+/// check let through) as the [`Error::InvalidConfig`] it is.
+fn floor_refused(error: Error) -> Error {
+    match error {
+        Error::Backend {
+            message, source, ..
+        } if message.contains(epoch::FLOOR_SQLSTATE) => Error::InvalidConfig { message, source },
+        other => other,
+    }
+}
+
 /// Locks as MySQL/MariaDB user-level locks (`GET_LOCK`), with fencing tokens.
 ///
 /// Each grant takes a connection out of the database's session pool and keeps it for the life
@@ -35,10 +51,11 @@ const KILL_WAIT: Duration = Duration::from_millis(500);
 /// session ends for any reason (release, crash, `KILL`, network loss). One `CALL` per
 /// operation does the rest on the server:
 ///
-/// - **acquire**: `GET_LOCK(name, 0)`, then, on a grant, the key's counter row is bumped
-///   (committed before the grant is returned: the backend's only durable write) and the lease
-///   is recorded until `UTC_TIMESTAMP(6) + ttl` in a MEMORY table, which a restart empties as
-///   it ends every session.
+/// - **acquire**: `GET_LOCK(name, 0)`, then, on a grant, the key's next token is taken and
+///   the lease is recorded until `UTC_TIMESTAMP(6) + ttl`, both in MEMORY tables, which a
+///   restart empties as it ends every session. A token is `epoch << 32 | counter`: the
+///   per-key counters need no log flush, and the epoch, one InnoDB row, is committed (and
+///   flushed) once per loss of the counters, by the first grant after it.
 /// - **expiry on the server's clock**: a holder that goes silent (paused, partitioned) keeps
 ///   its session, so the lock has to be taken from it. The next acquire that finds the lock
 ///   held by a fencelock session whose lease has run out on the server's clock claims that
@@ -59,7 +76,8 @@ const KILL_WAIT: Duration = Duration::from_millis(500);
 ///
 /// Keys map to lock names with [`lock_name`](crate::lock_name): short keys are used as they
 /// are, so a lock taken here excludes `SELECT GET_LOCK('the-key', 10)` in any client; long keys
-/// are hashed. Tokens survive server restarts (InnoDB); held locks do not. A lease can be
+/// are hashed. Tokens keep increasing across server restarts and crashes (the next grant
+/// starts a new durable epoch); held locks do not survive them. A lease can be
 /// extended and released only through the backend (or a clone of it) that granted it, where
 /// its connection lives.
 #[derive(Debug, Clone)]
@@ -130,7 +148,7 @@ impl LockBackend for MySqlLockBackend {
             let mut holder = Holder::new(conn);
             let sent_at = Instant::now();
             let rows: Vec<(i64, Option<i64>, i64)> = timed(
-                self.timeout() + KILL_WAIT,
+                self.timeout() + KILL_WAIT + EPOCH_WAIT,
                 sqlx::query_as(&self.db.sql().acquire)
                     .bind(key.as_str().as_bytes())
                     .bind(&name)
@@ -365,15 +383,18 @@ impl LockBackend for MySqlLockBackend {
 
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
         validate_floor(floor, i64::MAX.unsigned_abs(), "a MySQL bigint counter")?;
+        epoch::check_floor(floor)?;
         let floor = token_param(floor)?;
         let rows: Vec<(i64,)> = timed(
-            self.timeout(),
+            // A floor in a later epoch makes that epoch durable first: one commit's flush.
+            self.timeout() + EPOCH_WAIT,
             sqlx::query_as(&self.db.sql().advance_token)
                 .bind(key.as_str().as_bytes())
                 .bind(floor)
                 .fetch_all(self.db.pool()),
         )
-        .await?;
+        .await
+        .map_err(floor_refused)?;
         match rows.as_slice() {
             [(token,)] => token_from(*token),
             _ => Err(protocol(format!("advance_token answered {rows:?}"))),

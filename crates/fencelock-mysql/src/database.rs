@@ -115,7 +115,8 @@ impl MySqlDatabase {
             .connect_lazy_with(options);
         let max_value_len = value_limit(config.max_value_len, packet)?;
         // 1 flushes the redo log at every commit; MariaDB's 3 does too, with group commit.
-        // 0 and 2 can lose the last second of commits in a crash, counters included.
+        // 0 and 2 can lose the last second of commits in a crash, the start of the live token
+        // epoch included, and then the next epoch repeats its tokens.
         let tokens = if matches!(flush, 1 | 3) {
             TokenGuarantee::Durable
         } else {
@@ -216,8 +217,8 @@ impl MySqlDatabase {
         self.inner.pool.close().await;
     }
 
-    /// Drops every table and procedure of this prefix. **The token counters go with them**:
-    /// a later installation starts every key's tokens at 1 again, below tokens the old
+    /// Drops every table and procedure of this prefix. **The token epoch and counters go with
+    /// them**: a later installation starts every key's tokens at 1 again, below tokens the old
     /// storage admitted. For tests and for removing fencelock from a database for good.
     pub async fn uninstall(&self) -> Result<()> {
         self.inner.sql.uninstall(&self.inner.pool).await
@@ -251,9 +252,10 @@ fn value_limit(configured: Option<usize>, max_allowed_packet: i64) -> Result<usi
 
 /// Turns autocommit on for one of fencelock's own sessions, whatever the server's default
 /// (`--autocommit=0`) or an init command says. Every statement fencelock sends is meant to
-/// commit by itself: with autocommit off, a grant's bump of the token counter would stay in an
-/// open transaction, invisible to every other session, still holding the counter row's lock,
-/// and rolled back when that session is killed, so the next grant could repeat the token.
+/// commit by itself: with autocommit off, the creation of the token epoch's row at install
+/// would stay in an open transaction, invisible to every other session (whose install then
+/// waits on the row's lock) and rolled back when that session ends, while grants already
+/// counted in the epoch it started; a storage write would likewise stay uncommitted.
 async fn autocommit(conn: &mut sqlx::MySqlConnection) -> std::result::Result<(), sqlx::Error> {
     sqlx::Executor::execute(conn, "SET SESSION autocommit = 1")
         .await

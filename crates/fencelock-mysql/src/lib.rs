@@ -8,6 +8,7 @@ pub mod baseline;
 mod codec;
 mod config;
 mod database;
+mod epoch;
 mod error;
 mod fence;
 mod greeting;

@@ -17,8 +17,8 @@ struct Table {
     /// The `CREATE TABLE IF NOT EXISTS` statement.
     create: &'static str,
     /// The `VARBINARY` column that holds the lock key or resource of a row: what the cleanup
-    /// of a benchmark run matches its key prefix against.
-    key: &'static str,
+    /// of a benchmark run matches its key prefix against (`None`: a table without keys).
+    key: Option<&'static str>,
 }
 
 /// The tables, in creation order. Every table is here and nowhere else, so install,
@@ -27,27 +27,37 @@ const TABLES: &[Table] = &[
     Table {
         name: "locks",
         create: include_str!("../sql/locks_table.sql"),
-        key: "lock_key",
+        key: Some("lock_key"),
+    },
+    Table {
+        name: "epoch",
+        create: include_str!("../sql/epoch_table.sql"),
+        key: None,
+    },
+    Table {
+        name: "counters",
+        create: include_str!("../sql/counters_table.sql"),
+        key: Some("lock_key"),
     },
     Table {
         name: "leases",
         create: include_str!("../sql/leases_table.sql"),
-        key: "lock_key",
+        key: Some("lock_key"),
     },
     Table {
         name: "readers",
         create: include_str!("../sql/readers_table.sql"),
-        key: "lock_key",
+        key: Some("lock_key"),
     },
     Table {
         name: "storage",
         create: include_str!("../sql/storage_table.sql"),
-        key: "resource",
+        key: Some("resource"),
     },
     Table {
         name: "fences",
         create: include_str!("../sql/fences_table.sql"),
-        key: "resource",
+        key: Some("resource"),
     },
 ];
 
@@ -57,13 +67,16 @@ const CLEANUP: &str = include_str!("../sql/cleanup.sql");
 
 /// The procedures, by name without prefix, in creation order.
 const PROCEDURES: &[(&str, &str)] = &[
+    ("new_epoch_v1", include_str!("../sql/new_epoch.sql")),
+    ("next_token_v1", include_str!("../sql/next_token.sql")),
+    ("install_epoch_v1", include_str!("../sql/install_epoch.sql")),
     ("take_lock_v1", include_str!("../sql/take_lock.sql")),
-    ("acquire_v3", include_str!("../sql/acquire.sql")),
+    ("acquire_v4", include_str!("../sql/acquire.sql")),
     ("extend_v2", include_str!("../sql/extend.sql")),
     ("release_v2", include_str!("../sql/release.sql")),
     ("wait_v4", include_str!("../sql/wait.sql")),
     (
-        "acquire_shared_v1",
+        "acquire_shared_v2",
         include_str!("../sql/acquire_shared.sql"),
     ),
     ("extend_shared_v1", include_str!("../sql/extend_shared.sql")),
@@ -71,7 +84,7 @@ const PROCEDURES: &[(&str, &str)] = &[
         "release_shared_v1",
         include_str!("../sql/release_shared.sql"),
     ),
-    ("advance_token_v1", include_str!("../sql/advance_token.sql")),
+    ("advance_token_v2", include_str!("../sql/advance_token.sql")),
     ("storage_apply_v1", include_str!("../sql/storage_apply.sql")),
     ("admit_v1", include_str!("../sql/admit.sql")),
 ];
@@ -80,6 +93,9 @@ const PROCEDURES: &[(&str, &str)] = &[
 const RETIRED: &[&str] = &[
     "acquire_v1",
     "acquire_v2",
+    "acquire_v3",
+    "acquire_shared_v1",
+    "advance_token_v1",
     "extend_v1",
     "release_v1",
     "wait_v1",
@@ -117,14 +133,14 @@ impl Statements {
         };
         Ok(Statements {
             prefix: prefix.to_owned(),
-            acquire: call("acquire_v3", 6),
+            acquire: call("acquire_v4", 6),
             extend: call("extend_v2", 6),
             release: call("release_v2", 4),
             wait: call("wait_v4", 4),
-            acquire_shared: call("acquire_shared_v1", 7),
+            acquire_shared: call("acquire_shared_v2", 7),
             extend_shared: call("extend_shared_v1", 5),
             release_shared: call("release_shared_v1", 4),
-            advance_token: call("advance_token_v1", 2),
+            advance_token: call("advance_token_v2", 2),
             inspect: fill(include_str!("../sql/inspect.sql"), prefix),
             storage_apply: call("storage_apply_v1", 6),
             storage_peek: fill(include_str!("../sql/storage_peek.sql"), prefix),
@@ -168,6 +184,12 @@ impl Statements {
                 }
             }
         }
+        // The epoch row (and, on a new installation, its live marker): after the tables it
+        // reads and the procedure that writes it.
+        let epoch = format!("CALL {}install_epoch_v1()", self.prefix);
+        pool.execute(sqlx::raw_sql(&epoch))
+            .await
+            .map_err(|e| map_sqlx_error(BACKEND, e))?;
         Ok(())
     }
 
@@ -204,10 +226,13 @@ impl Statements {
     pub(crate) fn cleanup(&self) -> Vec<String> {
         TABLES
             .iter()
-            .map(|table| {
-                fill(CLEANUP, &self.prefix)
-                    .replace("{table}", table.name)
-                    .replace("{column}", table.key)
+            .filter_map(|table| {
+                let key = table.key?;
+                Some(
+                    fill(CLEANUP, &self.prefix)
+                        .replace("{table}", table.name)
+                        .replace("{column}", key),
+                )
             })
             .collect()
     }
@@ -230,7 +255,7 @@ mod tests {
             let filled = fill(sql, "p_");
             assert!(!filled.contains('{'), "{filled}");
         }
-        assert_eq!(statements.acquire, "CALL p_acquire_v3(?, ?, ?, ?, ?, ?)");
+        assert_eq!(statements.acquire, "CALL p_acquire_v4(?, ?, ?, ?, ?, ?)");
         let longest = "p".repeat(crate::config::MAX_PREFIX_LEN);
         for name in Statements::new(&longest).unwrap().object_names() {
             assert!(name.len() <= 64, "{name} is longer than 64 characters");
@@ -241,19 +266,22 @@ mod tests {
     #[test]
     fn the_cleanup_deletes_from_every_table_by_its_binary_key() {
         let cleanup = Statements::new("p_").unwrap().cleanup();
-        assert_eq!(cleanup.len(), TABLES.len());
-        for (table, delete) in TABLES.iter().zip(&cleanup) {
+        let keyed: Vec<_> = TABLES
+            .iter()
+            .filter_map(|table| Some((table.name, table.key?, table.create)))
+            .collect();
+        // Only the epoch row has no key: it is every key's, and no run's to delete.
+        assert_eq!(keyed.len(), TABLES.len() - 1);
+        assert_eq!(cleanup.len(), keyed.len());
+        for ((name, key, create), delete) in keyed.iter().zip(&cleanup) {
             let last = delete.lines().last().unwrap();
             assert_eq!(
                 last,
-                format!(
-                    "DELETE FROM p_{} WHERE LEFT({}, ?) = ?",
-                    table.name, table.key
-                )
+                format!("DELETE FROM p_{name} WHERE LEFT({key}, ?) = ?")
             );
             // LEFT counts bytes only on a binary column, which is what the prefix is bound as.
-            let column = format!("{} VARBINARY(", table.key);
-            assert!(table.create.contains(&column), "{}", table.name);
+            let column = format!("{key} VARBINARY(");
+            assert!(create.contains(&column), "{name}");
         }
     }
 }

@@ -12,7 +12,7 @@ use fencelock_core::{
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::{KILL_WAIT, MySqlLockBackend};
+use super::{EPOCH_WAIT, KILL_WAIT, MySqlLockBackend};
 use crate::codec::{fence_from, micros, owner_bytes, token_from, token_param};
 use crate::error::{BACKEND, protocol, timed};
 use crate::lock_name::lock_name;
@@ -70,7 +70,7 @@ impl MySqlLockBackend {
             let mut holder = Holder::new(conn);
             let sent_at = Instant::now();
             let rows: Vec<(i64, Option<i64>, Option<Vec<u8>>)> = timed(
-                self.timeout() + KILL_WAIT + BUSY_WAIT,
+                self.timeout() + KILL_WAIT + BUSY_WAIT + EPOCH_WAIT,
                 sqlx::query_as(&self.db.sql().acquire_shared)
                     .bind(key.as_str().as_bytes())
                     .bind(&name)

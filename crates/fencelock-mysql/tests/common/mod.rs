@@ -2,6 +2,8 @@
 //! dropped afterwards, and an administrator's connection for plain SQL.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub(crate) mod server;
+
 use std::time::Duration;
 
 use fencelock_core::OwnerId;
