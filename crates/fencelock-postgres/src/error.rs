@@ -7,18 +7,22 @@ use std::time::Duration;
 use fencelock_core::Error;
 use sqlx::postgres::PgDatabaseError;
 
-use crate::fence::{STALE_SQLSTATE, stale_from_detail};
+use crate::fence::{STALE_SQLSTATE, UNGRANTED_SQLSTATE, stale_from_detail};
 
 /// Maps a `sqlx` error to fencelock's [`Error`], naming `backend` in the message.
 ///
 /// - I/O, TLS, pool time-outs, a closed pool, and server errors that mean the connection is
-///   gone or refused (SQLSTATE class `08`, `53300`, `57P01`..`57P05`) are
+///   gone or refused (SQLSTATE class `08`, `53300`, `57P01`..`57P05`, and `25P03`: the
+///   session ended for sitting idle in a transaction, which rolled back) are
 ///   [`Error::Unavailable`] (retryable).
 /// - A serialization failure or a deadlock (SQLSTATE `40001`, `40P01`) is
 ///   [`Error::Conflict`] (retryable): the server rolled the transaction back and nothing of it
 ///   was applied.
 /// - A malformed URL or option, refused credentials and a missing database (SQLSTATE class
-///   `28`, `3D000`) are [`Error::InvalidConfig`]: retrying cannot help. The server's message
+///   `28`, `3D000`), a token floor that would use up the schema's epochs (`FL006`) and an
+///   admit of a token the schema's counter never granted
+///   ([`UNGRANTED_SQLSTATE`](crate::UNGRANTED_SQLSTATE)) are [`Error::InvalidConfig`]:
+///   retrying cannot help. The server's message
 ///   names the role and the database, never the password.
 /// - A fence refused by `fencelock_admit` or a row guard (SQLSTATE
 ///   [`STALE_SQLSTATE`](crate::STALE_SQLSTATE)) is [`Error::Stale`] with the presented and the
@@ -53,8 +57,9 @@ pub fn map_sqlx_error(backend: &'static str, error: sqlx::Error) -> Error {
             {
                 return stale;
             }
-            if code == FLOOR_REFUSED_SQLSTATE {
-                // The server's message says which floor and why; nothing in it is secret.
+            if code == FLOOR_REFUSED_SQLSTATE || code == UNGRANTED_SQLSTATE {
+                // The server's message says which floor or token and why; nothing in it is
+                // secret.
                 let hint = db
                     .try_downcast_ref::<PgDatabaseError>()
                     .and_then(|pg| pg.hint())
@@ -191,7 +196,7 @@ fn connection_gone(code: &str) -> bool {
     code.starts_with("08")
         || matches!(
             code,
-            "53300" | "57P01" | "57P02" | "57P03" | "57P04" | "57P05"
+            "25P03" | "53300" | "57P01" | "57P02" | "57P03" | "57P04" | "57P05"
         )
 }
 

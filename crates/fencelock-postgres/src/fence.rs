@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-use fencelock_core::{Error, Fence, FenceRule, LockKey, Result};
+use fencelock_core::{Error, Fence, FenceRule, FencingToken, LockKey, Result};
 use sqlx::{Acquire, Postgres};
 use tracing::Instrument;
 
 use crate::PgDatabase;
-use crate::codec::{fence_from, owner_bytes};
+use crate::codec::{fence_from, millis_setting, owner_bytes};
 use crate::error::{sqlstate, timed};
 use crate::exec::Arg;
 
@@ -21,6 +21,16 @@ pub const STALE_SQLSTATE: &str = "FL001";
 /// The SQLSTATE of a statement on a guarded table that presents no valid fence: an `UPDATE`
 /// that leaves a `NULL` fence on the row, a `DELETE` without [`PgFence::present`].
 pub const NO_FENCE_SQLSTATE: &str = "FL002";
+
+/// The SQLSTATE of an admit whose token is above the last one this schema's counter granted
+/// for the key of the resource's name (migration 12): no grant of this schema handed it out.
+/// [`map_sqlx_error`](crate::map_sqlx_error) turns it into [`Error::InvalidConfig`] naming the
+/// key and both tokens.
+pub const UNGRANTED_SQLSTATE: &str = "FL008";
+
+/// The SQLSTATE of a statement that waited for a row lock past `lock_timeout`: an admit whose
+/// resource's fence record another transaction held for longer than the admit's wait.
+const LOCK_WAIT_ENDED: &str = "55P03";
 
 /// The default names of a guarded table's fence columns.
 pub const DEFAULT_FENCE_COLUMNS: (&str, &str) = ("fence_token", "fence_owner");
@@ -145,6 +155,15 @@ impl PgFence {
         self.db.operation_timeout()
     }
 
+    /// How long an admit waits for another transaction holding the fence record: nine tenths
+    /// of the operation time-out, so the server gives up first and says why.
+    fn admit_wait(&self) -> Duration {
+        let timeout = self.timeout();
+        timeout
+            .saturating_sub(timeout / 10)
+            .max(Duration::from_millis(1))
+    }
+
     fn strict(&self) -> bool {
         self.rule == FenceRule::Strict
     }
@@ -158,10 +177,26 @@ impl PgFence {
     /// A refusal is [`Error::Stale`] with the presented and the current fence; it changed
     /// nothing, and the server has aborted the transaction, so roll it back (dropping a sqlx
     /// `Transaction` does). A token above `i64::MAX` is [`Error::InvalidConfig`] before any
-    /// I/O. Called on a pool or outside a transaction it still admits and records the fence,
-    /// but fences nothing after it. Waiting for another transaction that holds the record
-    /// counts against the [operation time-out](PgDatabase::operation_timeout); past it the
-    /// call is [`Error::Unavailable`] and the transaction should be rolled back.
+    /// I/O. A token above the last one this schema's counter granted for the key named like
+    /// `resource` (a lock of this schema's lease or advisory backend, or a transaction) was
+    /// never granted: [`Error::InvalidConfig`] naming the key and both tokens (SQLSTATE
+    /// [`UNGRANTED_SQLSTATE`]); a resource fenced by another service's tokens has no counter
+    /// here and is not checked (see [`lower_fence`](Self::lower_fence)). Called on a pool or
+    /// outside a transaction it still admits and records the fence, but fences nothing after
+    /// it.
+    ///
+    /// **Bounds.** The fence record stays locked until the transaction ends, so a holder that
+    /// pauses inside its transaction would hold its successor up for as long as it pauses.
+    /// The admit therefore ends the transaction's idle time: from the admit on, a transaction
+    /// that sits idle for longer than
+    /// [`PgDatabase::idle_in_transaction_timeout`] (`?idle_in_transaction_timeout=`, default
+    /// 30 s, zero: none; a smaller bound already set on the session is kept) has its session
+    /// ended by the server, which rolls it back: its commit fails and nothing of it is
+    /// written. And the admit waits for another transaction holding the record at most nine
+    /// tenths of the [operation time-out](PgDatabase::operation_timeout) (a server-side
+    /// `lock_timeout` for this statement only): past it the call is [`Error::Conflict`]
+    /// naming the resource (retryable: roll back, then try again), and the server has aborted
+    /// the transaction.
     ///
     /// **Fenced reads**: admit first, then `SELECT`, in the same transaction. The read then
     /// counts as the holder's (a holder with an older token is refused from then on), which
@@ -180,8 +215,9 @@ impl PgFence {
         );
         async {
             let protocol = self.db.protocol().await?;
-            let outcome = timed(
-                BACKEND,
+            let idle = interval(self.db.idle_in_transaction_timeout());
+            let wait = self.admit_wait();
+            let outcome = timed_raw(
                 self.timeout(),
                 self.db.sql().fence_admit.execute(
                     protocol,
@@ -191,10 +227,13 @@ impl PgFence {
                         Arg::Int8(params.token),
                         Arg::Bytea(&params.owner),
                         Arg::Bool(self.strict()),
+                        Arg::Text(&idle),
+                        Arg::Text(&interval(wait)),
                     ],
                 ),
             )
-            .await;
+            .await
+            .and_then(|outcome| admit_outcome(outcome, resource, wait));
             match &outcome {
                 Ok(_) => tracing::debug!(outcome = "admitted"),
                 Err(Error::Stale { current, .. }) => {
@@ -229,6 +268,58 @@ impl PgFence {
         .await?;
         row.map(|(token, owner)| fence_from(BACKEND, token, &owner))
             .transpose()
+    }
+
+    /// The healing step for a resource whose fence record holds a token no lock service
+    /// granted (admitted before fencelock checked tokens against this schema's counters, or
+    /// from another lock service, whose tokens cannot be checked here): sets the record of
+    /// `resource` to `token` with an owner no holder has, so that from now on exactly the
+    /// tokens above `token` are admitted. Give it the last token the lock service granted
+    /// for the key (`fencelock inspect K` shows it): every holder granted so far is refused,
+    /// the next grant is admitted. Returns the token it replaced, `None` when `resource` has
+    /// no fence record.
+    ///
+    /// Only lowers: a `token` at or above the recorded one, or below the last token this
+    /// schema's counter granted for the key of that name (its holders would be admitted
+    /// again), is [`Error::InvalidConfig`] saying which, and nothing changes. Waits for a
+    /// transaction that admitted the resource (the record's row lock). Runs as one statement
+    /// of `executor` (`fencelock_lower_fence(resource, token)` from plain SQL).
+    pub async fn lower_fence<'e>(
+        &self,
+        executor: impl Acquire<'e, Database = Postgres> + Send,
+        resource: &LockKey,
+        token: FencingToken,
+    ) -> Result<Option<FencingToken>> {
+        let token = i64::try_from(token)?;
+        let protocol = self.db.protocol().await?;
+        let outcome = timed_raw(
+            self.timeout(),
+            self.db.sql().fence_lower.scalar_one::<Option<i64>, _>(
+                protocol,
+                executor,
+                &[Arg::Text(resource.as_str()), Arg::Int8(token)],
+            ),
+        )
+        .await?;
+        let was = match outcome {
+            Ok(was) => was,
+            Err(e) if sqlstate(&e).as_deref() == Some("22023") => {
+                return Err(Error::InvalidConfig {
+                    message: format!(
+                        "cannot lower the fence of {resource}: {}",
+                        server_message(&e)
+                    ),
+                    source: Some(Box::new(e)),
+                });
+            }
+            Err(e) => return Err(crate::map_sqlx_error(BACKEND, e)),
+        };
+        was.map(|was| {
+            FencingToken::try_from(was).map_err(|_| {
+                crate::error::protocol(BACKEND, format!("a fence record holds token {was}"))
+            })
+        })
+        .transpose()
     }
 
     /// Presents `fence` for the rest of `executor`'s transaction: the fence the row guard
@@ -339,6 +430,41 @@ async fn timed_raw<T>(
         .map_err(|_| crate::error::timed_out(BACKEND, timeout))
 }
 
+/// A duration as an interval's text, whole milliseconds rounded up.
+fn interval(duration: Duration) -> String {
+    format!("{} ms", millis_setting(duration))
+}
+
+/// The server's own message of a database error.
+fn server_message(error: &sqlx::Error) -> String {
+    match error {
+        sqlx::Error::Database(db) => db.message().to_owned(),
+        other => other.to_string(),
+    }
+}
+
+/// An admit's outcome: a wait for the fence record past `lock_timeout` is a retryable
+/// [`Error::Conflict`] naming the resource; everything else maps as usual.
+fn admit_outcome(
+    outcome: Result<sqlx::postgres::PgQueryResult, sqlx::Error>,
+    resource: &LockKey,
+    wait: Duration,
+) -> Result<()> {
+    match outcome {
+        Ok(_) => Ok(()),
+        Err(e) if sqlstate(&e).as_deref() == Some(LOCK_WAIT_ENDED) => Err(Error::Conflict {
+            backend: BACKEND,
+            message: format!(
+                "the fence record of {resource} is held by another transaction that admitted \
+                 it and has not ended; not obtained within {wait:?} (or the transaction's own \
+                 smaller lock_timeout): roll back and try again"
+            ),
+            source: Some(Box::new(e)),
+        }),
+        Err(e) => Err(crate::map_sqlx_error(BACKEND, e)),
+    }
+}
+
 /// Errors of installing a guard: a table or column that is not there, or not of the right
 /// kind, is the caller's configuration.
 fn table_outcome(
@@ -351,12 +477,8 @@ fn table_outcome(
             // undefined table / column, wrong object type, datatype mismatch, bad argument,
             // invalid name syntax.
             Some("42P01" | "42703" | "42809" | "42804" | "22023" | "42602" | "3F000") => {
-                let message = match &e {
-                    sqlx::Error::Database(db) => db.message().to_owned(),
-                    other => other.to_string(),
-                };
                 Err(Error::InvalidConfig {
-                    message: format!("cannot guard table {table:?}: {message}"),
+                    message: format!("cannot guard table {table:?}: {}", server_message(&e)),
                     source: Some(Box::new(e)),
                 })
             }

@@ -28,7 +28,10 @@ pub use config::{
 };
 pub use database::PgDatabase;
 pub use error::{SqlxResultExt, map_sqlx_error};
-pub use fence::{DEFAULT_FENCE_COLUMNS, FenceParams, NO_FENCE_SQLSTATE, PgFence, STALE_SQLSTATE};
+pub use fence::{
+    DEFAULT_FENCE_COLUMNS, FenceParams, NO_FENCE_SQLSTATE, PgFence, STALE_SQLSTATE,
+    UNGRANTED_SQLSTATE,
+};
 pub use hash::{advisory_lock_id, advisory_lock_id_in, raw_lock_key};
 pub use lease_table::PgLeaseBackend;
 pub use session_faults::PgSessionFaults;

@@ -188,7 +188,8 @@ impl PgConfig {
         self
     }
 
-    /// How long a transaction of [`PgStorage::transaction`](crate::PgStorage::transaction) may
+    /// How long a transaction of [`PgStorage::transaction`](crate::PgStorage::transaction), or
+    /// an application's transaction after [`PgFence::admit`](crate::PgFence::admit), may
     /// sit idle (the client sending nothing: paused, stuck, waiting on something else) before
     /// the server ends its session, rolling it back and freeing its lock (default
     /// [`DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT`](crate::DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT), 30 s; zero: never). In the URL:

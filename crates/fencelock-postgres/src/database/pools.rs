@@ -189,7 +189,8 @@ impl PgDatabase {
         self.rebuilt(pooler, self.inner.idle_in_transaction)
     }
 
-    /// The same database, its transactions ([`PgStorage::transaction`](crate::PgStorage::transaction)) ended by the server
+    /// The same database, its transactions ([`PgStorage::transaction`](crate::PgStorage::transaction), and the
+    /// application's after [`PgFence::admit`](crate::PgFence::admit)) ended by the server
     /// when idle in the transaction for longer than `timeout` (zero: never); see
     /// [`PgConfig::idle_in_transaction_timeout`]. For [`from_pool`](Self::from_pool), where
     /// there is no URL; call it before anything else uses the database.
