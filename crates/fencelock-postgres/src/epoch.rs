@@ -21,35 +21,10 @@ use crate::exec::{Arg, Protocol};
 /// for a counter used up right after, and one for a race with a concurrent loss.
 pub(crate) const TRIES: usize = 3;
 
-/// The greatest epoch `fencelock_epoch` holds (its CHECK): a token, `epoch * 2^32 + counter`,
-/// is a positive `bigint`.
-pub(crate) const MAX_EPOCH: u64 = (1 << 31) - 1;
-
-/// Epochs kept for the new epochs a schema starts on its own, one per loss of the volatile
-/// state (a crash, a failover, a restore) or key whose counter is used up: a token floor
-/// (`advance_token`) may not reach them.
-pub(crate) const RESERVED_EPOCHS: u64 = 1 << 16;
-
-/// The greatest epoch a token floor may be in.
-pub(crate) const MAX_FLOOR_EPOCH: u64 = MAX_EPOCH - RESERVED_EPOCHS;
-
-/// Refuses a token floor beyond [`MAX_FLOOR_EPOCH`]. Epochs are shared by every key of a
-/// schema: a floor in epoch `e` moves the whole schema to `e` (the first grant of every key
-/// is then in it), and each later loss of the volatile state starts `e + 1`, so a floor in the
-/// last epochs would leave the schema none to start after the next crash, and every grant of
-/// every key would fail from then on.
+/// Refuses a token floor that would use up the schema's epochs (see
+/// [`fencelock_core::epoch::check_floor`]).
 pub(crate) fn check_floor(floor: FencingToken) -> Result<()> {
-    let epoch = floor.get() >> 32;
-    if epoch > MAX_FLOOR_EPOCH {
-        return Err(Error::config(format!(
-            "token floor {floor} is in epoch {epoch}, beyond epoch {MAX_FLOOR_EPOCH}, the last \
-             a floor may reach: epochs are shared by every key of the schema, and the last \
-             {RESERVED_EPOCHS} are kept for the new epochs it starts after a crash or failover \
-             or when a key's counter is used up (a floor there would leave the schema too few \
-             to go on granting)"
-        )));
-    }
-    Ok(())
+    fencelock_core::epoch::check_floor(floor, "schema", "a crash, failover or restore")
 }
 
 /// What a grant statement returned: the token, or why there is none.
@@ -114,16 +89,6 @@ pub(crate) fn no_token(backend: &'static str) -> Error {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-
-    #[test]
-    fn floors_leave_the_reserved_epochs() {
-        let last = FencingToken::new((MAX_FLOOR_EPOCH << 32) | 0xFFFF_FFFF).unwrap();
-        assert!(check_floor(last).is_ok());
-        let beyond = FencingToken::new((MAX_FLOOR_EPOCH + 1) << 32).unwrap();
-        let message = check_floor(beyond).unwrap_err().to_string();
-        assert!(message.contains("beyond epoch 2147418111"), "{message}");
-        assert!(check_floor(FencingToken::new(i64::MAX as u64 - 1).unwrap()).is_err());
-    }
 
     #[test]
     fn columns_say_what_to_do() {
