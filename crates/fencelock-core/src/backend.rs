@@ -108,8 +108,32 @@ pub trait LockBackend: Send + Sync + Debug + 'static {
         self.wait_for_release(key, max).await
     }
 
+    /// [`wait_for_turn`](Self::wait_for_turn) on a backend that may hand a released lock to
+    /// its first queued waiter itself: returns the lease when the lock was handed to
+    /// `waiter` while it waited, `Ok(None)` otherwise (then the caller tries again, as after
+    /// `wait_for_turn`). A handed lease has `waiter` as its owner and `ttl` (the ttl of the
+    /// waiter's tries) as its ttl, but the backend granted it for a short hand-off ttl, which
+    /// its `valid_until` counts conservatively: the caller renews it
+    /// ([`extend`](Self::extend)) to hold it for `ttl`. Until the caller takes it up, the
+    /// grant is the waiter's place: the waiter's next
+    /// [`try_acquire_queued`](Self::try_acquire_queued) finds it as its own, and
+    /// [`leave_queue`](Self::leave_queue) gives it up. The default waits with
+    /// `wait_for_turn` and never returns a grant.
+    async fn wait_for_grant(
+        &self,
+        key: &LockKey,
+        waiter: OwnerId,
+        ttl: Duration,
+        max: Duration,
+    ) -> Result<Option<Lease>> {
+        let _ = ttl;
+        self.wait_for_turn(key, waiter, max).await.map(|()| None)
+    }
+
     /// Gives up `waiter`'s place in the queue of `key`, if it has one: a request that timed
-    /// out, failed or was cancelled. Never affects a grant. The default does nothing.
+    /// out, failed or was cancelled, and so never took up a grant the backend handed to
+    /// `waiter` ([`wait_for_grant`](Self::wait_for_grant)), which is released too. Never
+    /// affects a grant of another waiter. The default does nothing.
     async fn leave_queue(&self, key: &LockKey, waiter: OwnerId) -> Result<()> {
         let _ = (key, waiter);
         Ok(())
@@ -267,6 +291,15 @@ macro_rules! forward_lock_backend {
             }
             async fn wait_for_turn(&self, key: &LockKey, waiter: OwnerId, max: Duration) -> Result<()> {
                 (**self).wait_for_turn(key, waiter, max).await
+            }
+            async fn wait_for_grant(
+                &self,
+                key: &LockKey,
+                waiter: OwnerId,
+                ttl: Duration,
+                max: Duration,
+            ) -> Result<Option<Lease>> {
+                (**self).wait_for_grant(key, waiter, ttl, max).await
             }
             async fn leave_queue(&self, key: &LockKey, waiter: OwnerId) -> Result<()> {
                 (**self).leave_queue(key, waiter).await

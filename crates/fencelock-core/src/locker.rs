@@ -19,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::fence::OwnerId;
 use crate::guard::LockGuard;
 use crate::key::LockKey;
+use crate::lease::Lease;
 use crate::metrics;
 use crate::registry::Registry;
 
@@ -337,7 +338,8 @@ fn shared_backend<B: LockBackend>(backend: B) -> Arc<dyn LockBackend> {
 /// queues its waiters ([`Capabilities::fair`](crate::Capabilities::fair)) the request instead
 /// keeps one place in the key's queue through its tries
 /// ([`LockBackend::try_acquire_queued`]) and sleeps until its turn
-/// ([`LockBackend::wait_for_turn`]); a request that ends without the lock gives its place up
+/// ([`LockBackend::wait_for_grant`]), taking up the grant when the backend handed the lock to
+/// it; a request that ends without the lock gives its place up, and such a grant with it
 /// ([`LockBackend::leave_queue`]). Retryable backend errors are retried within the budget.
 /// Dropping the future cancels the wait and gives the place up in a task; a grant in flight
 /// at that moment lapses after its ttl.
@@ -410,8 +412,12 @@ impl LockRequest {
         };
         let outcome = async move {
             let mut attempt = 0u32;
+            // A grant the backend handed to the waiter, taken up in place of the next try.
+            let mut handed = None;
             loop {
-                let outcome = if queued {
+                let outcome = if let Some(lease) = handed.take() {
+                    Ok(Some(lease))
+                } else if queued {
                     place.taken = true;
                     self.backend
                         .try_acquire_queued(&key, options.ttl, place.waiter)
@@ -463,7 +469,24 @@ impl LockRequest {
                     // The backend wakes the waiter at its turn, and returns in time for the
                     // next try to keep the place: no backoff between tries.
                     pause = left;
-                    self.backend.wait_for_turn(&key, place.waiter, left).await
+                    let turn = self
+                        .backend
+                        .wait_for_grant(&key, place.waiter, options.ttl, left)
+                        .await;
+                    match turn {
+                        Ok(Some(lease)) => {
+                            match take_up(&*self.backend, lease, options.watchdog).await {
+                                Ok(Some(lease)) => {
+                                    handed = Some(lease);
+                                    continue;
+                                }
+                                Ok(None) => Ok(()),
+                                Err(e) => Err(e),
+                            }
+                        }
+                        Ok(None) => Ok(()),
+                        Err(e) => Err(e),
+                    }
                 } else {
                     self.backend.wait_for_release(&key, pause).await
                 };
@@ -482,6 +505,29 @@ impl LockRequest {
         .await;
         metrics::waited(name, started.elapsed(), outcome.as_ref().map(|_| ()));
         outcome
+    }
+}
+
+/// A lease the backend handed to a waiter ([`LockBackend::wait_for_grant`]), made the
+/// request's grant: as it is under the watchdog, which renews it within a third of its short
+/// validity; without one, renewed for its whole ttl first. `Ok(None)` when that renewal failed
+/// in a way the next try mends: it finds the grant if it is still the waiter's, and a grant
+/// that lapsed was never this request's to use.
+async fn take_up(
+    backend: &dyn LockBackend,
+    handed: Lease,
+    watchdog: bool,
+) -> Result<Option<Lease>> {
+    if watchdog {
+        return Ok(Some(handed));
+    }
+    match backend.extend(&handed, handed.ttl).await {
+        Ok(lease) => Ok(Some(lease)),
+        Err(e) if e.is_retryable() || matches!(e, Error::LeaseLost { .. }) => {
+            tracing::debug!(error = %e, "taking up a handed grant failed, trying again");
+            Ok(None)
+        }
+        Err(e) => Err(e),
     }
 }
 

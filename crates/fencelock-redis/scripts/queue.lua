@@ -1,7 +1,9 @@
 -- The waiters' queue of one lock, on one server: prepended to acquire.lua, release.lua and
--- leave.lua, so the rule that a lapsed place holds no one up is written once.
--- A queue is two sorted sets of waiter ids: by arrival (the server's clock in ms) and by when
--- each place lapses unless its waiter tries again.
+-- leave.lua, so the rule that a lapsed place holds no one up, and the hand-off, are written
+-- once.
+-- A queue is two sorted sets of waiter ids, by arrival (the server's clock in ms) and by when
+-- each place lapses unless its waiter tries again, and a hash of the ttl each waiter asked
+-- for (the asks), which a hand-off needs.
 
 -- The server's clock in milliseconds.
 local function now_ms()
@@ -9,9 +11,15 @@ local function now_ms()
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
+-- The server's clock in microseconds, as decimal text (a double would print it rounded).
+local function now_us()
+  local time = redis.call('TIME')
+  return time[1] .. string.format('%06d', tonumber(time[2]))
+end
+
 -- Forgets every place that lapsed, then returns the first live waiter (or nil). A key nobody
 -- waits for has no queue, and costs one EXISTS.
-local function queue_head(queue, places)
+local function queue_head(queue, places, asks)
   if redis.call('EXISTS', queue) == 0 then
     return nil
   end
@@ -19,9 +27,51 @@ local function queue_head(queue, places)
   local lapsed = redis.call('ZRANGEBYSCORE', places, '-inf', now)
   for _, gone in ipairs(lapsed) do
     redis.call('ZREM', queue, gone)
+    if asks then
+      redis.call('HDEL', asks, gone)
+    end
   end
   if #lapsed > 0 then
     redis.call('ZREMRANGEBYSCORE', places, '-inf', now)
   end
   return redis.call('ZRANGE', queue, 0, 0)[1]
+end
+
+-- Takes `waiter` out of the queue.
+local function unqueue(queue, places, asks, waiter)
+  local had = redis.call('ZREM', queue, waiter)
+  redis.call('ZREM', places, waiter)
+  if asks then
+    redis.call('HDEL', asks, waiter)
+  end
+  return had
+end
+
+-- The lock is free: grants it to the first live waiter, as that waiter's own try would (the
+-- waiter id is the grant's owner, the token the counter's next value), for the shorter of
+-- the ttl it asked for and `handoff_ms`, and publishes '>' waiter token grant-time-us ms.
+-- A waiter that left no ask, or a token counter that is not a number, gets the old wake-up
+-- instead (its id: it tries for itself). With nobody queued, publishes `otherwise`.
+local function hand_off(lock, counter, queue, places, asks, channel, handoff_ms, otherwise)
+  local head = queue_head(queue, places, asks)
+  if head == nil then
+    if otherwise then
+      redis.call('PUBLISH', channel, otherwise)
+    end
+    return
+  end
+  local asked = asks and redis.call('HGET', asks, head)
+  local last = redis.call('GET', counter)
+  if not asked or not string.match(asked, '^%d+$')
+      or (last and not string.match(last, '^%d+$')) then
+    redis.call('PUBLISH', channel, head)
+    return
+  end
+  redis.call('INCR', counter)
+  -- Read the counter back as a string: Lua numbers are doubles and lose precision past 2^53.
+  local token = redis.call('GET', counter)
+  local ms = math.min(tonumber(asked), tonumber(handoff_ms))
+  redis.call('SET', lock, head .. ':' .. token, 'PX', ms)
+  unqueue(queue, places, asks, head)
+  redis.call('PUBLISH', channel, '>' .. head .. ' ' .. token .. ' ' .. now_us() .. ' ' .. ms)
 end

@@ -18,9 +18,10 @@ use crate::connection::Connection;
 use crate::error::REDIS as BACKEND;
 use crate::fence::RedisFence;
 use crate::outcome::{extended, finish, finish_grant, released};
+use crate::poll::poll_release;
 use crate::scripts::SCRIPTS;
 use crate::storage::RedisStorage;
-use crate::waiters::{PLACE_TTL, Waiters, poll_release};
+use crate::waiters::{HANDOFF_TTL, PLACE_TTL, Waiters};
 
 /// A [`LockBackend`](fencelock_core::LockBackend) on one Redis server.
 ///
@@ -122,149 +123,7 @@ impl RedisConfig {
     }
 }
 
-/// Implements [`LockBackend`] for `$backend`, a struct with a `locks: Locks` field, by
-/// handing every call to it.
-macro_rules! delegate_lock_backend {
-    ($backend:ty) => {
-        // Every method forwarded, defaults included: a method added to the trait and left
-        // out here would silently run the trait's default instead of `Locks`'.
-        #[deny(clippy::missing_trait_methods)]
-        #[async_trait::async_trait]
-        impl fencelock_core::LockBackend for $backend {
-            fn name(&self) -> &'static str {
-                self.locks.conn.backend
-            }
-
-            fn capabilities(&self) -> fencelock_core::Capabilities {
-                self.locks.capabilities
-            }
-
-            async fn try_acquire(
-                &self,
-                key: &fencelock_core::LockKey,
-                ttl: std::time::Duration,
-            ) -> fencelock_core::Result<Option<fencelock_core::Lease>> {
-                self.locks.try_acquire(key, ttl).await
-            }
-
-            async fn extend(
-                &self,
-                lease: &fencelock_core::Lease,
-                ttl: std::time::Duration,
-            ) -> fencelock_core::Result<fencelock_core::Lease> {
-                self.locks.extend(lease, ttl).await
-            }
-
-            async fn release(&self, lease: &fencelock_core::Lease) -> fencelock_core::Result<bool> {
-                self.locks.release(lease).await
-            }
-
-            async fn wait_for_release(
-                &self,
-                key: &fencelock_core::LockKey,
-                max: std::time::Duration,
-            ) -> fencelock_core::Result<()> {
-                self.locks.wait_for_release(key, max).await
-            }
-
-            async fn try_acquire_queued(
-                &self,
-                key: &fencelock_core::LockKey,
-                ttl: std::time::Duration,
-                waiter: fencelock_core::OwnerId,
-            ) -> fencelock_core::Result<Option<fencelock_core::Lease>> {
-                self.locks.try_acquire_queued(key, ttl, waiter).await
-            }
-
-            async fn wait_for_turn(
-                &self,
-                key: &fencelock_core::LockKey,
-                waiter: fencelock_core::OwnerId,
-                max: std::time::Duration,
-            ) -> fencelock_core::Result<()> {
-                self.locks.wait_for_turn(key, waiter, max).await
-            }
-
-            async fn leave_queue(
-                &self,
-                key: &fencelock_core::LockKey,
-                waiter: fencelock_core::OwnerId,
-            ) -> fencelock_core::Result<()> {
-                self.locks.leave_queue(key, waiter).await
-            }
-
-            async fn inspect(
-                &self,
-                key: &fencelock_core::LockKey,
-            ) -> fencelock_core::Result<fencelock_core::LockInfo> {
-                self.locks.inspect(key).await
-            }
-
-            async fn watch_lost(
-                &self,
-                lease: &fencelock_core::Lease,
-            ) -> fencelock_core::LostReason {
-                self.locks.watch_lost(lease).await
-            }
-
-            async fn watch_lost_shared(
-                &self,
-                lease: &fencelock_core::Lease,
-                reader: fencelock_core::OwnerId,
-            ) -> fencelock_core::LostReason {
-                self.locks.watch_lost_shared(lease, reader).await
-            }
-
-            async fn advance_token(
-                &self,
-                key: &fencelock_core::LockKey,
-                floor: fencelock_core::FencingToken,
-            ) -> fencelock_core::Result<fencelock_core::FencingToken> {
-                self.locks.advance_token(key, floor).await
-            }
-
-            async fn try_acquire_shared(
-                &self,
-                key: &fencelock_core::LockKey,
-                reader: fencelock_core::OwnerId,
-                ttl: std::time::Duration,
-            ) -> fencelock_core::Result<Option<fencelock_core::Lease>> {
-                self.locks.try_acquire_shared(key, reader, ttl).await
-            }
-
-            async fn extend_shared(
-                &self,
-                lease: &fencelock_core::Lease,
-                reader: fencelock_core::OwnerId,
-                ttl: std::time::Duration,
-            ) -> fencelock_core::Result<fencelock_core::Lease> {
-                self.locks.extend_shared(lease, reader, ttl).await
-            }
-
-            async fn release_shared(
-                &self,
-                lease: &fencelock_core::Lease,
-                reader: fencelock_core::OwnerId,
-            ) -> fencelock_core::Result<bool> {
-                self.locks.release_shared(lease, reader).await
-            }
-
-            async fn inspect_shared(
-                &self,
-                key: &fencelock_core::LockKey,
-            ) -> fencelock_core::Result<Option<fencelock_core::ReadPhase>> {
-                self.locks.inspect_shared(key).await
-            }
-
-            // One server's operations are decided by its one answer: no call is left
-            // running after an operation returns.
-            async fn finish_background(&self) {}
-        }
-    };
-}
-pub(crate) use delegate_lock_backend;
-
-delegate_lock_backend!(RedisLockBackend);
+crate::delegate::delegate_lock_backend!(RedisLockBackend);
 
 /// How waiters learn of a release: one server's pub/sub, or polling the lock's ttl (a
 /// cluster).
@@ -300,8 +159,9 @@ impl Locks {
         self.acquire(key, ttl, None).await
     }
 
-    /// A try that keeps `waiter`'s place in the key's queue (one server); on a cluster, a
-    /// plain try.
+    /// A try that keeps `waiter`'s place in the key's queue (one server), with `waiter` as
+    /// the grant's owner, so that a release can hand the lock to it and this try (or the
+    /// next) finds a grant handed to it as its own; on a cluster, a plain try.
     pub(crate) async fn try_acquire_queued(
         &self,
         key: &LockKey,
@@ -334,7 +194,9 @@ impl Locks {
         let backend = self.conn.backend;
         let span = tracing::debug_span!("try_acquire", backend, key = %key, ?ttl, token = Empty, outcome = Empty);
         let result = async {
-            let owner = OwnerId::random();
+            // A request draws its waiter id once and is granted at most once: the id is a
+            // fresh owner for that grant.
+            let owner = waiter.map_or_else(OwnerId::random, |(_, waiter)| waiter);
             let mut invocation = SCRIPTS.acquire.prepare_invoke();
             invocation
                 .key(self.conn.keys.lock(key))
@@ -345,6 +207,7 @@ impl Locks {
                 invocation
                     .key(self.conn.keys.queue(key))
                     .key(self.conn.keys.places(key))
+                    .key(self.conn.keys.asks(key))
                     .arg(waiter.map(|(_, w)| w.to_string()).unwrap_or_default())
                     .arg(PLACE_TTL.as_millis() as u64);
             }
@@ -357,12 +220,19 @@ impl Locks {
             let token = match reply {
                 redis::Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
                 redis::Value::SimpleString(text) => text,
-                redis::Value::Nil => return Ok(None),
-                redis::Value::Int(holder_ms) => {
-                    if let Some((waiters, waiter)) = waiter {
-                        waiters.refused(waiter, holder_ms);
+                redis::Value::Nil | redis::Value::Int(_) => return Ok(None),
+                redis::Value::Array(refusal) => {
+                    if let (Some((waiters, waiter)), Some((holder_ms, server_us))) =
+                        (waiter, parse_refusal(&refusal))
+                    {
+                        waiters.refused(waiter, holder_ms, sent_at, server_us);
+                        return Ok(None);
                     }
-                    return Ok(None);
+                    return Err(fencelock_core::Error::Backend {
+                        backend: self.conn.backend,
+                        message: format!("the acquire script answered {refusal:?}"),
+                        source: None,
+                    });
                 }
                 other => {
                     return Err(fencelock_core::Error::Backend {
@@ -386,6 +256,28 @@ impl Locks {
         finish_grant(&span, result)
     }
 
+    /// Waits for `waiter`'s turn like [`wait_for_turn`](Self::wait_for_turn), and returns the
+    /// grant a release handed to `waiter` meanwhile (one server): a lease of `ttl` valid for
+    /// the hand-off ttl, counted from a lower bound on the grant's time (see
+    /// [`Waiters::take_grant`]).
+    pub(crate) async fn wait_for_grant(
+        &self,
+        key: &LockKey,
+        waiter: OwnerId,
+        ttl: Duration,
+        max: Duration,
+    ) -> Result<Option<Lease>> {
+        self.wait_for_turn(key, waiter, max).await?;
+        let Wake::Notify(waiters) = &self.wake else {
+            return Ok(None);
+        };
+        let granted = waiters.take_grant(key, waiter, ttl);
+        if granted.is_some() {
+            waiters.forget(waiter);
+        }
+        Ok(granted)
+    }
+
     /// Waits for `waiter`'s turn (one server), or polls the lock (a cluster).
     pub(crate) async fn wait_for_turn(
         &self,
@@ -401,7 +293,8 @@ impl Locks {
         }
     }
 
-    /// Gives up `waiter`'s place in the key's queue (one server).
+    /// Gives up `waiter`'s place in the key's queue, and a grant handed to it that it never
+    /// took up (one server).
     pub(crate) async fn leave_queue(&self, key: &LockKey, waiter: OwnerId) -> Result<()> {
         let Wake::Notify(waiters) = &self.wake else {
             return Ok(());
@@ -412,8 +305,11 @@ impl Locks {
             .key(self.conn.keys.lock(key))
             .key(self.conn.keys.queue(key))
             .key(self.conn.keys.places(key))
+            .key(self.conn.keys.token(key))
+            .key(self.conn.keys.asks(key))
             .arg(waiter.to_string())
-            .arg(self.conn.keys.channel(key));
+            .arg(self.conn.keys.channel(key))
+            .arg(ttl_millis(HANDOFF_TTL));
         let mut conn = self.conn.link.clone();
         let _: i64 = self
             .conn
@@ -449,14 +345,20 @@ impl Locks {
         let result = async {
             let mut invocation = SCRIPTS.release.prepare_invoke();
             invocation.key(self.conn.keys.lock(&lease.key));
-            if matches!(self.wake, Wake::Notify(_)) {
+            let queued = matches!(self.wake, Wake::Notify(_));
+            if queued {
                 invocation
                     .key(self.conn.keys.queue(&lease.key))
-                    .key(self.conn.keys.places(&lease.key));
+                    .key(self.conn.keys.places(&lease.key))
+                    .key(self.conn.keys.token(&lease.key))
+                    .key(self.conn.keys.asks(&lease.key));
             }
             invocation
                 .arg(lock_value(lease.owner, lease.token))
                 .arg(self.conn.keys.channel(&lease.key));
+            if queued {
+                invocation.arg(ttl_millis(HANDOFF_TTL));
+            }
             let mut conn = self.conn.link.clone();
             let reply: i64 = self
                 .conn
@@ -554,4 +456,17 @@ impl Locks {
         .await;
         finish(&span, result, "ok")
     }
+}
+
+/// A queued try's refusal, `{ holder's ms left or -1, the server's clock in µs as text }`.
+fn parse_refusal(reply: &[redis::Value]) -> Option<(i64, u64)> {
+    let [redis::Value::Int(holder_ms), time] = reply else {
+        return None;
+    };
+    let server_us = match time {
+        redis::Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?.parse().ok()?,
+        redis::Value::SimpleString(text) => text.parse().ok()?,
+        _ => return None,
+    };
+    Some((*holder_ms, server_us))
 }

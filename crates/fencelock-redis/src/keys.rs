@@ -89,6 +89,13 @@ impl KeySpace {
         self.name(key, "places")
     }
 
+    /// `{prefix}:{<key>}:asks`: the ttl each queued waiter asked for (one server only), a
+    /// hash of waiter id to milliseconds, for a release that hands the lock to it; expiring
+    /// with its last place.
+    pub(crate) fn asks(&self, key: &LockKey) -> String {
+        self.name(key, "asks")
+    }
+
     /// `{prefix}:{<key>}:released`: the pub/sub channel a release publishes on.
     pub(crate) fn channel(&self, key: &LockKey) -> String {
         self.name(key, "released")

@@ -16,10 +16,12 @@ mod slot;
 mod config;
 mod connection;
 mod fence;
+mod poll;
 mod waiters;
 
 mod backend;
 mod cluster;
+mod delegate;
 mod read_phase;
 mod redlock;
 mod storage;

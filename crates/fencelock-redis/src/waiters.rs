@@ -3,23 +3,27 @@
 //! connection per backend, one `Notify` per waiting request.
 //!
 //! A channel is subscribed once per process, by its first waiter, and stays subscribed while
-//! any request waits on it, so a waiter that finds it subscribed costs no round trip. A
-//! release publishes the id of the queued waiter whose turn it is (one server's queue, see
-//! `scripts/acquire.lua`), and only that waiter wakes; a release that names no waiter (a lock
-//! value, from Redlock nodes and read phases) wakes every waiter of the channel.
+//! any request waits on it, so a waiter that finds it subscribed costs no round trip. On one
+//! server a release hands the lock to the first live queued waiter and publishes the grant
+//! (`>waiter token time-us ms`, see `scripts/queue.lua`), which is kept for that waiter and
+//! wakes it; a message with a waiter's id alone wakes that waiter to try; a release that
+//! names no waiter (a lock value, from Redlock nodes and read phases) wakes every waiter of
+//! the channel.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
-use fencelock_core::{LockKey, OwnerId, Result};
+use fencelock_core::{FencingToken, Lease, LockKey, OwnerId, Result, valid_until};
 use futures_util::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::codec::parse_token;
 use crate::connection::Connection;
+use crate::error::REDIS;
 
 /// How long a queued waiter sleeps at most before it tries again, which keeps its place
 /// (a place lapses after [`PLACE_TTL`] without a try).
@@ -28,6 +32,17 @@ pub(crate) const TURN_REFRESH: Duration = Duration::from_millis(500);
 /// How long a queued waiter's place outlives its last try: a waiter that vanished (its
 /// process died between tries) keeps a free lock from the waiters behind it this long at most.
 pub(crate) const PLACE_TTL: Duration = Duration::from_secs(2);
+
+/// The longest ttl a release (or a leave) grants the next waiter with, until that waiter
+/// renews the grant into its own ttl: a waiter that vanished holds a lock handed to it this
+/// long at most. Four [`TURN_REFRESH`]es, so a waiter that missed the publish still finds the
+/// grant with its next try.
+pub(crate) const HANDOFF_TTL: Duration = Duration::from_secs(2);
+
+/// How much faster than this process's clock the server's may run, as a fraction: the time
+/// the server counted between a waiter's try and its grant is at least `1 - 1/DRIFT_DIVISOR`
+/// of it here (the rate [`fencelock_core::drift_margin`] allows for).
+const DRIFT_DIVISOR: u32 = 100;
 
 /// The subscriber connection and the waiters per channel.
 pub(crate) struct Waiters {
@@ -74,6 +89,40 @@ struct Queued {
     covered: bool,
     /// When the holder's time ran out, as the last refused try said.
     holder_until: Option<Instant>,
+    /// When the last refused try was sent, and the server's clock (µs) when it ran.
+    last_try: Option<(Instant, u64)>,
+    /// A grant a release handed this waiter, as its publish told, not yet taken up.
+    handed: Option<Handed>,
+}
+
+/// A grant handed to a waiter by the server: `>waiter token time-us ms` on the channel.
+#[derive(Debug, Clone, Copy)]
+struct Handed {
+    token: FencingToken,
+    /// The server's clock (µs) when it granted.
+    granted_us: u64,
+    /// The ttl it granted with.
+    ttl: Duration,
+}
+
+/// Reads a hand-off message (without its `>`): the waiter and its grant.
+fn parse_handed(message: &str) -> Option<(OwnerId, Handed)> {
+    let mut parts = message.split(' ');
+    let waiter = parts.next()?.parse::<OwnerId>().ok()?;
+    let token = parse_token(REDIS, parts.next()?).ok()?;
+    let granted_us = parts.next()?.parse::<u64>().ok()?;
+    let ms = parts.next()?.parse::<u64>().ok()?;
+    if parts.next().is_some() {
+        return None;
+    }
+    Some((
+        waiter,
+        Handed {
+            token,
+            granted_us,
+            ttl: Duration::from_millis(ms),
+        },
+    ))
 }
 
 struct Subscriber {
@@ -220,6 +269,8 @@ impl Waiters {
                     registration,
                     covered: false,
                     holder_until: None,
+                    last_try: None,
+                    handed: None,
                 },
             );
         }
@@ -232,14 +283,53 @@ impl Waiters {
         }
     }
 
-    /// A queued try of `waiter` was refused; `holder_ms` is the holder's time left (negative
-    /// when unknown).
-    pub(crate) fn refused(&self, waiter: OwnerId, holder_ms: i64) {
+    /// A queued try of `waiter`, sent at `sent_at`, was refused; `holder_ms` is the holder's
+    /// time left (negative when unknown), `server_us` the server's clock when the try ran.
+    pub(crate) fn refused(
+        &self,
+        waiter: OwnerId,
+        holder_ms: i64,
+        sent_at: Instant,
+        server_us: u64,
+    ) {
         if let Some(queued) = self.state().queued.get_mut(&waiter) {
             queued.holder_until = u64::try_from(holder_ms)
                 .ok()
                 .map(|ms| Instant::now() + Duration::from_millis(ms));
+            queued.last_try = Some((sent_at, server_us));
         }
+    }
+
+    /// The grant handed to `waiter`, as a lease of `ttl` whose `valid_until` counts the
+    /// granted (hand-off) ttl from a lower bound on the grant's time in this process's clock:
+    /// the send time of the last refused try, plus the server's time between that try and
+    /// the grant less the drift rate. `None` when nothing was handed, when no refused try
+    /// gives a bound, when the grant is older than the last refused try (that try found the
+    /// lock not ours: the grant lapsed) or when its deadline passed; the next try then finds
+    /// a grant still held and takes it up itself.
+    pub(crate) fn take_grant(
+        &self,
+        key: &LockKey,
+        waiter: OwnerId,
+        ttl: Duration,
+    ) -> Option<Lease> {
+        let mut state = self.state();
+        let queued = state.queued.get_mut(&waiter)?;
+        let handed = queued.handed.take()?;
+        let (sent_at, try_us) = queued.last_try?;
+        let between = Duration::from_micros(handed.granted_us.checked_sub(try_us)?);
+        let granted_at = sent_at.checked_add(between - between / DRIFT_DIVISOR)?;
+        let valid_until = valid_until(granted_at, handed.ttl);
+        if valid_until <= Instant::now() {
+            return None;
+        }
+        Some(Lease {
+            key: key.clone(),
+            owner: waiter,
+            token: handed.token,
+            ttl,
+            valid_until,
+        })
     }
 
     /// `waiter`'s request ended (granted, or gave its place up): it is no longer woken.
@@ -263,6 +353,8 @@ impl Waiters {
         let (notify, covered, holder_until) = {
             let state = self.state();
             match state.queued.get(&waiter) {
+                // The lock was handed to this waiter: its turn has come.
+                Some(queued) if queued.handed.is_some() => return Ok(()),
                 Some(queued) => (
                     Some(Arc::clone(&queued.registration.notify)),
                     queued.covered,
@@ -401,12 +493,21 @@ impl Waiters {
         }
     }
 
-    /// A release on `channel` named `next`: wakes that queued waiter and every waiter that
-    /// waits for any release; a message that names no waiter (a lock value has a `:`) wakes
-    /// them all.
-    fn wake(&self, channel: &str, next: &str) {
+    /// A release on `channel` named `next`: wakes that queued waiter (keeping the grant it
+    /// was handed, if the message is one) and every waiter that waits for any release; a
+    /// message that names no waiter (a lock value has a `:`) wakes them all.
+    fn wake(&self, channel: &str, message: &str) {
+        let mut state = self.state();
+        let mut next = message;
+        if let Some(grant) = message.strip_prefix('>') {
+            next = grant.split(' ').next().unwrap_or_default();
+            if let Some((waiter, handed)) = parse_handed(grant)
+                && let Some(queued) = state.queued.get_mut(&waiter)
+            {
+                queued.handed = Some(handed);
+            }
+        }
         let everyone = next.contains(':');
-        let state = self.state();
         if let Some(channel) = state.channels.get(channel) {
             for entry in channel.entries.values() {
                 let named = entry.waiter.as_deref().is_none_or(|waiter| waiter == next);
@@ -461,39 +562,5 @@ async fn read(waiters: Weak<Waiters>, mut stream: PubSubStream, generation: u64)
     }
     if let Some(waiters) = waiters.upgrade() {
         waiters.lost_connection(generation);
-    }
-}
-
-/// How often [`poll_release`] asks whether a lock is still held.
-pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(25);
-
-/// Waits until the lock on `key` may have been released, at most `max`, by asking for the
-/// lock's remaining time every [`POLL_INTERVAL`] (and not past the holder's expiry). For a
-/// Redis Cluster, where the driver's cluster connection offers no pub/sub connection of the
-/// kind [`Waiters`] uses: a release is seen within one interval instead of at once.
-pub(crate) async fn poll_release(conn: &Connection, key: &LockKey, max: Duration) -> Result<()> {
-    let deadline = Instant::now().checked_add(max);
-    let lock = conn.keys.lock(key);
-    loop {
-        let mut link = conn.link.clone();
-        let pttl: i64 = conn
-            .call("PTTL", redis::cmd("PTTL").arg(&lock).query_async(&mut link))
-            .await?;
-        // -2: no lock; 0: expiring right now.
-        if pttl == -2 || pttl == 0 {
-            return Ok(());
-        }
-        let now = Instant::now();
-        let mut until = now + POLL_INTERVAL;
-        if pttl > 0 {
-            until = until.min(now + Duration::from_millis(pttl.unsigned_abs()));
-        }
-        if let Some(deadline) = deadline {
-            if now >= deadline {
-                return Ok(());
-            }
-            until = until.min(deadline);
-        }
-        tokio::time::sleep_until(until).await;
     }
 }

@@ -161,6 +161,40 @@ declare_properties!(__fencelock_conformance_locker, {
         assert!(guard.release().await.unwrap());
     }
 
+    /// A waiter granted when the holder releases holds the lock for its whole ttl, however
+    /// the backend handed it over (a release that grants the next waiter itself does so for a
+    /// short hand-off ttl until the waiter renews it): without the watchdog, the guard's
+    /// deadline is about a ttl after the grant.
+    pub async fn waiter_granted_at_a_release_holds_its_whole_ttl(s: &Setup) {
+        let b = &*s.backend;
+        let key = key("handed-ttl");
+        let held = grant(b, &key, LONG_TTL).await;
+        let locker = Locker::new(s.backend.clone());
+        let waiter = tokio::spawn(
+            locker
+                .lock(key.as_str())
+                .ttl(LONG_TTL)
+                .wait(PATIENCE * 3)
+                .watchdog(false)
+                .into_future(),
+        );
+        sleep(Duration::from_millis(300)).await;
+        assert!(b.release(&held).await.unwrap());
+        let guard = timeout(PATIENCE, waiter)
+            .await
+            .expect("the waiter was not granted within 10 s of the release")
+            .unwrap()
+            .expect("the waiter failed");
+        let left = guard.lease().remaining();
+        assert!(
+            left > LONG_TTL / 2,
+            "{} granted a waiter {left:?} of a {LONG_TTL:?} ttl",
+            b.name()
+        );
+        assert_eq!(b.inspect(&key).await.unwrap().holder, Some(guard.fence()));
+        assert!(guard.release().await.unwrap());
+    }
+
     /// A request whose wait budget runs out fails with `Timeout`, after about the budget.
     pub async fn wait_budget_spent_is_timeout(s: &Setup) {
         let b = &*s.backend;

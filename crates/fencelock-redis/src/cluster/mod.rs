@@ -14,8 +14,9 @@ use redis::cluster_async::ClusterConnection;
 
 pub use config::RedisClusterConfig;
 
-use crate::backend::{Locks, Wake, delegate_lock_backend};
+use crate::backend::{Locks, Wake};
 use crate::codec::MAX_TTL;
+use crate::delegate::delegate_lock_backend;
 use crate::fence::RedisFence;
 use crate::storage::RedisStorage;
 

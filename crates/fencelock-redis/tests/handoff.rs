@@ -1,0 +1,216 @@
+//! The server's hand-off on one node (DESIGN 4.0.1, 5.2): a release grants the lock to the
+//! first live queued waiter itself, for a short hand-off ttl until the waiter renews it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use fencelock_core::{LockBackend, LockKey, Locker, OwnerId};
+use fencelock_redis::{RedisConfig, RedisLockBackend};
+use fencelock_testkit::redis::RedisServer;
+use tokio::time::{Instant, sleep, timeout};
+
+const TTL: Duration = Duration::from_secs(30);
+/// The hand-off ttl of the backend (`HANDOFF_TTL`): how long a handed grant lives untaken.
+const HANDOFF: Duration = Duration::from_secs(2);
+const PATIENCE: Duration = Duration::from_secs(10);
+
+async fn connect(server: &RedisServer) -> RedisLockBackend {
+    RedisConfig::new(server.url())
+        .prefix("handoff")
+        .connect()
+        .await
+        .expect("connect")
+}
+
+/// Queues `waiter` behind the holder with one refused try, and lets a millisecond pass: the
+/// queue orders arrivals by the server's clock in ms (a tie goes by waiter id).
+async fn queue(backend: &RedisLockBackend, key: &LockKey, waiter: OwnerId) {
+    let granted = backend.try_acquire_queued(key, TTL, waiter).await.unwrap();
+    assert!(granted.is_none(), "the key was free: nothing to queue for");
+    sleep(Duration::from_millis(20)).await;
+}
+
+/// A release grants the lock to the first queued waiter at once, in the release's own step,
+/// with the next token and the hand-off ttl, not the waiter's whole ttl; a waiter that
+/// vanished without taking it up holds it no longer than that, and the waiter behind it is
+/// granted soon after, long before a ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_waiter_holds_a_handed_lock_only_for_the_handoff_ttl() {
+    let server = RedisServer::spawn();
+    let backend = connect(&server).await;
+    let key = LockKey::new("vanished").unwrap();
+    let held = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+    let vanished = OwnerId::random();
+    queue(&backend, &key, vanished).await;
+    let locker = Locker::new(backend.clone());
+    let next = tokio::spawn(
+        locker
+            .lock(key.as_str())
+            .ttl(TTL)
+            .wait(PATIENCE * 3)
+            .into_future(),
+    );
+    // Time for the next waiter to queue behind the vanished one.
+    sleep(Duration::from_millis(500)).await;
+    assert!(backend.release(&held).await.unwrap());
+    let released = Instant::now();
+    let info = backend.inspect(&key).await.unwrap();
+    let holder = info
+        .holder
+        .expect("the release left the lock free: nothing was handed");
+    assert_eq!(
+        holder.owner, vanished,
+        "the lock went to someone other than the queue's head"
+    );
+    assert_eq!(holder.token.get(), held.token.get() + 1);
+    let remaining = info.remaining.unwrap();
+    assert!(
+        remaining <= HANDOFF,
+        "a handed grant lives {remaining:?}, more than the hand-off ttl {HANDOFF:?}"
+    );
+    let guard = timeout(PATIENCE, next)
+        .await
+        .expect("the waiter behind a vanished one was not granted within 10 s")
+        .unwrap()
+        .expect("the waiter behind a vanished one failed");
+    let waited = released.elapsed();
+    assert!(
+        waited < HANDOFF * 2,
+        "the waiter behind a vanished one waited {waited:?} after the release"
+    );
+    assert_eq!(guard.token().get(), held.token.get() + 2);
+    assert_eq!(
+        backend.inspect(&key).await.unwrap().holder,
+        Some(guard.fence())
+    );
+    assert!(guard.release().await.unwrap());
+}
+
+/// A waiter that never heard the hand-off's publish (here: it never subscribed) finds the
+/// grant with its next try as its own, renewed for the whole ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_publish_is_recovered_by_the_next_try() {
+    let server = RedisServer::spawn();
+    let backend = connect(&server).await;
+    let key = LockKey::new("lost-publish").unwrap();
+    let held = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+    let waiter = OwnerId::random();
+    queue(&backend, &key, waiter).await;
+    assert!(backend.release(&held).await.unwrap());
+    let sent = Instant::now();
+    let lease = backend
+        .try_acquire_queued(&key, TTL, waiter)
+        .await
+        .unwrap()
+        .expect("the next try did not find the grant handed to its waiter");
+    assert_eq!(lease.owner, waiter);
+    assert_eq!(lease.token.get(), held.token.get() + 1);
+    assert!(lease.valid_until <= sent + TTL);
+    assert!(lease.remaining() > TTL - Duration::from_secs(5));
+    let info = backend.inspect(&key).await.unwrap();
+    assert_eq!(info.holder, Some(lease.fence()));
+    assert!(
+        info.remaining.unwrap() > HANDOFF * 2,
+        "the grant taken up was not renewed for the whole ttl: {:?} left",
+        info.remaining
+    );
+    assert!(backend.release(&lease).await.unwrap());
+}
+
+/// A waiter that gives up its place after the lock was handed to it (its request timed out
+/// or was cancelled) releases the grant at once, and the lock goes to the next waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_waiter_that_was_handed_the_lock_gives_it_up_at_once() {
+    let server = RedisServer::spawn();
+    let backend = connect(&server).await;
+    let key = LockKey::new("cancelled-handed").unwrap();
+    let held = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+    let cancelled = OwnerId::random();
+    queue(&backend, &key, cancelled).await;
+    let locker = Locker::new(backend.clone());
+    let next = tokio::spawn(
+        locker
+            .lock(key.as_str())
+            .ttl(TTL)
+            .wait(PATIENCE * 3)
+            .into_future(),
+    );
+    sleep(Duration::from_millis(500)).await;
+    assert!(backend.release(&held).await.unwrap());
+    let handed = backend.inspect(&key).await.unwrap().holder.unwrap();
+    assert_eq!(handed.owner, cancelled);
+    let left = Instant::now();
+    backend.leave_queue(&key, cancelled).await.unwrap();
+    let after = backend.inspect(&key).await.unwrap().holder;
+    assert!(
+        after.is_none_or(|holder| holder.owner != cancelled),
+        "the waiter that left still holds the lock handed to it"
+    );
+    let guard = timeout(PATIENCE, next)
+        .await
+        .expect("the next waiter was not granted within 10 s of the leave")
+        .unwrap()
+        .unwrap();
+    let waited = left.elapsed();
+    assert!(
+        waited < HANDOFF,
+        "the next waiter waited {waited:?}: the lock was left to the hand-off ttl"
+    );
+    assert_eq!(guard.token().get(), held.token.get() + 2);
+    assert!(guard.release().await.unwrap());
+}
+
+/// A `Locker` waiter takes up a handed lock for its whole ttl: with the watchdog, whose
+/// renewals keep it past the hand-off ttl; without, renewed before the guard is returned.
+/// The guard's deadline is never after the server's expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_lock_is_held_for_the_waiters_ttl() {
+    let server = RedisServer::spawn();
+    let backend = connect(&server).await;
+    for watchdog in [true, false] {
+        let key = LockKey::new(format!("taken-up/{watchdog}")).unwrap();
+        let held = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+        let locker = Locker::new(backend.clone());
+        let waiter = tokio::spawn(
+            locker
+                .lock(key.as_str())
+                .ttl(TTL)
+                .wait(PATIENCE * 3)
+                .watchdog(watchdog)
+                .into_future(),
+        );
+        // Time to queue and subscribe, but not for the waiter's periodic try (every 500 ms),
+        // which would find the grant itself: the publish hands it over.
+        sleep(Duration::from_millis(300)).await;
+        assert!(backend.release(&held).await.unwrap());
+        let guard = timeout(PATIENCE, waiter).await.unwrap().unwrap().unwrap();
+        assert_eq!(guard.token().get(), held.token.get() + 1);
+        let lease = guard.lease();
+        let info = backend.inspect(&key).await.unwrap();
+        let after = Instant::now();
+        assert_eq!(info.holder, Some(guard.fence()));
+        let server_left = info.remaining.unwrap() + Duration::from_millis(1);
+        assert!(
+            lease.valid_until <= after + server_left,
+            "the guard counts on the lock {:?} longer than the server keeps it",
+            lease.valid_until - (after + server_left)
+        );
+        if !watchdog {
+            assert!(
+                lease.remaining() > HANDOFF * 2,
+                "{:?} left",
+                lease.remaining()
+            );
+        }
+        sleep(HANDOFF + Duration::from_secs(1)).await;
+        assert!(
+            guard.is_held(),
+            "watchdog {watchdog}: the guard lost the lock"
+        );
+        assert_eq!(
+            backend.inspect(&key).await.unwrap().holder,
+            Some(guard.fence())
+        );
+        assert!(guard.release().await.unwrap());
+    }
+}
