@@ -457,7 +457,8 @@ impl Worker {
     /// One cycle: a grant, its counter work, its release.
     async fn cycle(&self) {
         if let Grant::Composite(members) = &self.grant {
-            return self.composite_cycle(members).await;
+            self.composite_cycle(members).await;
+            return;
         }
         let Some(held) = self.take().await else {
             return;

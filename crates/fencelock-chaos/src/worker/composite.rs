@@ -34,7 +34,7 @@ pub(super) fn member_keys(
             Ok((LockKey::new(format!("{key}/{counter}"))?, counter))
         })
         .collect::<Result<Vec<_>>>()?;
-    if index % 2 == 1 {
+    if !index.is_multiple_of(2) {
         set.reverse();
     }
     Ok(set)
