@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use fencelock_core::LockKey;
 
+use crate::composite::{SetForm, SetGrant};
 use crate::error::Result;
 use crate::kinds::{Failover, Kind, KindGrant};
 use crate::report::Measurement;
@@ -215,10 +216,35 @@ pub(crate) async fn prepare(
                 ..case(step, fenced.label(), false, Box::new(op))
             }]
         }
+        Scenario::CompositeSmall | Scenario::CompositeLarge => {
+            let singles = match step {
+                Scenario::CompositeSmall => Scenario::SinglesSmall,
+                _ => Scenario::SinglesLarge,
+            };
+            let locker = fenced.locker();
+            let mut cases = Vec::with_capacity(2);
+            for (scenario, form, name) in [
+                (singles, SetForm::Singles, "singles"),
+                (step, SetForm::Composite, "composite"),
+            ] {
+                let keys = (0..step.set_size().unwrap_or(1))
+                    .map(|k| suite.key(1, &format!("{}/{name}/{k}", step.id())))
+                    .collect::<Result<Vec<_>>>()?;
+                cases.push(case(
+                    scenario,
+                    fenced.label(),
+                    form == SetForm::Singles,
+                    Box::new(SetGrant::new(form, locker, keys)),
+                ));
+            }
+            cases
+        }
         Scenario::IdleRoundTrip
         | Scenario::ReaderGrant
         | Scenario::WriterGrant
-        | Scenario::PermitGrant => Vec::new(),
+        | Scenario::PermitGrant
+        | Scenario::SinglesSmall
+        | Scenario::SinglesLarge => Vec::new(),
     })
 }
 

@@ -3,6 +3,7 @@
 #![warn(missing_docs)]
 
 mod cases;
+mod composite;
 mod error;
 mod fenced_subject;
 mod histogram;
@@ -22,7 +23,7 @@ pub use fenced_subject::FencedSubject;
 pub use histogram::Histogram;
 pub use report::{Measurement, Report, Row};
 pub use run::run_all;
-pub use scenario::{FAILOVER_TTL, PERMITS, Scenario, Settings};
+pub use scenario::{COMPOSITE_LARGE, COMPOSITE_SMALL, FAILOVER_TTL, PERMITS, Scenario, Settings};
 pub use subject::{Baseline, Cleanup, Op, RawTryLock, Subject, TTL};
 pub use suite::Suite;
 pub use table::format_latency;

@@ -190,17 +190,22 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(lines.len(), Scenario::STEPS.len());
-        assert!(lines[0].starts_with("[1/9] round trip: "), "{lines:?}");
+        assert!(lines[0].starts_with("[1/11] round trip: "), "{lines:?}");
         assert!(
-            lines[6].starts_with("[7/9] contended 2x4 keys: "),
+            lines[6].starts_with("[7/11] contended 2x4 keys: "),
             "{lines:?}"
         );
         assert!(
-            lines[8].starts_with("[9/9] election failover (leader killed): "),
+            lines[8].starts_with("[9/11] election failover (leader killed): "),
             "{lines:?}"
         );
-        // Memory: the baseline and the fenced lock, no peers; every lock kind.
-        assert_eq!(report.rows.len(), 17);
+        assert!(
+            lines[10].starts_with("[11/11] composite of 8 grant+release: "),
+            "{lines:?}"
+        );
+        // Memory: the baseline and the fenced lock, no peers; every lock kind; the singles
+        // and composite rows of both set sizes.
+        assert_eq!(report.rows.len(), 21);
         for scenario in Scenario::ALL {
             let rows: Vec<&Row> = report
                 .rows

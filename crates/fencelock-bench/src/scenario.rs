@@ -29,8 +29,9 @@ impl Default for Settings {
 /// A run is the steps of [`Scenario::STEPS`], in order; each step measures its subjects
 /// (the baseline, the fenced lock, the peers) under one scenario, except the hand-off step,
 /// which also measures the [`IdleRoundTrip`](Scenario::IdleRoundTrip) its ratio is counted in,
-/// and the exclusive-grant step, which measures the other lock kinds next to it (readers,
-/// writers, permits: the fenced lock's, no baseline of their own).
+/// the exclusive-grant step, which measures the other lock kinds next to it (readers,
+/// writers, permits: the fenced lock's, no baseline of their own), and the composite steps,
+/// which measure a set's single grants next to its `lock_all` (both the fenced lock's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Scenario {
@@ -70,7 +71,24 @@ pub enum Scenario {
     /// first admitted write. The old leader's write after that (a paused leader waking up)
     /// must be refused, or the step fails.
     ElectionFailover,
+    /// [`COMPOSITE_SMALL`] free keys taken one `Locker::lock` at a time and released: the
+    /// unit of [`CompositeSmall`](Scenario::CompositeSmall).
+    SinglesSmall,
+    /// The same number of free keys taken with one `Locker::lock_all` and released, as a
+    /// ratio of [`SinglesSmall`](Scenario::SinglesSmall) in the same run.
+    CompositeSmall,
+    /// [`COMPOSITE_LARGE`] free keys taken one `Locker::lock` at a time and released.
+    SinglesLarge,
+    /// [`COMPOSITE_LARGE`] free keys taken with one `Locker::lock_all` and released, as a
+    /// ratio of [`SinglesLarge`](Scenario::SinglesLarge).
+    CompositeLarge,
 }
+
+/// Keys of the small composite set ([`Scenario::CompositeSmall`]).
+pub const COMPOSITE_SMALL: usize = 2;
+
+/// Keys of the large composite set ([`Scenario::CompositeLarge`]).
+pub const COMPOSITE_LARGE: usize = 8;
 
 /// Permits of the semaphore of [`Scenario::PermitGrant`].
 pub const PERMITS: usize = 4;
@@ -82,7 +100,7 @@ pub const FAILOVER_TTL: Duration = Duration::from_millis(100);
 impl Scenario {
     /// The steps of a run, in order: the one list the wall-clock driver and the criterion
     /// driver loop over. A step is named by the scenario of its main rows.
-    pub const STEPS: [Scenario; 9] = [
+    pub const STEPS: [Scenario; 11] = [
         Scenario::RoundTrip,
         Scenario::AcquireRelease,
         Scenario::FencedWrite,
@@ -92,10 +110,12 @@ impl Scenario {
         Scenario::ContendedManyKeys,
         Scenario::ExclusiveGrant,
         Scenario::ElectionFailover,
+        Scenario::CompositeSmall,
+        Scenario::CompositeLarge,
     ];
 
     /// Every scenario, in report order.
-    pub const ALL: [Scenario; 13] = [
+    pub const ALL: [Scenario; 17] = [
         Scenario::RoundTrip,
         Scenario::IdleRoundTrip,
         Scenario::AcquireRelease,
@@ -109,6 +129,10 @@ impl Scenario {
         Scenario::WriterGrant,
         Scenario::PermitGrant,
         Scenario::ElectionFailover,
+        Scenario::SinglesSmall,
+        Scenario::CompositeSmall,
+        Scenario::SinglesLarge,
+        Scenario::CompositeLarge,
     ];
 
     /// A short stable identifier (`acquire_release`, ...), as in criterion group names and
@@ -128,6 +152,10 @@ impl Scenario {
             Scenario::WriterGrant => "writer_grant",
             Scenario::PermitGrant => "permit_grant",
             Scenario::ElectionFailover => "election_failover",
+            Scenario::SinglesSmall => "singles_2",
+            Scenario::CompositeSmall => "composite_2",
+            Scenario::SinglesLarge => "singles_8",
+            Scenario::CompositeLarge => "composite_8",
         }
     }
 
@@ -149,6 +177,10 @@ impl Scenario {
             Scenario::WriterGrant => "writer grant+release".into(),
             Scenario::PermitGrant => format!("permit grant+release (of {PERMITS})"),
             Scenario::ElectionFailover => "election failover (leader killed)".into(),
+            Scenario::SinglesSmall => format!("{COMPOSITE_SMALL} single grants+releases"),
+            Scenario::CompositeSmall => format!("composite of {COMPOSITE_SMALL} grant+release"),
+            Scenario::SinglesLarge => format!("{COMPOSITE_LARGE} single grants+releases"),
+            Scenario::CompositeLarge => format!("composite of {COMPOSITE_LARGE} grant+release"),
         }
     }
 
@@ -172,14 +204,25 @@ impl Scenario {
     }
 
     /// The scenario whose baseline row this one's ratio is counted against: the lock kinds
-    /// against the exclusive lock's grant on the same backend, every other scenario against
-    /// its own baseline.
+    /// against the exclusive lock's grant on the same backend, a composite set against as many
+    /// single grants, every other scenario against its own baseline.
     pub fn compared_with(self) -> Scenario {
         match self {
             Scenario::ReaderGrant | Scenario::WriterGrant | Scenario::PermitGrant => {
                 Scenario::ExclusiveGrant
             }
+            Scenario::CompositeSmall => Scenario::SinglesSmall,
+            Scenario::CompositeLarge => Scenario::SinglesLarge,
             other => other,
+        }
+    }
+
+    /// The keys of a composite scenario and of its single grants.
+    pub fn set_size(self) -> Option<usize> {
+        match self {
+            Scenario::SinglesSmall | Scenario::CompositeSmall => Some(COMPOSITE_SMALL),
+            Scenario::SinglesLarge | Scenario::CompositeLarge => Some(COMPOSITE_LARGE),
+            _ => None,
         }
     }
 

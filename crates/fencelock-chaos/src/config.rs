@@ -128,11 +128,22 @@ pub enum Workload {
     /// fence), odd workers readers (two fenced reads under the shared read fence, with the
     /// work between them). Needs a backend that offers shared locks.
     RwLock,
+    /// Composite locks: `members + 1` counters, each with a lock key of its own; worker `i`
+    /// takes the keys of counters `i .. i + members` (modulo the count) with one
+    /// `Locker::lock_all`, so every two workers' sets overlap, and increments each member's
+    /// counter under that member's own fence.
+    Composite {
+        /// Keys in each worker's set, 2 to [`MAX_MEMBERS`].
+        members: u16,
+    },
 }
+
+/// The most keys a composite workload's sets may have.
+pub const MAX_MEMBERS: u16 = 16;
 
 impl Workload {
     /// Every name `--workload` takes.
-    pub const NAMES: [&'static str; 4] = ["lock", "semaphore", "election", "rwlock"];
+    pub const NAMES: [&'static str; 5] = ["lock", "semaphore", "election", "rwlock", "composite"];
 
     /// The name `--workload` uses.
     pub fn name(self) -> &'static str {
@@ -141,13 +152,16 @@ impl Workload {
             Workload::Semaphore { .. } => "semaphore",
             Workload::Election => "election",
             Workload::RwLock => "rwlock",
+            Workload::Composite { .. } => "composite",
         }
     }
 
-    /// Counters the workers keep: one per permit for a semaphore, else one.
+    /// Counters the workers keep: one per permit for a semaphore, one more than a composite
+    /// set's members (so that sets overlap without all being equal), else one.
     pub fn resources(self) -> usize {
         match self {
             Workload::Semaphore { permits } => usize::from(permits).max(1),
+            Workload::Composite { members } => usize::from(members).max(1) + 1,
             Workload::Lock | Workload::Election | Workload::RwLock => 1,
         }
     }
@@ -157,6 +171,7 @@ impl fmt::Display for Workload {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Workload::Semaphore { permits } => write!(f, "semaphore of {permits} permits"),
+            Workload::Composite { members } => write!(f, "composite of {members} keys"),
             other => f.write_str(other.name()),
         }
     }
@@ -275,6 +290,13 @@ impl ChaosConfig {
                 self.workers - 1
             )));
         }
+        if let Workload::Composite { members } = self.workload
+            && !(2..=MAX_MEMBERS).contains(&members)
+        {
+            return Err(ChaosError::config(format!(
+                "a composite of {members} keys: give between 2 and {MAX_MEMBERS} keys per set"
+            )));
+        }
         if let Target::Spawn {
             scheme, nodes: 0, ..
         } = &self.target
@@ -360,6 +382,17 @@ mod tests {
         );
         crowded.workload = Workload::Semaphore { permits: 4 };
         assert!(crowded.validate().is_ok());
+        for (members, ok) in [
+            (1, false),
+            (2, true),
+            (MAX_MEMBERS, true),
+            (MAX_MEMBERS + 1, false),
+        ] {
+            crowded.workload = Workload::Composite { members };
+            let outcome = crowded.validate();
+            assert_eq!(outcome.is_ok(), ok, "{members} members: {outcome:?}");
+        }
+        assert_eq!(Workload::Composite { members: 2 }.resources(), 3);
         let empty = ChaosConfig::new(Target::spawn("redis", 0));
         assert!(empty.validate().unwrap_err().is_input());
     }

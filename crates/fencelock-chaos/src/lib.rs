@@ -57,7 +57,9 @@ mod run;
 mod worker;
 
 pub use checker::Verdict;
-pub use config::{ChaosConfig, FaultKind, MIN_TTL, Mode, Persistence, Target, Workload};
+pub use config::{
+    ChaosConfig, FaultKind, MAX_MEMBERS, MIN_TTL, Mode, Persistence, Target, Workload,
+};
 pub use error::{ChaosError, Result};
 pub use linearizability::Linearizability;
 pub use nemesis::FaultTally;

@@ -131,9 +131,11 @@ impl<'a> Phase<'a> {
     ) -> Result<Self> {
         let base = format!("chaos/{}/{}", settings.tag, mode.name());
         let names: Vec<String> = match settings.workload {
-            Workload::Semaphore { .. } => (0..settings.workload.resources())
-                .map(|slot| format!("{base}/counter/{slot}"))
-                .collect(),
+            Workload::Semaphore { .. } | Workload::Composite { .. } => {
+                (0..settings.workload.resources())
+                    .map(|slot| format!("{base}/counter/{slot}"))
+                    .collect()
+            }
             Workload::Lock | Workload::Election | Workload::RwLock => {
                 vec![format!("{base}/counter")]
             }

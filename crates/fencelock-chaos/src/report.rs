@@ -164,7 +164,17 @@ impl ChaosReport {
             "workload": self.workload.name(),
             "permits": match self.workload {
                 Workload::Semaphore { permits } => Some(permits),
-                Workload::Lock | Workload::Election | Workload::RwLock => None,
+                Workload::Lock
+                | Workload::Election
+                | Workload::RwLock
+                | Workload::Composite { .. } => None,
+            },
+            "members": match self.workload {
+                Workload::Composite { members } => Some(members),
+                Workload::Lock
+                | Workload::Election
+                | Workload::RwLock
+                | Workload::Semaphore { .. } => None,
             },
             "workers": self.workers,
             "ttl_ms": self.ttl.as_secs_f64() * 1000.0,

@@ -106,7 +106,7 @@ pub async fn run(
 fn check_workload(workload: Workload, backend: &dyn fencelock::LockBackend) -> Result<()> {
     let kinds = backend.capabilities().kinds;
     let (offered, what) = match workload {
-        Workload::Lock => (true, ""),
+        Workload::Lock | Workload::Composite { .. } => (true, ""),
         Workload::Semaphore { .. } => (kinds.semaphore, "semaphores"),
         Workload::Election => (kinds.election, "leader election"),
         Workload::RwLock => (kinds.shared, "shared (reader) locks"),

@@ -44,6 +44,8 @@ use crate::config::{Mode, Workload};
 use crate::error::{ChaosError, Result};
 use crate::events::{Event, Outcome, Stamped};
 
+mod composite;
+
 /// What one worker does; written by the coordinator as the first line of the worker's stdin.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct WorkerConfig {
@@ -225,6 +227,9 @@ enum Grant {
     Election(Election),
     Writer(RwLocker),
     Reader(RwLocker),
+    /// The worker's set of composite member keys, in the order it asks for them, each with
+    /// the index of its counter.
+    Composite(Vec<(LockKey, usize)>),
 }
 
 struct Worker {
@@ -344,6 +349,9 @@ impl Worker {
                 Grant::Writer(RwLocker::new(locker.clone()))
             }
             Workload::RwLock => Grant::Reader(RwLocker::new(locker.clone())),
+            Workload::Composite { members } => {
+                Grant::Composite(composite::member_keys(&key, members, config.index)?)
+            }
         };
         Ok((grant, key, resources))
     }
@@ -420,6 +428,9 @@ impl Worker {
                 .backoff(backoff)
                 .await
                 .map(|leadership| (leadership.into_guard(), 0, key())),
+            Grant::Composite(_) => Err(Error::config(
+                "a composite set is taken by its own cycle, not as one grant",
+            )),
         }
     }
 
@@ -445,6 +456,10 @@ impl Worker {
 
     /// One cycle: a grant, its counter work, its release.
     async fn cycle(&self) {
+        if let Grant::Composite(members) = &self.grant {
+            self.composite_cycle(members).await;
+            return;
+        }
         let Some(held) = self.take().await else {
             return;
         };
@@ -473,13 +488,15 @@ impl Worker {
                 // A leader writes while it believes it leads: its lease is renewed in the
                 // background, so only a pause or a cut-off ends the term early.
                 for _ in 0..TERM_WRITES {
-                    if !held.guard.is_held() || !self.increment(resource, &held, mode).await {
+                    if !held.guard.is_held()
+                        || !self.increment(resource, fence, &held.key, mode).await
+                    {
                         break;
                     }
                 }
             }
             (_, mode) => {
-                self.increment(resource, &held, mode).await;
+                self.increment(resource, fence, &held.key, mode).await;
             }
         }
         let released = match bounded(self.op_timeout, held.guard.release()).await {
@@ -495,10 +512,10 @@ impl Worker {
     /// Read, work, write of the value + 1: fenced with the grant's fence, or in the control
     /// run unfenced and under the control fence. `false` when the write was not made or not
     /// admitted.
-    async fn increment(&self, resource: &LockKey, held: &Held, mode: Mode) -> bool {
+    async fn increment(&self, resource: &LockKey, held: Fence, key: &LockKey, mode: Mode) -> bool {
         let (value, fence) = match mode {
-            Mode::Fenced => match self.fenced_read(resource, held.fence, &held.key).await {
-                Some(value) => (value, held.fence),
+            Mode::Fenced => match self.fenced_read(resource, held, key).await {
+                Some(value) => (value, held),
                 None => return false,
             },
             Mode::Control => match self.peek(resource).await {

@@ -133,6 +133,28 @@ async fn readers_share_a_fence_and_never_read_past_a_later_writer() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn composite_sets_fence_each_member_with_its_own_key() {
+    let report = run(Workload::Composite { members: 2 }).await;
+    assert_passes(&report);
+    let text = report.text();
+    assert!(report.fenced.faults.paused_writes_refused > 0, "{text}");
+    // Three counters (one more than a set's keys), each written under its own key's fences.
+    let mut writers: HashMap<&str, Vec<_>> = HashMap::new();
+    for op in &report.fenced.history.operations {
+        if let (Some(fence), fencelock_chaos::history::OpKind::Write, OpOutcome::Ok) =
+            (op.fence, op.kind, op.outcome)
+        {
+            writers.entry(op.key.as_str()).or_default().push(fence);
+        }
+    }
+    assert_eq!(writers.len(), 3, "{writers:?}");
+    assert!(
+        writers.keys().all(|k| k.contains("/counter/")),
+        "{writers:?}"
+    );
+}
+
 /// A control too short to see a fault bite goes on until its first lost update, within the
 /// fenced run's length, instead of reporting that the run proves nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -25,10 +25,14 @@ pub(crate) const EXAMPLES: &str = "  fencelock chaos --spawn redis --faults paus
   fencelock chaos --spawn redis --workload semaphore --permits 2 --faults pause,kill
   fencelock chaos --spawn redis --workload election --faults pause,partition
   fencelock chaos --backend memory:// --workload rwlock --duration 10s
+  fencelock chaos --spawn redis --workload composite --members 2 --faults pause,kill,partition
 ";
 
 /// Permits of the semaphore workload when `--permits` is not given.
 const DEFAULT_PERMITS: u16 = 2;
+
+/// Keys per set of the composite workload when `--members` is not given.
+const DEFAULT_MEMBERS: u16 = 2;
 
 /// `--workload`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -44,6 +48,9 @@ enum WorkloadArg {
     /// A read/write lock: even workers write (increment), odd workers read twice under the
     /// shared read fence. Needs a backend with shared locks (memory://).
     Rwlock,
+    /// Composite locks: each worker takes --members overlapping keys with one lock_all and
+    /// increments each key's counter under that key's own fence.
+    Composite,
 }
 
 /// `--persistence`.
@@ -124,6 +131,10 @@ pub(crate) struct Args {
     /// Permits of the semaphore workload, fewer than --workers [default: 2].
     #[arg(long, value_name = "P", value_parser = clap::value_parser!(u16).range(1..=255))]
     permits: Option<u16>,
+    /// Keys in each worker's set for the composite workload, out of one more counters, so
+    /// that every two sets overlap [default: 2].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(2..=i64::from(fencelock_chaos::MAX_MEMBERS)))]
+    members: Option<u16>,
     /// Faults to inject, comma separated: pause, kill, partition, terminate.
     #[arg(long, value_delimiter = ',', default_value = "pause", value_parser = parse_fault)]
     faults: Vec<FaultKind>,
@@ -256,6 +267,11 @@ impl Args {
                 "--permits applies to --workload semaphore only".to_owned(),
             ));
         }
+        if self.members.is_some() && self.workload != WorkloadArg::Composite {
+            return Err(CliError::Input(
+                "--members applies to --workload composite only".to_owned(),
+            ));
+        }
         config.workload = match self.workload {
             WorkloadArg::Lock => Workload::Lock,
             WorkloadArg::Semaphore => Workload::Semaphore {
@@ -263,6 +279,9 @@ impl Args {
             },
             WorkloadArg::Election => Workload::Election,
             WorkloadArg::Rwlock => Workload::RwLock,
+            WorkloadArg::Composite => Workload::Composite {
+                members: self.members.unwrap_or(DEFAULT_MEMBERS),
+            },
         };
         config.ttl = self.ttl;
         config.work = self.work;
@@ -450,10 +469,43 @@ mod tests {
             ("lock", Workload::Lock),
             ("election", Workload::Election),
             ("rwlock", Workload::RwLock),
+            ("composite", Workload::Composite { members: 2 }),
         ] {
             let args = chaos_args(&["fencelock", "chaos", "--spawn", "redis", "--workload", name]);
             assert_eq!(args.config().unwrap().workload, workload);
         }
+        let wide = chaos_args(&[
+            "fencelock",
+            "chaos",
+            "--spawn",
+            "redis",
+            "--workload",
+            "composite",
+            "--members",
+            "4",
+        ]);
+        assert_eq!(
+            wide.config().unwrap().workload,
+            Workload::Composite { members: 4 }
+        );
+        let alone = [
+            "fencelock",
+            "chaos",
+            "--spawn",
+            "redis",
+            "--workload",
+            "composite",
+        ];
+        for members in ["1", "17"] {
+            let args = [&alone[..], &["--members", members]].concat();
+            assert!(Cli::try_parse_from(args).is_err(), "--members {members}");
+        }
+        let stray = chaos_args(&["fencelock", "chaos", "--spawn", "redis", "--members", "2"]);
+        let err = stray.config().unwrap_err();
+        assert!(
+            err.to_string().contains("--workload composite only"),
+            "{err}"
+        );
         let junk = [
             "fencelock",
             "chaos",

@@ -11,7 +11,7 @@ use fencelock_testkit::postgres::PgSchema;
 use fencelock_testkit::redis::RedisServer;
 
 /// Every scenario but the reader's, which only a backend with shared locks has.
-const SCENARIOS: [&str; 12] = [
+const SCENARIOS: [&str; 16] = [
     "round_trip",
     "idle_round_trip",
     "acquire_release",
@@ -24,17 +24,23 @@ const SCENARIOS: [&str; 12] = [
     "writer_grant",
     "permit_grant",
     "election_failover",
+    "singles_2",
+    "composite_2",
+    "singles_8",
+    "composite_8",
 ];
 
-/// Scenarios without a baseline row of their own: counted in round trips, or against the
-/// exclusive grant.
-const NO_BASELINE: [&str; 6] = [
+/// Scenarios without a baseline row of their own: counted in round trips, against the
+/// exclusive grant, or against as many single grants.
+const NO_BASELINE: [&str; 8] = [
     "handoff",
     "extend",
     "election_failover",
     "reader_grant",
     "writer_grant",
     "permit_grant",
+    "composite_2",
+    "composite_8",
 ];
 
 const SHORT: [&str; 6] = ["--duration", "100ms", "--concurrency", "4", "--keys", "16"];
@@ -45,7 +51,7 @@ fn bench_json(spec: &str) -> Vec<String> {
     args.extend(SHORT);
     let (code, out, err) = fencelock(&args);
     assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
-    assert!(err.contains("[1/9] round trip"), "no progress line: {err}");
+    assert!(err.contains("[1/11] round trip"), "no progress line: {err}");
     let report: serde_json::Value = serde_json::from_str(&out).expect("the output is JSON");
     assert_eq!(report["settings"]["concurrency"], 4);
     assert_eq!(report["settings"]["keys"], 16);
@@ -99,8 +105,10 @@ fn bench_memory_prints_a_table() {
         .take_while(|l| !l.is_empty())
         .copied()
         .collect();
-    // Memory has every lock kind, the reader included.
-    assert_eq!(rows.len(), 17, "{out}");
+    // Memory has every lock kind, the reader included, and both composite sets with their
+    // single grants.
+    assert_eq!(rows.len(), 21, "{out}");
+    assert!(out.contains("composite of 8 grant+release"), "{out}");
     assert!(out.contains("reader grant+release"), "{out}");
     for row in &rows {
         let ratio = row.split_whitespace().last().unwrap();
@@ -423,7 +431,7 @@ fn bench_refuses_bad_input() {
 }
 
 /// Starts `fencelock bench` on `spec` for long enough to be interrupted, and returns it once
-/// its progress reached `step` (a line with `[step/9]`), with the rest of stderr still to read.
+/// its progress reached `step` (a line with `[step/11]`), with the rest of stderr still to read.
 fn bench_until_step(
     spec: &str,
     step: usize,
@@ -440,7 +448,7 @@ fn bench_until_step(
         .spawn()
         .expect("the fencelock binary runs");
     let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let marker = format!("[{step}/9]");
+    let marker = format!("[{step}/11]");
     for line in lines.by_ref() {
         let line = line.unwrap();
         if line.contains(&marker) {

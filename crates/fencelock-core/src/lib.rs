@@ -43,8 +43,9 @@ pub use holder::{
 pub use host::HostPort;
 pub use key::LockKey;
 pub use kinds::{
-    CampaignRequest, Election, LeaderChange, Leadership, Observer, PermitGuard, PermitRequest,
-    ReadGuard, ReadPhase, ReadRequest, RwLocker, Semaphore,
+    COMPANION_SUFFIX, CampaignRequest, Election, LeaderChange, Leadership, Observer, PermitGuard,
+    PermitRequest, ReadGuard, ReadPhase, ReadRequest, RwLocker, Semaphore, UpgradeableReadGuard,
+    UpgradeableReadRequest, UpgradedGuard, WriteRequest,
 };
 pub use lease::{Lease, LockInfo, drift_margin, valid_until};
 pub use locker::{LockOptions, LockRequest, Locker};

@@ -8,7 +8,7 @@ use std::time::Duration;
 use fencelock_core::{Error, LockBackend, LockKey, Locker, OwnerId, RwLocker};
 use tokio::time::sleep;
 
-use super::support::{LONG_TTL, assert_stale, grant, key};
+use super::support::{LONG_TTL, PATIENCE, assert_stale, grant, key};
 use crate::Setup;
 
 /// `true` when the backend claims shared locks. When it does not, checks that every shared
@@ -29,7 +29,17 @@ async fn offers_shared(backend: &Arc<dyn LockBackend>) -> bool {
     assert!(b.release(&lease).await.unwrap(), "the writer's lock was lost");
     let rw = RwLocker::new(Locker::new(backend.clone()));
     assert_unsupported(rw.read(key.as_str()).wait(Duration::ZERO).await, b);
+    assert_unsupported(rw.upgradeable_read(key.as_str()).wait(Duration::ZERO).await, b);
+    // A writer needs no companion where no upgrader can exist: it is still granted.
+    let writer = rw.try_write(key.as_str()).await.unwrap().expect("a writer was refused a free key");
+    assert!(writer.release().await.unwrap());
     false
+}
+
+/// Two read/write lockers over `backend`, each its own holder (as two processes are).
+fn two_rw(backend: &Arc<dyn LockBackend>) -> (RwLocker, RwLocker) {
+    let rw = || RwLocker::new(Locker::new(backend.clone()));
+    (rw(), rw())
 }
 
 fn assert_unsupported<T: std::fmt::Debug>(outcome: Result<T, Error>, b: &dyn LockBackend) {
@@ -148,5 +158,101 @@ declare_properties!(__fencelock_conformance_rwlock, {
         assert!(matches!(b.extend_shared(&r, reader, LONG_TTL).await, Err(Error::LeaseLost { .. })), "an expired reader was renewed");
         assert!(!b.release_shared(&r, reader).await.unwrap());
         assert!(b.release(&w).await.unwrap(), "the stale reader's release freed the writer's lock");
+    }
+
+    /// At most one upgradeable reader holds a key at a time, beside plain readers that share
+    /// its fence; writers are kept out while it holds; once it is released the next one gets in.
+    pub async fn one_upgradeable_reader_at_a_time_beside_plain_readers(s: &Setup) {
+        if !offers_shared(&s.backend).await {
+            return;
+        }
+        let (a, b) = two_rw(&s.backend);
+        let key = key("one-upgrader");
+        let first = a.upgradeable_read(key.as_str()).ttl(LONG_TTL).wait(Duration::ZERO).await.expect("the first upgradeable reader was refused");
+        assert!(b.try_upgradeable_read(key.as_str()).await.unwrap().is_none(), "two upgradeable readers at once");
+        // The same locker asking again would wait for itself: refused at once.
+        assert!(matches!(a.try_upgradeable_read(key.as_str()).await, Err(Error::AlreadyHeld { .. })), "a second upgradeable reader of one locker was not refused");
+        let plain = b.read(key.as_str()).ttl(LONG_TTL).wait(Duration::ZERO).await.expect("a plain reader was refused beside the upgradeable reader");
+        assert_eq!(plain.fence(), first.fence(), "the plain reader is in another phase");
+        s.storage.read(&key, plain.fence()).await.expect("a plain reader's fenced read was refused");
+        s.storage.read(&key, first.fence()).await.expect("the upgradeable reader's fenced read was refused");
+        assert!(plain.release().await.unwrap());
+        assert!(b.try_write(key.as_str()).await.unwrap().is_none(), "a writer got in beside the upgradeable reader");
+        assert!(first.release().await.unwrap());
+        let next = b.try_upgradeable_read(key.as_str()).await.unwrap().expect("the released upgradeable reader still kept the next one out");
+        assert!(next.release().await.unwrap());
+    }
+
+    /// The upgrade waits for the other readers and takes a new token; a writer that was
+    /// already waiting when the last other reader left is granted only after the upgraded
+    /// writer (the companion keeps it out of the gap between the read and the write); after
+    /// the upgraded write every read fence of the phase before it is refused, the upgrader's
+    /// own and its plain readers' alike.
+    pub async fn a_reader_fence_from_before_the_upgrade_is_refused_after_it(s: &Setup) {
+        if !offers_shared(&s.backend).await {
+            return;
+        }
+        // A writer let into the gap would race the upgrader there and need not win every
+        // time: a few rounds.
+        for round in 0..3 {
+            let (a, b) = two_rw(&s.backend);
+            let key = key(&format!("upgrade-fence-{round}"));
+            let upgradeable = a.upgradeable_read(key.as_str()).ttl(LONG_TTL).wait(Duration::ZERO).await.unwrap();
+            let plain = b.read(key.as_str()).ttl(LONG_TTL).wait(Duration::ZERO).await.unwrap();
+            let read_fence = upgradeable.fence();
+            s.storage.read(&key, read_fence).await.expect("the phase's fenced read was refused");
+            let upgrade = tokio::spawn(upgradeable.upgrade(PATIENCE));
+            // Another locker's writer, waiting before the plain reader leaves.
+            let other = RwLocker::new(Locker::new(s.backend.clone()));
+            let waiting = tokio::spawn(async move {
+                let writer = other.write(key.as_str()).ttl(LONG_TTL).wait(PATIENCE).await;
+                (writer, key)
+            });
+            // The plain reader is still in the phase: the upgrade cannot be through.
+            sleep(s.short_ttl()).await;
+            assert!(!upgrade.is_finished(), "the upgrade did not wait for the other reader");
+            assert!(plain.release().await.unwrap());
+            let writer = upgrade.await.unwrap().expect("the upgrade failed once the reader left");
+            assert!(writer.token() > read_fence.token, "the upgrade's token {} is not above the read fence {read_fence}", writer.token());
+            let key = writer.guard().lease().key;
+            s.storage.write(&key, writer.fence(), b"upgraded").await.expect("the upgraded writer's write was refused");
+            assert_stale(s.storage.read(&key, read_fence).await, read_fence, writer.fence());
+            assert_stale(s.storage.write(&key, read_fence, b"stale").await, read_fence, writer.fence());
+            assert!(b.try_read(key.as_str()).await.unwrap().is_none(), "a reader got in beside the upgraded writer");
+            sleep(s.short_ttl()).await;
+            assert!(!waiting.is_finished(), "a waiting writer was granted beside the upgraded writer");
+            let upgraded_token = writer.token();
+            assert!(writer.release().await.unwrap());
+            let (next, _) = waiting.await.unwrap();
+            let next = next.expect("the waiting writer was not granted after the upgraded one left");
+            assert!(next.token() > upgraded_token, "the waiting writer's token {} is not above the upgrade's {upgraded_token}", next.token());
+            assert!(next.release().await.unwrap());
+        }
+    }
+
+    /// A downgrade keeps other writers out between the write and the read: the reader's
+    /// fence is newer than the write's, so it reads what the upgraded writer wrote, and plain
+    /// readers join its phase.
+    pub async fn a_downgrade_reads_the_upgraded_write_with_no_writer_between(s: &Setup) {
+        if !offers_shared(&s.backend).await {
+            return;
+        }
+        let (a, b) = two_rw(&s.backend);
+        let key = key("downgrade");
+        let upgradeable = a.upgradeable_read(key.as_str()).ttl(LONG_TTL).wait(Duration::ZERO).await.unwrap();
+        let writer = upgradeable.upgrade(PATIENCE).await.expect("an upgrade with no other reader failed");
+        s.storage.write(&key, writer.fence(), b"written").await.unwrap();
+        let write_fence = writer.fence();
+        let reader = writer.downgrade().await.expect("the downgrade failed");
+        assert!(reader.token() > write_fence.token, "the downgraded read fence {} is not above the write {write_fence}", reader.fence());
+        let read = s.storage.read(&key, reader.fence()).await.expect("the downgraded reader's read was refused");
+        assert_eq!(read.as_deref(), Some(&b"written"[..]), "the downgraded reader read something else");
+        assert!(b.try_write(key.as_str()).await.unwrap().is_none(), "a writer got in beside the downgraded reader");
+        let plain = b.try_read(key.as_str()).await.unwrap().expect("a plain reader was refused beside the downgraded reader");
+        assert_eq!(plain.fence(), reader.fence());
+        assert!(plain.release().await.unwrap());
+        assert!(reader.release().await.unwrap());
+        let writer = b.try_write(key.as_str()).await.unwrap().expect("a writer was refused once the reader was released");
+        assert!(writer.release().await.unwrap());
     }
 });

@@ -48,7 +48,11 @@ macro_rules! forward_request_options {
 mod election;
 mod rwlock;
 mod semaphore;
+mod upgrade;
 
 pub use election::{CampaignRequest, Election, LeaderChange, Leadership, Observer};
 pub use rwlock::{ReadGuard, ReadPhase, ReadRequest, RwLocker};
 pub use semaphore::{PermitGuard, PermitRequest, Semaphore};
+pub use upgrade::{
+    COMPANION_SUFFIX, UpgradeableReadGuard, UpgradeableReadRequest, UpgradedGuard, WriteRequest,
+};

@@ -18,6 +18,8 @@ use crate::key::LockKey;
 use crate::lease::{Lease, LockInfo};
 use crate::locker::{LockRequest, Locker};
 
+use super::upgrade::{UpgradeableReadGuard, UpgradeableReadRequest, WriteRequest};
+
 /// A live read phase as [`LockBackend::inspect_shared`] reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadPhase {
@@ -70,7 +72,9 @@ impl RwLocker {
         RwLocker { locker }
     }
 
-    /// The locker underneath; its `lock(key)` is this key's writer.
+    /// The locker underneath. Its `lock(key)` excludes this key's readers and writers, but
+    /// not its upgradeable reader's upgrade: where upgradeable readers are used, write through
+    /// [`write`](Self::write).
     pub fn locker(&self) -> &Locker {
         &self.locker
     }
@@ -88,9 +92,51 @@ impl RwLocker {
         }
     }
 
-    /// A request for the writer's (exclusive) lock on `key`.
-    pub fn write(&self, key: impl AsRef<str>) -> LockRequest {
-        self.locker.lock(key)
+    /// A request for the writer's (exclusive) lock on `key`. Where the backend offers shared
+    /// locks, it takes the key's companion lock first, so that it is never granted between
+    /// an upgradeable reader's read and its upgrade ([`WriteRequest`]).
+    pub fn write(&self, key: impl AsRef<str>) -> WriteRequest {
+        WriteRequest::new(&self.locker, key.as_ref())
+    }
+
+    /// A request for the upgradeable reader of `key`: a reader of the key's read phase that
+    /// may later [`upgrade`](UpgradeableReadGuard::upgrade) to the writer, with no other
+    /// writer in between. One at a time per key, beside plain readers
+    /// ([`UpgradeableReadRequest`]); [`Error::Unsupported`](crate::Error::Unsupported) on a
+    /// backend without shared locks.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> fencelock_core::Result<()> {
+    /// use std::time::Duration;
+    /// use fencelock_core::{Locker, RwLocker};
+    /// let backend = fencelock_memory::MemoryLockBackend::new();
+    /// let rw = RwLocker::new(Locker::new(backend.clone()));
+    /// let other = RwLocker::new(Locker::new(backend));
+    /// let upgradeable = rw.upgradeable_read("catalog").await?;
+    /// let read_fence = upgradeable.fence();
+    /// let plain = other.read("catalog").await?; // plain readers join beside it
+    /// assert_eq!(plain.fence(), read_fence);
+    /// assert!(other.try_upgradeable_read("catalog").await?.is_none()); // one at a time
+    /// plain.release().await?;
+    /// let writer = upgradeable.upgrade(Duration::from_secs(1)).await?;
+    /// assert!(writer.token() > read_fence.token); // a new token: the read fence is now stale
+    /// let reader = writer.downgrade().await?;
+    /// assert!(reader.token() > read_fence.token);
+    /// reader.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn upgradeable_read(&self, key: impl AsRef<str>) -> UpgradeableReadRequest {
+        UpgradeableReadRequest::new(self, key.as_ref())
+    }
+
+    /// Tries once to take the upgradeable reader: `Ok(None)` while another upgradeable
+    /// reader or a writer holds the key.
+    pub async fn try_upgradeable_read(
+        &self,
+        key: impl AsRef<str>,
+    ) -> Result<Option<UpgradeableReadGuard>> {
+        none_on_timeout(self.upgradeable_read(key).wait(Duration::ZERO).await)
     }
 
     /// Tries once to join the read phase: `Ok(None)` while a writer holds the key.
@@ -100,7 +146,7 @@ impl RwLocker {
 
     /// Tries once to take the writer's lock: `Ok(None)` while readers or a writer hold it.
     pub async fn try_write(&self, key: impl AsRef<str>) -> Result<Option<LockGuard>> {
-        self.locker.try_lock(key).await
+        none_on_timeout(self.write(key).wait(Duration::ZERO).await)
     }
 }
 
