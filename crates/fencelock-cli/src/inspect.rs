@@ -30,8 +30,9 @@ pub(crate) struct Args {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     permits: Option<u32>,
     /// Print one JSON object instead of the text: key, backend, holder (owner, token,
-    /// remaining_ms) or null, last_token, readers and permits when asked for, and capabilities
-    /// in words.
+    /// remaining_ms) or null, last_token, never_granted (true when the key was never granted
+    /// under the spec's prefix, schema or chroot), readers and permits when asked for, and
+    /// capabilities in words.
     #[arg(long)]
     json: bool,
     /// The storage resource whose fence to show next to the lock's last token [default: the
@@ -112,6 +113,9 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
             shown.json["holder"] = Value::Null;
             match &info.unfenced_holder {
                 Some(who) => shown.row("holder", format!("held without a fence by {who}")),
+                None if info.last_token.is_none() => {
+                    shown.row("holder", format!("none (never granted under {spec})"));
+                }
                 None => shown.row("holder", "none (the lock is free)"),
             }
         }
@@ -119,10 +123,18 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     shown.json["unfenced_holder"] = json!(info.unfenced_holder);
     shown.row(
         "last token",
-        info.last_token
-            .map_or("none (never granted)".into(), |token| token.to_string()),
+        info.last_token.map_or_else(
+            || {
+                format!(
+                    "none (never granted under {spec}; {})",
+                    crate::spec::NAMESPACE_HINT
+                )
+            },
+            |token| token.to_string(),
+        ),
     );
     shown.json["last_token"] = json!(info.last_token.map(|token| token.get()));
+    shown.json["never_granted"] = json!(info.holder.is_none() && info.last_token.is_none());
     storage_fence(
         &mut shown,
         &*storage,
