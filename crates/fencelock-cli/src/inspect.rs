@@ -101,7 +101,7 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
             shown.row("token", holder.token.to_string());
             shown.row(
                 "time left",
-                remaining.map_or("unknown".into(), |left| format!("{} ms", left.as_millis())),
+                remaining.map_or("unknown".into(), crate::duration::shown),
             );
             shown.json["holder"] = fence_json(holder, remaining);
             if let Some(who) = described(&*storage, &key, *holder).await? {
@@ -150,11 +150,11 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
                 shown.row(
                     "readers",
                     format!(
-                        "{} sharing token {} owner {} ({} ms left)",
+                        "{} sharing token {} owner {} ({} left)",
                         phase.readers,
                         phase.fence.token,
                         phase.fence.owner,
-                        phase.remaining.as_millis()
+                        crate::duration::shown(phase.remaining)
                     ),
                 );
                 let mut readers = fence_json(&phase.fence, Some(phase.remaining));
@@ -187,10 +187,11 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
                     shown.row(
                         label,
                         format!(
-                            "token {} owner {} ({} ms left){}",
+                            "token {} owner {} ({} left){}",
                             holder.token,
                             holder.owner,
-                            info.remaining.map_or(0, |left| left.as_millis()),
+                            info.remaining
+                                .map_or("unknown".into(), crate::duration::shown),
                             by.unwrap_or_default()
                         ),
                     );
@@ -358,8 +359,8 @@ fn capabilities(shown: &mut Shown, caps: &Capabilities) {
         "  ttl",
         format!(
             "{} to {}",
-            humantime::format_duration(caps.min_ttl),
-            humantime::format_duration(caps.max_ttl)
+            crate::duration::shown(caps.min_ttl),
+            crate::duration::shown(caps.max_ttl)
         ),
     );
     shown.row(
