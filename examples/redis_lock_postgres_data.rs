@@ -13,15 +13,16 @@ use std::time::Duration;
 use fencelock::postgres::sqlx::{self, PgPool};
 use fencelock::postgres::{PgDatabase, PgFence, SqlxResultExt};
 use fencelock::redis::RedisConfig;
-use fencelock::{Error, Fence, LockKey, Locker, OwnerId, Result};
+use fencelock::{Error, Fence, Locker, OwnerId, Result};
 
 /// Pays `invoice` as the holder of `fence`, unless it is paid already. One transaction: the
 /// admit first (a fenced read: any holder with an older token is refused from here on), then
 /// the read, the decision in the application, and the writes.
 async fn pay(pool: &PgPool, fence: &PgFence, invoice: i64, by: Fence) -> Result<bool> {
-    let resource = LockKey::new(format!("invoice/{invoice}"))?;
     let mut tx = pool.begin().await.into_fencelock("invoices")?;
-    fence.admit(&mut *tx, &resource, by).await?;
+    fence
+        .admit(&mut *tx, format!("invoice/{invoice}"), by)
+        .await?;
     let status: String = sqlx::query_scalar("SELECT status FROM invoices WHERE id = $1")
         .bind(invoice)
         .fetch_one(&mut *tx)

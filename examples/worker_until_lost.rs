@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock::redis::RedisConfig;
-use fencelock::{Error, FencedStorage, LockKey, Locker, Result};
+use fencelock::{Error, FencedStorageExt, Locker, Result};
 
 #[tokio::main]
 async fn main() -> Result<()> {
@@ -19,11 +19,11 @@ async fn main() -> Result<()> {
     let backend = RedisConfig::new(url).prefix("example").connect().await?;
     let storage = backend.storage();
     let locker = Locker::new(Arc::new(backend));
-    let job = LockKey::new("reports/nightly")?;
+    let job = "reports/nightly";
 
     // The watchdog renews the 5 s lease every ~1.7 s while the guard lives.
     let guard = locker
-        .lock(job.as_str())
+        .lock(job)
         .ttl(Duration::from_secs(5))
         .wait(Duration::from_secs(30))
         .await?;
@@ -34,7 +34,7 @@ async fn main() -> Result<()> {
             tokio::time::sleep(Duration::from_millis(200)).await;
             // Refused with Error::Stale if a newer holder has written since.
             storage
-                .write(&job, fence, format!("step {step}").as_bytes())
+                .write_key(job, fence, format!("step {step}").as_bytes())
                 .await?;
             show(&format!("step {step} written under token {}", fence.token));
         }

@@ -8,8 +8,7 @@ use crate::spec::{BACKEND_ENV, Spec, SpecParser};
 /// The `--backend` option of every subcommand but `chaos`.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct BackendArg {
-    /// Backend spec: memory:// (in-process, the default), redis://, rediss://, redlock://,
-    /// postgres://, mysql://.
+    /// Backend spec, a URL (memory://, in-process, by default).
     #[arg(
         long,
         env = BACKEND_ENV,
@@ -24,9 +23,8 @@ pub(crate) struct BackendArg {
 /// `inspect`, `advance-token`): no default, and never in-process.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct SharedBackendArg {
-    /// Backend spec of a lock shared between processes: redis://, rediss://, redlock://,
-    /// postgres://, mysql://. Required here (memory:// lives inside one process and excludes nothing
-    /// across processes).
+    /// Backend spec, the URL of a lock shared between processes. Required here (memory://
+    /// lives inside one process and excludes nothing across processes).
     #[arg(
         long,
         env = BACKEND_ENV,
@@ -40,8 +38,8 @@ impl SharedBackendArg {
     /// The spec, if it names a backend shared between processes; `what` is the subcommand.
     pub(crate) fn shared(&self, what: &str) -> Result<&Spec, CliError> {
         let advice = format!(
-            "pass --backend SPEC (redis://, redlock://, postgres://, mysql://, ...) or set \
-             {BACKEND_ENV}"
+            "pass --backend SPEC (`{what} --help` lists the URL forms this build reads) or \
+             set {BACKEND_ENV}"
         );
         match &self.backend {
             Some(spec) if spec.spec().is_shared() => Ok(spec),
@@ -73,7 +71,7 @@ fn at_most_longest(text: &str, duration: Duration) -> Result<Duration, String> {
     if duration > LONGEST {
         return Err(format!(
             "{text} is longer than {}, the longest duration taken",
-            humantime::format_duration(LONGEST)
+            crate::duration::shown(LONGEST)
         ));
     }
     Ok(duration)
@@ -97,7 +95,7 @@ pub(crate) fn parse_ttl(text: &str) -> Result<Duration, String> {
     if ttl < fencelock::MIN_TTL {
         return Err(format!(
             "invalid ttl {text}: a lease ttl is at least {}",
-            humantime::format_duration(fencelock::MIN_TTL)
+            crate::duration::shown(fencelock::MIN_TTL)
         ));
     }
     Ok(ttl)

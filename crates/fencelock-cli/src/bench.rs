@@ -116,7 +116,7 @@ fn table(spec: &Spec, report: &Report) -> String {
         "fencelock bench: {} ({}), {} per subject and scenario\n\n{}",
         spec,
         report.backend,
-        humantime::format_duration(report.settings.duration),
+        crate::duration::shown(report.settings.duration),
         report.table()
     )
 }

@@ -64,9 +64,9 @@ enum PersistenceArg {
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// Backend spec of servers you run: redis://, redlock://, postgres://...?backend=lease|advisory,
-    /// mysql://, etcd://, zookeeper://; or memory://, whose workers are then threads of this
-    /// process (the pause fault stops a thread's whole runtime; no other fault applies).
+    /// Backend spec, the URL of servers you run; or memory://, whose workers are then threads
+    /// of this process (the pause fault stops a thread's whole runtime; no other fault
+    /// applies).
     #[arg(
         long,
         env = BACKEND_ENV,

@@ -54,7 +54,8 @@ pub(crate) async fn stop(
             () = tokio::time::sleep(GROUP_POLL), if exited => {}
             () = tokio::time::sleep_until(kill_at) => {
                 eprintln!(
-                    "fencelock: the command outlived the {grace:?} grace period; sending SIGKILL"
+                    "fencelock: the command outlived the {} grace period; sending SIGKILL",
+                    crate::duration::shown(grace)
                 );
                 send(Signal::SIGKILL);
                 child

@@ -92,7 +92,10 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
                 Ok(leadership) => Ok(Some(leadership)),
                 Err(Error::Timeout { waited, .. }) => {
                     if !talk.quiet {
-                        eprintln!("fencelock: not elected leader of {key:?} within {waited:?}");
+                        eprintln!(
+                            "fencelock: not elected leader of {key:?} within {}",
+                            crate::duration::shown(waited)
+                        );
                     }
                     Ok(None)
                 }

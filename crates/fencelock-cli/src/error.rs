@@ -22,7 +22,7 @@ pub enum CliError {
     #[error(transparent)]
     Bench(#[from] BenchError),
     /// The server did not answer within the time the command had.
-    #[error("no answer from {server} within {within:?}")]
+    #[error("no answer from {server} within {}", crate::duration::shown(*.within))]
     NoAnswer {
         /// The server, as its spec names it (password hidden).
         server: String,

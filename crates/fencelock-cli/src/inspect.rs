@@ -30,8 +30,9 @@ pub(crate) struct Args {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     permits: Option<u32>,
     /// Print one JSON object instead of the text: key, backend, holder (owner, token,
-    /// remaining_ms) or null, last_token, readers and permits when asked for, and capabilities
-    /// in words.
+    /// remaining_ms) or null, last_token, never_granted (true when the key was never granted
+    /// under the spec's prefix, schema or chroot), readers and permits when asked for, and
+    /// capabilities in words.
     #[arg(long)]
     json: bool,
     /// The storage resource whose fence to show next to the lock's last token [default: the
@@ -100,7 +101,7 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
             shown.row("token", holder.token.to_string());
             shown.row(
                 "time left",
-                remaining.map_or("unknown".into(), |left| format!("{} ms", left.as_millis())),
+                remaining.map_or("unknown".into(), crate::duration::shown),
             );
             shown.json["holder"] = fence_json(holder, remaining);
             if let Some(who) = described(&*storage, &key, *holder).await? {
@@ -112,6 +113,9 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
             shown.json["holder"] = Value::Null;
             match &info.unfenced_holder {
                 Some(who) => shown.row("holder", format!("held without a fence by {who}")),
+                None if info.last_token.is_none() => {
+                    shown.row("holder", format!("none (never granted under {spec})"));
+                }
                 None => shown.row("holder", "none (the lock is free)"),
             }
         }
@@ -119,10 +123,18 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     shown.json["unfenced_holder"] = json!(info.unfenced_holder);
     shown.row(
         "last token",
-        info.last_token
-            .map_or("none (never granted)".into(), |token| token.to_string()),
+        info.last_token.map_or_else(
+            || {
+                format!(
+                    "none (never granted under {spec}; {})",
+                    crate::spec::NAMESPACE_HINT
+                )
+            },
+            |token| token.to_string(),
+        ),
     );
     shown.json["last_token"] = json!(info.last_token.map(|token| token.get()));
+    shown.json["never_granted"] = json!(info.holder.is_none() && info.last_token.is_none());
     storage_fence(
         &mut shown,
         &*storage,
@@ -138,11 +150,11 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
                 shown.row(
                     "readers",
                     format!(
-                        "{} sharing token {} owner {} ({} ms left)",
+                        "{} sharing token {} owner {} ({} left)",
                         phase.readers,
                         phase.fence.token,
                         phase.fence.owner,
-                        phase.remaining.as_millis()
+                        crate::duration::shown(phase.remaining)
                     ),
                 );
                 let mut readers = fence_json(&phase.fence, Some(phase.remaining));
@@ -175,10 +187,11 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
                     shown.row(
                         label,
                         format!(
-                            "token {} owner {} ({} ms left){}",
+                            "token {} owner {} ({} left){}",
                             holder.token,
                             holder.owner,
-                            info.remaining.map_or(0, |left| left.as_millis()),
+                            info.remaining
+                                .map_or("unknown".into(), crate::duration::shown),
                             by.unwrap_or_default()
                         ),
                     );
@@ -346,8 +359,8 @@ fn capabilities(shown: &mut Shown, caps: &Capabilities) {
         "  ttl",
         format!(
             "{} to {}",
-            humantime::format_duration(caps.min_ttl),
-            humantime::format_duration(caps.max_ttl)
+            crate::duration::shown(caps.min_ttl),
+            crate::duration::shown(caps.max_ttl)
         ),
     );
     shown.row(

@@ -32,6 +32,7 @@ mod bench;
 mod chaos;
 mod child;
 mod demo;
+mod duration;
 mod elect;
 mod error;
 pub mod exit;
@@ -152,12 +153,26 @@ pub fn parse() -> Cli {
 }
 
 /// The command-line definition, with the schemes registered in this process (see
-/// [`fencelock::spec::register`]) listed in the help of `--backend`.
+/// [`fencelock::spec::register`]) listed in the help of every `--backend`: their names in
+/// the short help (`-h`), each with its summary in the long help (`--help`) and after the
+/// top-level help. Nothing lists a scheme by hand, so a registered one is never missing.
 pub fn command() -> clap::Command {
     let schemes = fencelock::spec::schemes();
+    let scheme_names = schemes.list();
+    let width = schemes
+        .iter()
+        .map(|scheme| scheme.name.len() + 3)
+        .max()
+        .unwrap_or(0);
     let list: Vec<String> = schemes
         .iter()
-        .map(|scheme| format!("  {}://  {}", scheme.name, scheme.summary))
+        .map(|scheme| {
+            format!(
+                "  {:<width$}  {}",
+                format!("{}://", scheme.name),
+                scheme.summary
+            )
+        })
         .collect();
     let listing = format!("Backend specs this build reads:\n{}", list.join("\n"));
     let mut cli = Cli::command();
@@ -168,14 +183,18 @@ pub fn command() -> clap::Command {
         .collect();
     for name in names {
         let listing = listing.clone();
+        let scheme_names = scheme_names.clone();
         cli = cli.mut_subcommand(name, move |sub| {
             sub.mut_arg("backend", move |arg| {
-                let help = arg
+                let short = arg.get_help().map(ToString::to_string).unwrap_or_default();
+                let long = arg
                     .get_long_help()
-                    .or(arg.get_help())
-                    .map(|help| help.to_string())
-                    .unwrap_or_default();
-                arg.long_help(format!("{help}\n\n{listing}"))
+                    .map(ToString::to_string)
+                    .unwrap_or_else(|| short.clone());
+                let short = short.trim_end_matches('.');
+                let long = long.trim_end_matches('.');
+                arg.help(format!("{short}. One of: {scheme_names}."))
+                    .long_help(format!("{long}.\n\n{listing}"))
             })
         });
     }
@@ -225,16 +244,40 @@ mod tests {
         command().debug_assert();
     }
 
+    /// Every subcommand that takes `--backend` lists every registered scheme in its short
+    /// help, and each with its summary in its long help.
     #[test]
     fn the_backend_help_lists_every_registered_scheme() {
         let mut cli = command();
-        let help = cli
-            .find_subcommand_mut("run")
-            .unwrap()
-            .render_long_help()
-            .to_string();
-        for scheme in fencelock::spec::schemes().iter() {
-            assert!(help.contains(&format!("{}://", scheme.name)), "{help}");
+        let names: Vec<String> = cli
+            .get_subcommands()
+            .filter(|sub| sub.get_arguments().any(|arg| arg.get_id() == "backend"))
+            .map(|sub| sub.get_name().to_owned())
+            .collect();
+        for name in [
+            "demo",
+            "run",
+            "elect",
+            "inspect",
+            "advance-token",
+            "bench",
+            "chaos",
+        ] {
+            assert!(names.iter().any(|n| n == name), "{name} takes no --backend");
+        }
+        let schemes = fencelock::spec::schemes();
+        for name in names {
+            let sub = cli.find_subcommand_mut(&name).unwrap();
+            // Lines may be wrapped anywhere between words.
+            let words = |text: String| text.split_whitespace().collect::<Vec<_>>().join(" ");
+            let short = words(sub.render_help().to_string());
+            let long = words(sub.render_long_help().to_string());
+            for scheme in schemes.iter() {
+                let url = format!("{}://", scheme.name);
+                assert!(short.contains(&url), "{name} -h lacks {url}: {short}");
+                let entry = words(format!("{url} {}", scheme.summary));
+                assert!(long.contains(&entry), "{name} --help lacks {entry}: {long}");
+            }
         }
     }
 

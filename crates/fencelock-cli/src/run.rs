@@ -373,11 +373,11 @@ async fn run_granted(
         for member in guard.members() {
             let lease = member.lease();
             eprintln!(
-                "fencelock: obtained {:?} with token {} (owner {}) after {} ms",
+                "fencelock: obtained {:?} with token {} (owner {}) after {}",
                 lease.key.as_str(),
                 lease.token,
                 lease.owner,
-                started.elapsed().as_millis()
+                crate::duration::shown(started.elapsed())
             );
         }
     }
@@ -500,7 +500,7 @@ async fn hold_locks_while_running(
         status = child.wait() => {
             let status = status.map_err(|e| CliError::io("waiting for the command", e))?;
             let exit = status_exit(status);
-            if release(guard, key_name, exit).await? {
+            if release(guard, key_name, server, exit).await? {
                 Ok(exit)
             } else {
                 Ok(Exit::LeaseLost)
@@ -520,7 +520,7 @@ async fn hold_locks_while_running(
                 "fencelock: {signal}: passing it to the command, then releasing the lock"
             );
             stop(&mut child, group, signal, grace, signals).await?;
-            release(guard, key_name, Exit::Signal(signal as i32)).await?;
+            release(guard, key_name, server, Exit::Signal(signal as i32)).await?;
             Ok(Exit::Signal(signal as i32))
         }
     }
@@ -586,7 +586,8 @@ async fn obtain(
         Err(Error::Timeout { key, waited }) => {
             if !talk.quiet {
                 eprintln!(
-                    "fencelock: lock {key:?} is held by another owner; not obtained within {waited:?}",
+                    "fencelock: lock {key:?} is held by another owner; not obtained within {}",
+                    crate::duration::shown(waited)
                 );
             }
             Ok(None)
@@ -623,7 +624,10 @@ pub(crate) async fn record_holder(
             lease.token
         ),
         Ok(Err(e)) => e.to_string(),
-        Err(_) => format!("the storage did not answer within {RECORD_WITHIN:?}"),
+        Err(_) => format!(
+            "the storage did not answer within {}",
+            crate::duration::shown(RECORD_WITHIN)
+        ),
     };
     eprintln!(
         "fencelock: warning: recording the lock's holder: {}; the command runs without a \
@@ -633,9 +637,15 @@ pub(crate) async fn record_holder(
 }
 
 /// Releases the lock once the command, which ended with `ended`, is over: whether the lease
-/// was still held (when not, it says so). An error names what was being done, so that a
-/// server gone at the end does not read as the command's failure.
-async fn release(guard: HeldLocks, key: &str, ended: Exit) -> Result<bool, CliError> {
+/// was still held (when not, it says so, naming the server as every lost-lease message
+/// does). An error names what was being done, so that a server gone at the end does not read
+/// as the command's failure.
+async fn release(
+    guard: HeldLocks,
+    key: &str,
+    server: &Spec,
+    ended: Exit,
+) -> Result<bool, CliError> {
     let held = guard.release().await.map_err(|e| {
         e.in_context(&format!(
             "releasing {key:?} after the command ended with {}",
@@ -643,7 +653,7 @@ async fn release(guard: HeldLocks, key: &str, ended: Exit) -> Result<bool, CliEr
         ))
     })?;
     if !held {
-        eprintln!("fencelock: the lease on {key:?} was lost before the command exited");
+        eprintln!("fencelock: the lease on {key:?} at {server} was lost before the command exited");
     }
     Ok(held)
 }

@@ -18,6 +18,11 @@ use percent_encoding::percent_decode_str;
 /// The environment variable read when `--backend` is not given.
 pub const BACKEND_ENV: &str = "FENCELOCK_BACKEND";
 
+/// What a spec's URL must carry to reach the locks of an application that chose where its
+/// keys live, said where a key turns out never used under the spec.
+pub(crate) const NAMESPACE_HINT: &str = "locks taken under another key prefix, schema or \
+    chroot are not seen: give the application's in the URL (?prefix=, ?schema=, /chroot)";
+
 /// A parsed backend spec and the secrets its text carries. `Debug` and `Display` show the
 /// spec with its password hidden.
 #[derive(Clone)]

@@ -112,7 +112,7 @@ fn redis_cli(server: &RedisServer, args: &[&str]) {
 /// The server loses the lock while the command runs (emptied, as by a restart without
 /// persistence) and the command exits 0 before the watchdog's next renewal notices: the
 /// release finds the lease gone, and the run is 76, not the command's 0, since another
-/// holder could have run beside it.
+/// holder could have run beside it. The message names the server.
 #[test]
 fn a_lease_the_release_finds_gone_is_76_whatever_the_command_exits_with() {
     let server = RedisServer::spawn();
@@ -124,8 +124,12 @@ fn a_lease_the_release_finds_gone_is_76_whatever_the_command_exits_with() {
         let (out, _) = held.wait(Instant::now());
         assert_eq!(code(&out), 76, "{sub}: {}", explain(&out));
         let stderr = String::from_utf8_lossy(&out.stderr);
+        // Named with its server, as every lost-lease message is.
         assert!(
-            stderr.contains("lost before the command exited"),
+            stderr.contains(&format!(
+                "the lease on \"{sub}\" at {} was lost before the command exited",
+                server.url()
+            )),
             "{sub}: {stderr}"
         );
     }

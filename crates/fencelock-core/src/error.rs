@@ -66,6 +66,69 @@ impl std::fmt::Display for NodeReport {
     }
 }
 
+/// What a [`Error::Stale`] says after the resource: the two fences, and when their tokens
+/// are equal, that the owners differ.
+fn stale_text(presented: &Fence, current: &Fence) -> String {
+    if presented.token == current.token {
+        format!(
+            "presented {presented}, but the storage admitted token {} from another owner \
+             ({}): the owners differ, so the token was handed out twice (a lock counter \
+             that went back, or a second lock service)",
+            current.token, current.owner
+        )
+    } else {
+        format!("presented {presented}, storage is at {current}")
+    }
+}
+
+/// A duration as messages show it: three significant digits of the largest unit that keeps
+/// the value under 1000 (`2.03 ms`, `500 ms`, `1.5 s`), and from a minute on whole units
+/// (`1 min 30 s`, `2 h 5 min`, `3 d 4 h`). The `fencelock` command writes its own messages
+/// the same way.
+fn shown(duration: Duration) -> String {
+    const MINUTE: u64 = 60;
+    const HOUR: u64 = 60 * MINUTE;
+    const DAY: u64 = 24 * HOUR;
+    let nanos = duration.as_nanos();
+    if nanos < 1_000 {
+        return format!("{nanos} ns");
+    }
+    for (unit, per, limit) in [("µs", 1e3, 1000.0), ("ms", 1e6, 1000.0), ("s", 1e9, 59.95)] {
+        let value = nanos as f64 / per;
+        let text = if value >= 99.95 {
+            format!("{value:.0}")
+        } else if value >= 9.995 {
+            format!("{value:.1}")
+        } else {
+            format!("{value:.2}")
+        };
+        let text = match text.contains('.') {
+            true => text.trim_end_matches('0').trim_end_matches('.').to_owned(),
+            false => text,
+        };
+        if value < limit && text != "1000" {
+            return format!("{text} {unit}");
+        }
+    }
+    let seconds = duration
+        .as_secs()
+        .saturating_add(u64::from(duration.subsec_nanos() >= 500_000_000));
+    let (big, big_unit, small, small_unit) = if seconds < HOUR {
+        (seconds / MINUTE, "min", seconds % MINUTE, "s")
+    } else if seconds < DAY {
+        let minutes = seconds.saturating_add(MINUTE / 2) / MINUTE;
+        (minutes / 60, "h", minutes % 60, "min")
+    } else {
+        let hours = seconds.saturating_add(HOUR / 2) / HOUR;
+        (hours / 24, "d", hours % 24, "h")
+    };
+    if small == 0 {
+        format!("{big} {big_unit}")
+    } else {
+        format!("{big} {big_unit} {small} {small_unit}")
+    }
+}
+
 fn join_reports(nodes: &[NodeReport]) -> String {
     nodes
         .iter()
@@ -92,7 +155,7 @@ pub enum Error {
     },
     /// The ttl is below the backend's minimum ([`Capabilities::min_ttl`](crate::Capabilities::min_ttl),
     /// at least [`MIN_TTL`](crate::MIN_TTL)) or above its maximum; the reason names the bound.
-    #[error("invalid ttl {ttl:?}: {reason}")]
+    #[error("invalid ttl {}: {reason}", shown(*.ttl))]
     InvalidTtl {
         /// The ttl that was asked for.
         ttl: Duration,
@@ -125,7 +188,7 @@ pub enum Error {
         key: String,
     },
     /// The lock was not obtained within the wait budget.
-    #[error("lock {key:?} not obtained within {waited:?}")]
+    #[error("lock {key:?} not obtained within {}", shown(*.waited))]
     Timeout {
         /// The key that was asked for.
         key: String,
@@ -141,8 +204,10 @@ pub enum Error {
         reason: LostReason,
     },
     /// A fenced operation presented a fence older than the one the storage last admitted.
-    /// Nothing was changed.
-    #[error("stale fence on {resource:?}: presented {presented}, storage is at {current}")]
+    /// Nothing was changed. When both carry the same token the owners differ (the storage
+    /// admitted that token from another grant: a counter that went back), and the message says
+    /// so.
+    #[error("stale fence on {resource:?}: {}", stale_text(.presented, .current))]
     Stale {
         /// The resource the operation was for.
         resource: String,
@@ -306,6 +371,56 @@ impl Error {
         Error::InvalidConfig {
             message: message.into(),
             source: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fence::{FencingToken, OwnerId};
+
+    fn fence(token: u64, owner: u128) -> Fence {
+        Fence::new(FencingToken::new(token).unwrap(), OwnerId::from_u128(owner))
+    }
+
+    #[test]
+    fn a_stale_fence_with_the_same_token_says_the_owners_differ() {
+        let same = Error::Stale {
+            resource: "r".into(),
+            presented: fence(3, 1),
+            current: fence(3, 2),
+        }
+        .to_string();
+        assert!(same.contains("the owners differ"), "{same}");
+        assert!(same.contains(&OwnerId::from_u128(1).to_string()), "{same}");
+        assert!(same.contains(&OwnerId::from_u128(2).to_string()), "{same}");
+        let older = Error::Stale {
+            resource: "r".into(),
+            presented: fence(2, 1),
+            current: fence(3, 2),
+        }
+        .to_string();
+        assert!(!older.contains("owners differ"), "{older}");
+        assert!(older.contains("storage is at token 3"), "{older}");
+    }
+
+    #[test]
+    fn durations_are_rounded() {
+        for (duration, text) in [
+            (Duration::from_nanos(2_027_819), "2.03 ms"),
+            (Duration::from_millis(500), "500 ms"),
+            (Duration::from_secs(10), "10 s"),
+            (Duration::from_secs(90), "1 min 30 s"),
+        ] {
+            let error = Error::Timeout {
+                key: "k".into(),
+                waited: duration,
+            };
+            assert_eq!(
+                error.to_string(),
+                format!("lock \"k\" not obtained within {text}")
+            );
         }
     }
 }

@@ -17,12 +17,10 @@ pub const STALE_SQLSTATE: &str = "FL001";
 /// ```rust,no_run
 /// # async fn demo(db: fencelock_mysql::MySqlDatabase, guard: fencelock_core::LockGuard)
 /// # -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-/// use fencelock_core::LockKey;
 /// use fencelock_mysql::sqlx;
-/// let account = LockKey::new("accounts/10")?;
 /// let mut tx = db.pool().begin().await?;
 /// // Error::Stale: the transaction is rolled back, the debit never happens.
-/// db.fence().admit(&mut tx, &account, guard.fence()).await?;
+/// db.fence().admit(&mut tx, "accounts/10", guard.fence()).await?;
 /// sqlx::query("UPDATE accounts SET balance = balance - 100 WHERE id = 10")
 ///     .execute(&mut *tx)
 ///     .await?;
@@ -85,14 +83,17 @@ impl MySqlFence {
     }
 
     /// Admits `fence` for `resource` inside `tx`, or rolls `tx` back and fails with
-    /// [`Error::Stale`] naming the presented and the current fence. A token above `i64::MAX`
-    /// is [`Error::InvalidConfig`] and sends nothing.
+    /// [`Error::Stale`] naming the presented and the current fence. `resource` is a name as
+    /// [`Locker::lock`](fencelock_core::Locker::lock) takes it; an invalid one is
+    /// [`Error::InvalidKey`] and a token above `i64::MAX` is [`Error::InvalidConfig`], and
+    /// neither sends anything.
     pub async fn admit(
         &self,
         tx: &mut Transaction<'_, MySql>,
-        resource: &LockKey,
+        resource: impl AsRef<str>,
         fence: Fence,
     ) -> Result<()> {
+        let resource = &LockKey::new(resource)?;
         let token = token_param(fence.token)?;
         let outcome = sqlx::query(&self.sql.admit)
             .bind(resource.as_str().as_bytes())
@@ -118,12 +119,14 @@ impl MySqlFence {
         }
     }
 
-    /// The last fence admitted for `resource` and committed, if any; a plain read.
+    /// The last fence admitted for `resource` and committed, if any; a plain read. An
+    /// invalid `resource` name is [`Error::InvalidKey`] and sends nothing.
     pub async fn current<'e>(
         &self,
         executor: impl Executor<'e, Database = MySql>,
-        resource: &LockKey,
+        resource: impl AsRef<str>,
     ) -> Result<Option<Fence>> {
+        let resource = &LockKey::new(resource)?;
         let row: Option<(i64, Vec<u8>)> = sqlx::query_as(&self.sql.fence_peek)
             .bind(resource.as_str().as_bytes())
             .fetch_optional(executor)

@@ -103,15 +103,13 @@ impl FenceParams {
 ///
 /// ```no_run
 /// # async fn demo(pool: sqlx::PgPool, guard: fencelock_core::LockGuard) -> fencelock_core::Result<()> {
-/// use fencelock_core::LockKey;
 /// use fencelock_postgres::{PgDatabase, map_sqlx_error};
 /// let db = PgDatabase::from_pool(pool.clone(), "fencelock")?;
 /// let fence = db.fence();
-/// let account = LockKey::new("account/10")?;
 /// let sql = |e| map_sqlx_error("ledger", e);
 ///
 /// let mut tx = pool.begin().await.map_err(sql)?;
-/// fence.admit(&mut *tx, &account, guard.fence()).await?; // Error::Stale if superseded
+/// fence.admit(&mut *tx, "account/10", guard.fence()).await?; // Error::Stale if superseded
 /// sqlx::query("UPDATE accounts SET balance = balance - 100 WHERE id = 10")
 ///     .execute(&mut *tx).await.map_err(sql)?;
 /// sqlx::query("INSERT INTO audit_log (account_id, amount) VALUES (10, -100)")
@@ -174,7 +172,9 @@ impl PgFence {
     /// fence record stays locked until the transaction ends, so no other holder of `resource`
     /// is admitted in between, and the recorded fence commits or rolls back with them.
     ///
-    /// A refusal is [`Error::Stale`] with the presented and the current fence; it changed
+    /// `resource` is a name as [`Locker::lock`](fencelock_core::Locker::lock) takes it (a
+    /// `&str`, a `String`, a [`LockKey`]); an invalid one is [`Error::InvalidKey`] before any
+    /// I/O. A refusal is [`Error::Stale`] with the presented and the current fence; it changed
     /// nothing, and the server has aborted the transaction, so roll it back (dropping a sqlx
     /// `Transaction` does). A token above `i64::MAX` is [`Error::InvalidConfig`] before any
     /// I/O. A token above the last one this schema's counter granted for the key named like
@@ -204,9 +204,10 @@ impl PgFence {
     pub async fn admit<'e>(
         &self,
         executor: impl Acquire<'e, Database = Postgres> + Send,
-        resource: &LockKey,
+        resource: impl AsRef<str>,
         fence: Fence,
     ) -> Result<()> {
+        let resource = &LockKey::new(resource)?;
         let params = FenceParams::try_from(fence)?;
         let span = tracing::debug_span!(
             "fencelock.pg.admit",
@@ -249,12 +250,13 @@ impl PgFence {
 
     /// The fence last admitted for `resource` by [`admit`](Self::admit) and committed (or
     /// written earlier in `executor`'s transaction): the unfenced observer read. `None` if
-    /// none was.
+    /// none was. An invalid `resource` name is [`Error::InvalidKey`] before any I/O.
     pub async fn current<'e>(
         &self,
         executor: impl Acquire<'e, Database = Postgres> + Send,
-        resource: &LockKey,
+        resource: impl AsRef<str>,
     ) -> Result<Option<Fence>> {
+        let resource = &LockKey::new(resource)?;
         let protocol = self.db.protocol().await?;
         let row: Option<(i64, Vec<u8>)> = timed(
             BACKEND,

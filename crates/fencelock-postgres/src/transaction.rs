@@ -61,24 +61,31 @@ impl FencedTransaction {
         &mut self.tx
     }
 
-    /// A fenced read of `resource` within the transaction.
-    pub async fn read(&mut self, resource: &LockKey) -> Result<Option<Vec<u8>>> {
+    /// A fenced read of `resource` within the transaction. `resource` is a name as
+    /// [`Locker::lock`](fencelock_core::Locker::lock) takes it; an invalid one is
+    /// [`Error::InvalidKey`], and nothing is sent.
+    pub async fn read(&mut self, resource: impl AsRef<str>) -> Result<Option<Vec<u8>>> {
+        let resource = &LockKey::new(resource)?;
         self.storage
             .apply(&mut *self.tx, resource, self.fence, None)
             .await
     }
 
     /// A fenced write of `resource` within the transaction. A refused write is
-    /// [`Error::Stale`]; returning it from the closure rolls everything back.
-    pub async fn write(&mut self, resource: &LockKey, value: &[u8]) -> Result<()> {
+    /// [`Error::Stale`]; returning it from the closure rolls everything back. An invalid
+    /// `resource` name is [`Error::InvalidKey`], and nothing is sent.
+    pub async fn write(&mut self, resource: impl AsRef<str>, value: &[u8]) -> Result<()> {
+        let resource = &LockKey::new(resource)?;
         self.storage
             .apply(&mut *self.tx, resource, self.fence, Some(value))
             .await
             .map(drop)
     }
 
-    /// The unfenced view of `resource` within the transaction (seeing its own writes).
-    pub async fn peek(&mut self, resource: &LockKey) -> Result<Option<Snapshot>> {
+    /// The unfenced view of `resource` within the transaction (seeing its own writes). An
+    /// invalid `resource` name is [`Error::InvalidKey`], and nothing is sent.
+    pub async fn peek(&mut self, resource: impl AsRef<str>) -> Result<Option<Snapshot>> {
+        let resource = &LockKey::new(resource)?;
         self.storage.peek_on(&mut *self.tx, resource).await
     }
 }
@@ -107,28 +114,31 @@ impl PgStorage {
     /// ```no_run
     /// # async fn demo(storage: fencelock_postgres::PgStorage) -> fencelock_core::Result<()> {
     /// use std::time::Duration;
-    /// use fencelock_core::LockKey;
-    /// let account = LockKey::new("account/7")?;
-    /// let resource = account.clone();
     /// let balance = storage
-    ///     .transaction(&account, Duration::from_secs(5), move |tx| {
+    ///     .transaction("account/7", Duration::from_secs(5), move |tx| {
     ///         Box::pin(async move {
-    ///             let old = tx.read(&resource).await?.unwrap_or_default();
+    ///             let old = tx.read("account/7").await?.unwrap_or_default();
     ///             let mut next = u64::from_le_bytes(old.try_into().unwrap_or_default());
     ///             next += 10;
-    ///             tx.write(&resource, &next.to_le_bytes()).await?;
+    ///             tx.write("account/7", &next.to_le_bytes()).await?;
     ///             Ok::<_, fencelock_core::Error>(next)
     ///         })
     ///     })
     ///     .await?;
     /// # let _ = balance; Ok(()) }
     /// ```
-    pub async fn transaction<T, E, F>(&self, key: &LockKey, wait: Duration, f: F) -> Result<T, E>
+    pub async fn transaction<T, E, F>(
+        &self,
+        key: impl AsRef<str>,
+        wait: Duration,
+        f: F,
+    ) -> Result<T, E>
     where
         T: Send,
         E: From<Error> + Send,
         F: for<'t> FnOnce(&'t mut FencedTransaction) -> BoxFuture<'t, Result<T, E>> + Send,
     {
+        let key = &LockKey::new(key)?;
         let span = tracing::debug_span!("fencelock.pg.transaction", key = %key);
         async {
             let mut locked = self.begin_locked(key, wait).await?;
@@ -146,13 +156,12 @@ impl PgStorage {
     /// ```no_run
     /// # async fn demo(storage: fencelock_postgres::PgStorage) -> fencelock_core::Result<()> {
     /// use std::time::Duration;
-    /// use fencelock_core::LockKey;
-    /// let account = LockKey::new("account/7")?;
+    /// let account = "account/7";
     /// let balance = storage
-    ///     .transaction_with(&account, Duration::from_secs(5), async |tx| -> fencelock_core::Result<u64> {
-    ///         let old = tx.read(&account).await?.unwrap_or_default();
+    ///     .transaction_with(account, Duration::from_secs(5), async |tx| -> fencelock_core::Result<u64> {
+    ///         let old = tx.read(account).await?.unwrap_or_default();
     ///         let next = u64::from_le_bytes(old.try_into().unwrap_or_default()) + 10;
-    ///         tx.write(&account, &next.to_le_bytes()).await?;
+    ///         tx.write(account, &next.to_le_bytes()).await?;
     ///         Ok(next)
     ///     })
     ///     .await?;
@@ -160,7 +169,7 @@ impl PgStorage {
     /// ```
     pub async fn transaction_with<T, E, F>(
         &self,
-        key: &LockKey,
+        key: impl AsRef<str>,
         wait: Duration,
         f: F,
     ) -> Result<T, E>
@@ -169,6 +178,7 @@ impl PgStorage {
         E: From<Error> + Send,
         F: AsyncFnOnce(&mut FencedTransaction) -> Result<T, E> + Send,
     {
+        let key = &LockKey::new(key)?;
         let span = tracing::debug_span!("fencelock.pg.transaction", key = %key);
         async {
             let mut locked = self.begin_locked(key, wait).await?;

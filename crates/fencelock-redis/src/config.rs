@@ -30,10 +30,14 @@ pub const DEFAULT_MAX_VALUE_LEN: usize = 16 << 20;
 /// the network. Either way a bad URL is [`Error::InvalidConfig`] naming what is wrong (no
 /// host, a port out of range, an unknown option, ...), never quoting the password.
 ///
+/// The key prefix may be given in the URL too, `?prefix=billing` (percent-encoded), so that
+/// a tool such as `fencelock inspect` reaches the locks of an application that set one.
+///
 /// [`to_url`](Self::to_url) gives the URL back, credentials included, so that
 /// `RedisConfig::from_url(&c.to_url())` equals `c`; [`Display`](fmt::Display) and
-/// [`Debug`](fmt::Debug) show it with the password as `***`. Options set with the builder
-/// (prefix, timeouts, value limit, fence rule) are not part of the URL.
+/// [`Debug`](fmt::Debug) show it with the password as `***`. Both write the prefix when it
+/// is not the default one, however it was set. The other options set with the builder
+/// (timeouts, value limit, fence rule) are not part of the URL.
 ///
 /// ```no_run
 /// # async fn demo() -> fencelock_core::Result<()> {
@@ -105,12 +109,13 @@ impl RedisConfig {
         }
     }
 
-    /// Parses and checks `url` (`redis://[user][:password@]host[:port][/db]`, or `rediss://`
-    /// with the `tls` feature), with the defaults of [`new`](Self::new).
+    /// Parses and checks `url` (`redis://[user][:password@]host[:port][/db][?options]`, or
+    /// `rediss://` with the `tls` feature), with the defaults of [`new`](Self::new). The
+    /// options are `prefix` (see [`prefix`](Self::prefix)), `allow_eviction` and `tls_ca`.
     ///
     /// A URL that is not usable is [`Error::InvalidConfig`], naming what is wrong: no host,
-    /// a port out of range or not a number, a path that is not a database number, an option
-    /// (none are taken), a scheme other than these two, `rediss://` without the `tls`
+    /// a port out of range or not a number, a path that is not a database number, an unknown
+    /// option or a bad value, a scheme other than these two, `rediss://` without the `tls`
     /// feature. The message shows the URL with its password as `***`.
     pub fn from_url(url: &str) -> Result<Self> {
         let (endpoint, options) = parse_endpoint(url).map_err(|p| p.into_error("redis", url))?;
@@ -121,6 +126,9 @@ impl RedisConfig {
         let mut config =
             Self::with_target(Target::Parsed(endpoint)).allow_eviction(options.allow_eviction);
         config.tls_ca = options.tls_ca;
+        if let Some(prefix) = options.prefix {
+            config.prefix = prefix;
+        }
         config
     }
 
@@ -156,11 +164,15 @@ impl RedisConfig {
         }
     }
 
-    /// The URL's options: `?allow_eviction=true`, `tls_ca=<path>`, or nothing.
+    /// The URL's options: `?allow_eviction=true`, `prefix=<prefix>` (when not the default),
+    /// `tls_ca=<path>`, or nothing.
     fn query(&self) -> String {
         let mut query = url::form_urlencoded::Serializer::new(String::new());
         if self.allow_eviction {
             query.append_pair("allow_eviction", "true");
+        }
+        if self.prefix != DEFAULT_PREFIX {
+            query.append_pair("prefix", &self.prefix);
         }
         if let Some(path) = &self.tls_ca {
             query.append_pair("tls_ca", &path.to_string_lossy());
@@ -209,11 +221,16 @@ impl RedisConfig {
         Ok(self)
     }
 
-    /// The first part of every key name (default `fencelock`). It may not be empty or
-    /// contain braces, whitespace or control characters.
+    /// The first part of every key name (default `fencelock`; in the URL, `?prefix=name`).
+    /// It may not be empty or contain braces, whitespace or control characters.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
+    }
+
+    /// The configured key prefix.
+    pub fn prefix_name(&self) -> &str {
+        &self.prefix
     }
 
     /// The longest one call may take before it fails with [`Error::Unavailable`] (default
@@ -443,6 +460,28 @@ mod tests {
         assert_eq!(RedisConfig::from_url(&allowed.to_url()).unwrap(), allowed);
     }
 
+    /// The key prefix is part of the URL: read from `?prefix=`, written back when it is not
+    /// the default, however it was set.
+    #[test]
+    fn the_prefix_round_trips_through_the_url() {
+        let config = RedisConfig::from_url("redis://:s3cr3t@h:1/2?prefix=app:").unwrap();
+        assert_eq!(config.prefix_name(), "app:");
+        assert_eq!(config.to_url(), "redis://:s3cr3t@h:1/2?prefix=app%3A");
+        assert_eq!(config.redacted_url(), "redis://:***@h:1/2?prefix=app%3A");
+        assert_eq!(config.to_string(), config.redacted_url());
+        assert_eq!(RedisConfig::from_url(&config.to_url()).unwrap(), config);
+        let built = RedisConfig::from_url("redis://:s3cr3t@h:1/2")
+            .unwrap()
+            .prefix("app:");
+        assert_eq!(built, config);
+        let default = RedisConfig::from_url("redis://h:1?prefix=fencelock").unwrap();
+        assert_eq!(default.to_url(), "redis://h:1");
+        assert_eq!(default, RedisConfig::from_url("redis://h:1").unwrap());
+        let all = RedisConfig::from_url("redis://h:1?prefix=a%2Fb&allow_eviction=true").unwrap();
+        assert_eq!(all.to_url(), "redis://h:1?allow_eviction=true&prefix=a%2Fb");
+        assert_eq!(RedisConfig::from_url(&all.to_url()).unwrap(), all);
+    }
+
     #[test]
     fn hosts_and_with_hosts() {
         let config = RedisConfig::from_url("redis://u:s3cr3t@h1/4").unwrap();
@@ -498,7 +537,23 @@ mod tests {
             ("redis://host/-1", "is not a database number"),
             ("redis://host/+1", "is not a database number"),
             ("redis://host/99999999999", "is not a database number"),
-            ("redis://host?prefix=x", "unknown option `prefix`"),
+            (
+                "redis://host?prefix=",
+                "option `prefix`: redis key prefix must not be empty",
+            ),
+            (
+                "redis://host?prefix=a%7Bb",
+                "option `prefix`: redis key prefix",
+            ),
+            (
+                "redis://host?prefix=a+b",
+                "must not contain braces, whitespace",
+            ),
+            (
+                "redis://host?prefix=a&prefix=b",
+                "repeats the option `prefix`",
+            ),
+            ("redis://host?prefx=x", "unknown option `prefx`"),
             (
                 "redis://u:s3cr3t@host?protocol=resp3",
                 "unknown option `protocol`",

@@ -7,10 +7,16 @@ use fencelock_core::url::{Known, Options, decode_part, port_problem};
 use fencelock_core::{Error, HostPort};
 use url::Url;
 
+use crate::keys::{DEFAULT_PREFIX, KeySpace};
+
 use fencelock_core::url::{redact, safe_to_echo};
 
 /// The options a `redis://` URL takes.
-const KNOWN_OPTIONS: &[Known] = &[Known::new("allow_eviction"), Known::new("tls_ca")];
+const KNOWN_OPTIONS: &[Known] = &[
+    Known::new("allow_eviction"),
+    Known::new("prefix"),
+    Known::new("tls_ca"),
+];
 
 /// The port a URL without one means.
 pub(crate) const DEFAULT_PORT: u16 = 6379;
@@ -164,14 +170,17 @@ pub(crate) fn parse_endpoint(input: &str) -> std::result::Result<(Endpoint, UrlO
     let query = url.query().unwrap_or_default();
     if !query.is_empty() && !safe_to_echo(input) {
         return Err(Problem::new(
-            "takes only the options `allow_eviction` and `tls_ca`; a password holding \
-             `/`, `?` or `#` must be percent-encoded",
+            "takes only the options `allow_eviction`, `prefix` and `tls_ca`; a password \
+             holding `/`, `?` or `#` must be percent-encoded",
         ));
     }
     let given = Options::parse(query, KNOWN_OPTIONS).map_err(Problem::from_error)?;
     let mut options = UrlOptions::default();
     if let Some(value) = given.get("allow_eviction") {
         options.allow_eviction = parse_flag("allow_eviction", value)?;
+    }
+    if let Some(prefix) = given.get("prefix") {
+        options.prefix = Some(parse_prefix(prefix)?);
     }
     match given.get("tls_ca") {
         Some(_) if !tls => {
@@ -207,9 +216,35 @@ pub(crate) fn parse_endpoint(input: &str) -> std::result::Result<(Endpoint, UrlO
 pub(crate) struct UrlOptions {
     /// `allow_eviction=true`: serve even when the server may evict keys.
     pub(crate) allow_eviction: bool,
+    /// `prefix=app`: the first part of every key name, checked as
+    /// [`RedisConfig::prefix`](crate::RedisConfig::prefix) requires.
+    pub(crate) prefix: Option<String>,
     /// `tls_ca=/path/ca.pem` (rediss:// only): the CA certificates to trust instead of the
     /// webpki roots.
     pub(crate) tls_ca: Option<PathBuf>,
+}
+
+/// The `prefix` option: a key prefix [`KeySpace`] accepts (not empty, no braces, whitespace
+/// or control characters), refused with its reason.
+pub(crate) fn parse_prefix(value: &str) -> std::result::Result<String, Problem> {
+    KeySpace::new(value)
+        .map(|keys| keys.prefix().to_owned())
+        .map_err(|e| match e {
+            Error::InvalidConfig { message, .. } => {
+                Problem::new(format!("option `prefix`: {message}"))
+            }
+            other => Problem::from_error(other),
+        })
+}
+
+/// `prefix` as a URL option (`prefix=app%3A`, form-encoded), or nothing when it is the default
+/// one: a URL without `prefix` means [`DEFAULT_PREFIX`], so the two read back the same.
+pub(crate) fn prefix_pair(prefix: &str) -> Option<String> {
+    (prefix != DEFAULT_PREFIX).then(|| {
+        url::form_urlencoded::Serializer::new(String::new())
+            .append_pair("prefix", prefix)
+            .finish()
+    })
 }
 
 /// A boolean option: `true` or `false`.

@@ -9,7 +9,7 @@ use fencelock_core::{Error, FenceRule, HostPort, Result};
 
 use crate::config::{DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_VALUE_LEN};
 use crate::keys::{DEFAULT_PREFIX, KeySpace};
-use crate::redis_url::{Endpoint, parse_endpoint, parse_flag};
+use crate::redis_url::{Endpoint, parse_endpoint, parse_flag, parse_prefix, prefix_pair};
 use fencelock_core::url::{redact, safe_to_echo};
 
 /// How to reach a Redis Cluster and how to name keys there. Build it, then
@@ -20,16 +20,18 @@ use fencelock_core::url::{redact, safe_to_echo};
 /// The URL is `redis+cluster://[user][:password@]host1:port1,host2:port2,...`, or
 /// `rediss+cluster://` for TLS (with the `tls` feature): one or more **seed nodes** (any
 /// nodes of the cluster; the client learns the rest from them), one set of credentials for
-/// every node, no database (a cluster has only database 0), and the one option
-/// `?allow_eviction=true`. [`from_url`](Self::from_url) checks it completely: each seed as a
+/// every node, no database (a cluster has only database 0), and the options
+/// `?allow_eviction=true` and `prefix=name` (the key prefix, see [`prefix`](Self::prefix)).
+/// [`from_url`](Self::from_url) checks it completely: each seed as a
 /// `redis://` URL would be, so the errors are the same and name the seed; an empty seed, the
 /// same seed twice and credentials given per seed are refused. Errors are
 /// [`Error::InvalidConfig`] and never show a password.
 ///
 /// [`to_url`](Self::to_url) gives the URL back, credentials included, so that
 /// `RedisClusterConfig::from_url(&c.to_url())` equals `c`; [`Display`](fmt::Display) and
-/// [`Debug`](fmt::Debug) show it with the password as `***`. Options set with the builder
-/// (prefix, timeouts, value limit, fence rule) are not part of the URL.
+/// [`Debug`](fmt::Debug) show it with the password as `***`, and the prefix when it is not
+/// the default, however it was set. The other options set with the builder (timeouts, value
+/// limit, fence rule) are not part of the URL.
 ///
 /// ```no_run
 /// # async fn demo() -> fencelock_core::Result<()> {
@@ -162,13 +164,14 @@ impl RedisClusterConfig {
             .map_err(|e| e.in_context(&format!("redis cluster URL {shown:?}")))?;
         // A password with an unescaped `/`, `?` or `#` may make part of itself look like an
         // option: then the refusal names none.
-        let options = Options::parse(query, &[Known::new("allow_eviction")]).map_err(|e| {
+        let known = [Known::new("allow_eviction"), Known::new("prefix")];
+        let options = Options::parse(query, &known).map_err(|e| {
             if echo {
                 e.in_context(&format!("redis cluster URL {shown:?}"))
             } else {
                 fail(
-                    "takes only the option `allow_eviction`; a password holding `/`, `?` or \
-                     `#` must be percent-encoded"
+                    "takes only the options `allow_eviction` and `prefix`; a password holding \
+                     `/`, `?` or `#` must be percent-encoded"
                         .to_owned(),
                 )
             }
@@ -178,9 +181,14 @@ impl RedisClusterConfig {
             .map(|value| parse_flag("allow_eviction", value))
             .transpose()
             .map_err(|problem| fail(problem.what))?;
+        let prefix = options
+            .get("prefix")
+            .map(parse_prefix)
+            .transpose()
+            .map_err(|problem| fail(problem.what))?;
         Ok(RedisClusterConfig {
             seeds,
-            prefix: DEFAULT_PREFIX.to_owned(),
+            prefix: prefix.unwrap_or_else(|| DEFAULT_PREFIX.to_owned()),
             call_timeout: DEFAULT_CALL_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             max_value_len: DEFAULT_MAX_VALUE_LEN,
@@ -210,10 +218,15 @@ impl RedisClusterConfig {
             "redis+cluster"
         };
         let hosts: Vec<String> = self.seeds.iter().map(Endpoint::authority).collect();
-        let query = if self.allow_eviction {
-            "?allow_eviction=true"
+        let mut options = Vec::new();
+        if self.allow_eviction {
+            options.push("allow_eviction=true".to_owned());
+        }
+        options.extend(prefix_pair(&self.prefix));
+        let query = if options.is_empty() {
+            String::new()
         } else {
-            ""
+            format!("?{}", options.join("&"))
         };
         format!(
             "{scheme}://{}{}{query}",
@@ -264,11 +277,16 @@ impl RedisClusterConfig {
         Ok(self)
     }
 
-    /// The first part of every key name (default `fencelock`). It may not be empty or
-    /// contain braces, whitespace or control characters.
+    /// The first part of every key name (default `fencelock`; in the URL, `?prefix=name`).
+    /// It may not be empty or contain braces, whitespace or control characters.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
+    }
+
+    /// The configured key prefix.
+    pub fn prefix_name(&self) -> &str {
+        &self.prefix
     }
 
     /// The longest one call may take, `MOVED`/`ASK` redirections and the driver's retries
@@ -405,6 +423,23 @@ mod tests {
             RedisClusterConfig::from_url(&allowed.to_url()).unwrap(),
             allowed
         );
+        let prefixed = RedisClusterConfig::from_url(
+            "redis+cluster://:s3cr3t@h:1?prefix=app:&allow_eviction=true",
+        )
+        .unwrap();
+        assert_eq!(prefixed.prefix_name(), "app:");
+        assert_eq!(
+            prefixed.redacted_url(),
+            "redis+cluster://:***@h:1?allow_eviction=true&prefix=app%3A"
+        );
+        assert_eq!(
+            RedisClusterConfig::from_url(&prefixed.to_url()).unwrap(),
+            prefixed
+        );
+        let built = RedisClusterConfig::from_url("redis+cluster://:s3cr3t@h:1?allow_eviction=true")
+            .unwrap()
+            .prefix("app:");
+        assert_eq!(built, prefixed);
     }
 
     #[test]
@@ -500,7 +535,11 @@ mod tests {
             ("redis+cluster://h1:1,H1:1", "node h1:1 is listed twice"),
             ("redis+cluster://h1:6379,h1", "listed twice"),
             ("redis+cluster://h1/0", "takes no database"),
-            ("redis+cluster://h1?prefix=x", "unknown option `prefix`"),
+            (
+                "redis+cluster://h1?prefix=a+b",
+                "option `prefix`: redis key prefix",
+            ),
+            ("redis+cluster://h1?prefx=x", "unknown option `prefx`"),
             (
                 "redis+cluster://h1?allow_eviction=yes",
                 "`allow_eviction` is `yes`",

@@ -284,15 +284,18 @@ impl<C: ConnectionLike + Send> RedisFence<C> {
     /// Admits `fence` for `resource` and, if admitted, records it and runs the batch, in one
     /// atomic step. Returns one [`Reply`] per command, in order.
     ///
-    /// A fence older than the last one admitted for `resource` (or, by the default rule, the
-    /// same token from another owner) is [`Error::Stale`] and nothing is applied. A batch
+    /// `resource` is a name as [`Locker::lock`](fencelock_core::Locker::lock) takes it (a
+    /// `&str`, a `String`, a [`LockKey`]); an invalid one is [`Error::InvalidKey`] and nothing
+    /// is sent. A fence older than the last one admitted for `resource` (or, by the default
+    /// rule, the same token from another owner) is [`Error::Stale`] and nothing is applied. A batch
     /// without commands only admits and records the fence. Bad input is refused before
     /// anything is sent (see the type's docs); a command that cannot run on the keys as they
     /// are (a wrong type, an overflow) is [`Error::Backend`] naming it, and nothing is applied.
     /// A server that may evict keys is [`Error::InvalidConfig`] naming its policy, and
     /// nothing is applied, unless [`allow_eviction`](Self::allow_eviction) says otherwise;
     /// the check runs in the same script, on the node that holds the fence record.
-    pub async fn commit(mut self, resource: &LockKey, fence: Fence) -> Result<Vec<Reply>> {
+    pub async fn commit(mut self, resource: impl AsRef<str>, fence: Fence) -> Result<Vec<Reply>> {
+        let resource = &LockKey::new(resource)?;
         let record = self.check(resource)?;
         let span = tracing::debug_span!("fenced_commit", backend = BACKEND, resource = %resource, token = fence.token.get(), commands = self.commands.len(), outcome = Empty);
         let result = async {
@@ -331,7 +334,8 @@ impl<C: ConnectionLike + Send> RedisFence<C> {
     /// was) and the batch's reads, in one consistent step that records nothing. The batch
     /// may hold only [`get`](Self::get) and [`hgetall`](Self::hgetall); a write is
     /// [`Error::InvalidConfig`].
-    pub async fn peek(mut self, resource: &LockKey) -> Result<(Option<Fence>, Vec<Reply>)> {
+    pub async fn peek(mut self, resource: impl AsRef<str>) -> Result<(Option<Fence>, Vec<Reply>)> {
+        let resource = &LockKey::new(resource)?;
         let record = self.check(resource)?;
         if let Some(write) = self.commands.iter().find(|c| !c.is_read()) {
             return Err(Error::config(format!(

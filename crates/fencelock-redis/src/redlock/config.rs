@@ -11,7 +11,7 @@ use fencelock_core::{Error, HostPort, Result};
 use super::node::Node;
 use crate::config::{DEFAULT_CONNECT_TIMEOUT, RedisConfig};
 use crate::keys::DEFAULT_PREFIX;
-use crate::redis_url::{parse_endpoint, parse_flag};
+use crate::redis_url::{parse_endpoint, parse_flag, parse_prefix, prefix_pair};
 use fencelock_core::url::{redact, safe_to_echo};
 
 /// The default bound on one node's answer to one call.
@@ -25,10 +25,11 @@ pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(500);
 /// quorum.
 ///
 /// It owns the `redlock://` URL scheme:
-/// `redlock://[user][:password@]host1:port1,host2:port2,...[/db][?storage=<redis URL>]`, one
-/// set of credentials and one database number for every node (each node is reached as
+/// `redlock://[user][:password@]host1:port1,host2:port2,...[/db][?storage=<redis URL>][&prefix=name][&allow_eviction=true]`,
+/// one set of credentials and one database number for every node (each node is reached as
 /// `redis://[user][:password@]hostN:portN[/db]`). `storage` is the `redis://` URL of the
-/// server that keeps the fenced data, percent-encoded; by default the first node. Nodes with
+/// server that keeps the fenced data, percent-encoded; by default the first node. `prefix`
+/// is the key prefix on every node and on the storage (see [`prefix`](Self::prefix)). Nodes with
 /// different credentials, TLS nodes and a storage with its own options: build the config
 /// with [`new`](Self::new) and [`with_storage`](Self::with_storage) instead.
 ///
@@ -84,7 +85,11 @@ impl fmt::Display for RedlockConfig {
 const SCHEME: &str = "redlock://";
 
 /// The options a `redlock://` URL takes.
-const KNOWN_OPTIONS: &[Known] = &[Known::new("storage"), Known::new("allow_eviction")];
+const KNOWN_OPTIONS: &[Known] = &[
+    Known::new("storage"),
+    Known::new("allow_eviction"),
+    Known::new("prefix"),
+];
 
 impl RedlockConfig {
     /// The URL scheme this config reads: `redlock`.
@@ -189,7 +194,7 @@ impl RedlockConfig {
             if echo {
                 e.in_context(&format!("redlock URL {shown:?}"))
             } else {
-                fail("takes only the options `storage` and `allow_eviction`".to_owned())
+                fail("takes only the options `storage`, `allow_eviction` and `prefix`".to_owned())
             }
         })?;
         let storage = match options.get("storage") {
@@ -203,10 +208,22 @@ impl RedlockConfig {
                         ),
                         source: problem.source.map(|e| Box::new(e) as _),
                     })?;
+                if options.prefix.is_some() {
+                    return Err(fail(format!(
+                        "storage {:?} takes no `prefix`: the key prefix is the redlock's \
+                         (`prefix` on the redlock:// URL)",
+                        redact(value)
+                    )));
+                }
                 Some(RedisConfig::from_endpoint(endpoint, options))
             }
             None => None,
         };
+        let prefix = options
+            .get("prefix")
+            .map(parse_prefix)
+            .transpose()
+            .map_err(|problem| fail(problem.what))?;
         let allow_eviction = options
             .get("allow_eviction")
             .map(|value| parse_flag("allow_eviction", value))
@@ -214,12 +231,17 @@ impl RedlockConfig {
             .map_err(|problem| fail(problem.what))?;
         // The first node is the default: say nothing about it, so the URL round-trips.
         let storage = storage.filter(|s| Some(s) != nodes.first());
-        Ok(Self::with_nodes(nodes, storage).allow_eviction(allow_eviction.unwrap_or(false)))
+        let config =
+            Self::with_nodes(nodes, storage).allow_eviction(allow_eviction.unwrap_or(false));
+        Ok(match prefix {
+            Some(prefix) => config.prefix(prefix),
+            None => config,
+        })
     }
 
     /// The `redlock://` URL, credentials included: `from_url(&c.to_url())` equals `c` for
     /// every `c` that [`from_url`](Self::from_url) returns. `?storage=` is written only when
-    /// the storage is not the first node. The credentials and database are the first
+    /// the storage is not the first node, `prefix` only when it is not the default. The credentials and database are the first
     /// node's: a config built with [`new`](Self::new) whose nodes differ in those has no
     /// `redlock://` URL that says so.
     pub fn to_url(&self) -> String {
@@ -250,18 +272,25 @@ impl RedlockConfig {
         if let Some(first) = first {
             url.push_str(&first.path());
         }
+        let mut options = Vec::new();
         if let Some(storage) = &self.storage {
             let text = if redacted {
                 storage.redacted_url()
             } else {
                 storage.to_url()
             };
-            url.push_str("?storage=");
-            url.extend(url::form_urlencoded::byte_serialize(text.as_bytes()));
+            options.push(format!(
+                "storage={}",
+                url::form_urlencoded::byte_serialize(text.as_bytes()).collect::<String>()
+            ));
         }
         if self.allow_eviction {
-            url.push_str(if self.storage.is_some() { "&" } else { "?" });
-            url.push_str("allow_eviction=true");
+            options.push("allow_eviction=true".to_owned());
+        }
+        options.extend(prefix_pair(&self.prefix));
+        if !options.is_empty() {
+            url.push('?');
+            url.push_str(&options.join("&"));
         }
         url
     }
@@ -333,11 +362,16 @@ impl RedlockConfig {
         crate::RedisStorage::lazy(config, "redlock storage node")
     }
 
-    /// The first part of every key name on every node (default `fencelock`); the same rules
-    /// as [`RedisConfig::prefix`].
+    /// The first part of every key name on every node and on the storage (default
+    /// `fencelock`; in the URL, `?prefix=name`); the same rules as [`RedisConfig::prefix`].
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
+    }
+
+    /// The configured key prefix.
+    pub fn prefix_name(&self) -> &str {
+        &self.prefix
     }
 
     /// The longest one node may take to answer one call, connecting included (default
@@ -501,6 +535,8 @@ mod tests {
             "redlock://h1,h2?storage=redis%3A%2F%2Fd%3A1&allow_eviction=true",
             "redlock://h1?storage=redis%3A%2F%2Fd%3A1%3Fallow_eviction%3Dtrue",
             "redlock://h1?allow_eviction=false",
+            "redlock://h1,h2?prefix=app:",
+            "redlock://h1,h2?storage=redis%3A%2F%2Fd%3A1&prefix=a%2Fb&allow_eviction=true",
         ] {
             let config = RedlockConfig::from_url(input).unwrap();
             assert_eq!(
@@ -510,6 +546,24 @@ mod tests {
                 config.to_url()
             );
         }
+    }
+
+    #[test]
+    fn the_prefix_is_part_of_the_url() {
+        let config = RedlockConfig::from_url("redlock://:s3cr3t@h1:1,h2:2?prefix=app:").unwrap();
+        assert_eq!(config.prefix_name(), "app:");
+        assert_eq!(config.to_url(), "redlock://:s3cr3t@h1:1,h2:2?prefix=app%3A");
+        assert_eq!(config.to_string(), "redlock://:***@h1:1,h2:2?prefix=app%3A");
+        let built = RedlockConfig::from_url("redlock://:s3cr3t@h1:1,h2:2")
+            .unwrap()
+            .prefix("app:");
+        assert_eq!(built, config);
+        assert_eq!(
+            RedlockConfig::from_url("redlock://h1:1?prefix=fencelock")
+                .unwrap()
+                .to_url(),
+            "redlock://h1:1"
+        );
     }
 
     #[test]
@@ -563,7 +617,15 @@ mod tests {
             ("redlock://h1,:6379", "node 2 of 2 (`:6379`) names no host"),
             ("redlock://h1,h2/notadb", "is not a database number"),
             ("redlock://h1,h2/0/1", "is not a database number"),
-            ("redlock://h1,h2?prefix=x", "unknown option `prefix`"),
+            (
+                "redlock://h1,h2?prefix=a%7Bb",
+                "option `prefix`: redis key prefix",
+            ),
+            ("redlock://h1,h2?prefx=x", "unknown option `prefx`"),
+            (
+                "redlock://h1,h2?storage=redis%3A%2F%2Fd%3Fprefix%3Dx",
+                "takes no `prefix`: the key prefix is the redlock's",
+            ),
             ("redlock://h1,h2?storage=http://x", "scheme `http`"),
             (
                 "redlock://h1,h2?storage=redis%3A%2F%2F%3As3cr3t%40%3A1",
