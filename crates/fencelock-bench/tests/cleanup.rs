@@ -411,7 +411,7 @@ mod mysql {
             .unwrap_or_else(|e| panic!("{}", no_mysql(e)));
         run(&suite).await;
         let before = rows_of_run(&admin, &prefix, &suite).await;
-        for table in ["locks", "storage"] {
+        for table in ["counters", "storage"] {
             assert!(
                 before.iter().any(|(t, _)| *t == format!("{prefix}{table}")),
                 "no row of the run in {prefix}{table} before close: {before:?}"
