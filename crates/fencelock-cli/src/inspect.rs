@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use fencelock::{
-    Capabilities, Fence, FencedStorage, HolderInfo, LockKey, Locker, Semaphore, TimeAuthority,
-    TokenGuarantee, WakeUp, holder_resource, read_holder,
+    Capabilities, Fence, FencedStorage, HolderInfo, LockKey, Locker, QueueEntry, QueueRole,
+    Semaphore, TimeAuthority, TokenGuarantee, WakeUp, holder_resource, read_holder,
 };
 use serde_json::{Value, json};
 
@@ -31,8 +31,9 @@ pub(crate) struct Args {
     permits: Option<u32>,
     /// Print one JSON object instead of the text: key, backend, holder (owner, token,
     /// remaining_ms) or null, last_token, never_granted (true when the key was never granted
-    /// under the spec's prefix, schema or chroot), readers and permits when asked for, and
-    /// capabilities in words.
+    /// under the spec's prefix, schema or chroot), readers, queue (role, owner, token,
+    /// remaining_ms, in grant order) where the backend lists one (ZooKeeper), permits when
+    /// asked for, and capabilities in words.
     #[arg(long)]
     json: bool,
     /// The storage resource whose fence to show next to the lock's last token [default: the
@@ -171,6 +172,9 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
             }
         }
     }
+    if let Some(entries) = backend.inspect_queue(&key).await? {
+        queue(&mut shown, &entries);
+    }
     if let Some(permits) = args.permits {
         let locker = Locker::new(backend.clone());
         let semaphore = Semaphore::new(&locker, key.as_str(), permits as usize)?;
@@ -219,6 +223,41 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
         print!("{}", shown.text());
     }
     Ok(Exit::Success)
+}
+
+/// The key's queue, where the backend keeps one it can list: the holder or readers first,
+/// then the waiters in the order they will be granted.
+fn queue(shown: &mut Shown, entries: &[QueueEntry]) {
+    let waiting = entries
+        .iter()
+        .filter(|entry| entry.role == QueueRole::Waiting)
+        .count();
+    shown.row(
+        "queue",
+        match entries.len() {
+            0 => "empty".to_string(),
+            n => format!("{n} in order ({waiting} waiting)"),
+        },
+    );
+    let mut listed = Vec::with_capacity(entries.len());
+    for (position, entry) in entries.iter().enumerate() {
+        shown.row(
+            format!("  {}. {}", position + 1, entry.role.as_str()),
+            format!(
+                "token {} owner {} ({} left)",
+                entry.token,
+                entry.owner,
+                crate::duration::shown(entry.remaining)
+            ),
+        );
+        listed.push(json!({
+            "role": entry.role.as_str(),
+            "owner": entry.owner.to_string(),
+            "token": entry.token.get(),
+            "remaining_ms": u64::try_from(entry.remaining.as_millis()).unwrap_or(u64::MAX),
+        }));
+    }
+    shown.json["queue"] = Value::Array(listed);
 }
 
 /// The fence the storage last admitted for `resource` (the key by default), and, when it is

@@ -11,7 +11,7 @@ use crate::error::{Error, LostReason, Result};
 use crate::fence::{FencingToken, OwnerId};
 use crate::key::LockKey;
 use crate::kinds::ReadPhase;
-use crate::lease::{Lease, LockInfo};
+use crate::lease::{Lease, LockInfo, QueueEntry};
 
 /// The shortest ttl any backend accepts (a backend may ask for more with
 /// [`Capabilities::min_ttl`]).
@@ -142,6 +142,15 @@ pub trait LockBackend: Send + Sync + Debug + 'static {
     /// The current holder, its token and remaining time, and the key's last token. During a
     /// read phase the holder is the phase's shared fence.
     async fn inspect(&self, key: &LockKey) -> Result<LockInfo>;
+
+    /// The key's queue, in the order the backend grants: the holder (or the readers of a
+    /// read phase) first, then whoever waits. `Ok(None)` where the backend keeps no queue it
+    /// can list (the default); an empty list when nobody holds or waits. For operators, like
+    /// [`inspect`](Self::inspect): it takes nothing and decides nothing.
+    async fn inspect_queue(&self, key: &LockKey) -> Result<Option<Vec<QueueEntry>>> {
+        let _ = key;
+        Ok(None)
+    }
 
     /// Completes when the backend learns, between renewals, that `lease` is lost (the session
     /// holding it ended, say), with the reason; never completes while the lease may be held.
@@ -306,6 +315,9 @@ macro_rules! forward_lock_backend {
             }
             async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
                 (**self).inspect(key).await
+            }
+            async fn inspect_queue(&self, key: &LockKey) -> Result<Option<Vec<QueueEntry>>> {
+                (**self).inspect_queue(key).await
             }
             async fn watch_lost(&self, lease: &Lease) -> LostReason {
                 (**self).watch_lost(lease).await

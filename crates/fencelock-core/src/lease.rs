@@ -82,3 +82,46 @@ impl LockInfo {
         self.holder.is_some() || self.unfenced_holder.is_some()
     }
 }
+
+/// What an entry of a key's queue stands for ([`QueueEntry`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum QueueRole {
+    /// The exclusive grant at the head of the queue.
+    Holder,
+    /// A plain try behind the head, which withdraws unless it finds itself first.
+    Contender,
+    /// A queued waiter's place: granted in its turn.
+    Waiting,
+    /// A reader of the read phase (the phase's fence is its token).
+    Reader,
+}
+
+impl QueueRole {
+    /// The role's name in reports (`holder`, `contender`, `waiting`, `reader`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueRole::Holder => "holder",
+            QueueRole::Contender => "contender",
+            QueueRole::Waiting => "waiting",
+            QueueRole::Reader => "reader",
+        }
+    }
+}
+
+/// One entry of a key's queue, in the order the backend grants
+/// ([`LockBackend::inspect_queue`](crate::LockBackend::inspect_queue)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueEntry {
+    /// The entry's owner: the holder's or contender's lease owner, the waiter's id, or the
+    /// reader's id.
+    pub owner: OwnerId,
+    /// What the entry stands for.
+    pub role: QueueRole,
+    /// The token the entry carries: a grant's, the one a waiter holds once granted (where the
+    /// backend draws it on entering), or the read phase's.
+    pub token: FencingToken,
+    /// The time left before the entry lapses as the server counts it (the ttl for a grant or
+    /// a reader, the place ttl for a waiter); zero for one past its time.
+    pub remaining: Duration,
+}

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use fencelock_core::{
     Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LockKinds,
-    LostReason, OwnerId, ReadPhase, Result, TimeAuthority, TokenGuarantee, WakeUp, async_trait,
-    valid_until, validate_ttl,
+    LostReason, OwnerId, QueueEntry, ReadPhase, Result, TimeAuthority, TokenGuarantee, WakeUp,
+    async_trait, valid_until, validate_ttl,
 };
 use tokio::time::Instant;
 use zookeeper_client as zk;
@@ -458,6 +458,14 @@ impl LockBackend for ZkLockBackend {
 
     async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
         self.inspect_key(key).await
+    }
+
+    /// The holder (or the readers of the read phase), then contenders and waiting places in
+    /// the order they will be granted, each waiter with the token it drew on entering. Reads
+    /// every node and writes the clock node once (the leader's clock says what is past its
+    /// time); takes nothing. Nodes that vanish while being read are left out.
+    async fn inspect_queue(&self, key: &LockKey) -> Result<Option<Vec<QueueEntry>>> {
+        self.queue_entries(key).await.map(Some)
     }
 
     async fn watch_lost(&self, lease: &Lease) -> LostReason {

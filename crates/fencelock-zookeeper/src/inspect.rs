@@ -3,44 +3,15 @@
 
 use std::time::Duration;
 
-use fencelock_core::{Error, FencingToken, LockInfo, LockKey, OwnerId, Result, validate_floor};
+use fencelock_core::{
+    Error, FencingToken, LockInfo, LockKey, QueueEntry, QueueRole, Result, validate_floor,
+};
 use zookeeper_client as zk;
 
 use crate::backend::{CAS_TRIES, MAX_TOKEN, ZkLockBackend, expired};
 use crate::error::{BACKEND, mapped, protocol};
 use crate::layout::{NodeData, NodeKind, parse_counter, parse_node_data};
 use crate::recipe::lifespan;
-
-/// What a node of a key's queue stands for ([`ZkLockBackend::inspect_queue`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QueueRole {
-    /// The exclusive grant at the head of the queue.
-    Holder,
-    /// A plain try's node behind the head: it withdraws unless it finds itself the lowest.
-    Contender,
-    /// A queued waiter's place: it is granted, with its token, once every node below it is
-    /// gone.
-    Waiting,
-    /// A reader of the read phase (the phase's fence is its token and owner).
-    Reader,
-}
-
-/// One node of a key's queue, in queue (sequence) order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueueEntry {
-    /// The node's owner: the holder's or contender's lease owner, the waiter's id, or the
-    /// reader's id.
-    pub owner: OwnerId,
-    /// What the node stands for.
-    pub role: QueueRole,
-    /// The token the node carries: a grant's, the one a waiter drew on entering (and holds
-    /// once granted), or the read phase's.
-    pub token: FencingToken,
-    /// The time left before the node lapses on the leader's clock (its ttl for a grant or a
-    /// reader, the place ttl for a waiter); zero for a node past its time, which the next
-    /// contender removes.
-    pub remaining: Duration,
-}
 
 impl ZkLockBackend {
     /// [`LockBackend::inspect`](fencelock_core::LockBackend::inspect): the counter, and the
@@ -108,7 +79,7 @@ impl ZkLockBackend {
     /// at the head, then contenders and waiting places in the order they will be granted.
     /// Reads every node and writes the clock node once (the leader's clock says what is
     /// past its time); takes nothing. Nodes that vanish while being read are left out.
-    pub async fn inspect_queue(&self, key: &LockKey) -> Result<Vec<QueueEntry>> {
+    pub(crate) async fn queue_entries(&self, key: &LockKey) -> Result<Vec<QueueEntry>> {
         let session = self.sessions.get().await?;
         let dir = self.sessions.layout.key_dir(key.as_str());
         let queue = self.queue_nodes(&session, &dir).await?;

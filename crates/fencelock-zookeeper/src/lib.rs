@@ -25,7 +25,7 @@ pub use config::{
     validate_prefix,
 };
 pub use error::map_zk_error;
-pub use inspect::{QueueEntry, QueueRole};
+pub use fencelock_core::{QueueEntry, QueueRole};
 pub use storage::{MAX_VALUE_LEN, ZkStorage};
 
 /// Re-exported so users get the `zookeeper-client` this crate was built with.

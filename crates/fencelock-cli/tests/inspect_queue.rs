@@ -1,0 +1,114 @@
+//! `fencelock inspect` shows a key's queue where the backend keeps one it can list
+//! (ZooKeeper): the holder first, then the waiters in the order they will be granted, each
+//! with its token; a backend without such a queue prints none.
+//! Needs the Redis of `scripts/test-deps` on 127.0.0.1:6379 and ZooKeeper installed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use fencelock::spec::BackendSpec;
+use fencelock::{LockBackend, LockKey, Locker, OwnerId};
+use fencelock_testkit::zookeeper::ZkServer;
+use serde_json::Value;
+
+/// `fencelock inspect [--json] --backend spec key`: exit code and stdout.
+async fn inspect(spec: &str, key: &str, json: bool) -> String {
+    let mut args = vec!["inspect".to_owned()];
+    if json {
+        args.push("--json".into());
+    }
+    args.extend(["--backend", spec, key].map(str::to_owned));
+    let (code, out, err) = tokio::task::spawn_blocking(move || {
+        common::fencelock(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{spec}: {out}{err}");
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_lists_the_zookeeper_queue_in_grant_order() {
+    let server = tokio::task::spawn_blocking(|| ZkServer::spawn_ensemble(1))
+        .await
+        .unwrap();
+    let spec = format!("{}?prefix=cli-queue-{}", server.url(), OwnerId::random());
+    let connected = spec
+        .parse::<BackendSpec>()
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let backend = connected.backend.clone();
+    let locker = Locker::new(connected.backend);
+    let key = "queue/inspected";
+
+    let empty: Value = serde_json::from_str(&inspect(&spec, key, true).await).unwrap();
+    assert_eq!(empty["queue"], Value::Array(Vec::new()), "{empty}");
+
+    let held = locker.lock(key).ttl(Duration::from_secs(20)).await.unwrap();
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            locker
+                .lock(key)
+                .ttl(Duration::from_secs(20))
+                .wait(Duration::from_secs(60))
+                .await
+        })
+    };
+    // The waiter's place is in the queue once its first try was refused.
+    let lock_key = LockKey::new(key).unwrap();
+    let mut queued = false;
+    for _ in 0..200 {
+        let entries = backend.inspect_queue(&lock_key).await.unwrap().unwrap();
+        if entries.len() == 2 {
+            queued = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(queued, "the waiter never appeared in the queue");
+
+    let shown: Value = serde_json::from_str(&inspect(&spec, key, true).await).unwrap();
+    let queue = shown["queue"].as_array().expect("a queue array");
+    assert_eq!(queue.len(), 2, "{shown}");
+    assert_eq!(queue[0]["role"], "holder", "{shown}");
+    assert_eq!(queue[0]["token"], held.token().get(), "{shown}");
+    assert_eq!(queue[0]["owner"], held.fence().owner.to_string(), "{shown}");
+    assert_eq!(queue[1]["role"], "waiting", "{shown}");
+    let next = queue[1]["token"].as_u64().unwrap();
+    assert!(next > held.token().get(), "{shown}");
+
+    let text = inspect(&spec, key, false).await;
+    assert_eq!(
+        common::inspect_row(&text, "queue"),
+        Some("2 in order (1 waiting)"),
+        "{text}"
+    );
+    let first = text.find("1. holder").expect(&text);
+    let second = text.find("2. waiting").expect(&text);
+    assert!(first < second, "{text}");
+
+    // The waiter is granted the token its place showed.
+    assert!(held.release().await.unwrap());
+    let granted = waiter.await.unwrap().unwrap();
+    assert_eq!(granted.token().get(), next);
+    assert!(granted.release().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_without_a_listed_queue_shows_none() {
+    // Redis on one server queues its waiters but does not list them.
+    let spec = format!(
+        "redis://127.0.0.1:6379?prefix=cli-queue-{}:",
+        OwnerId::random()
+    );
+    let shown: Value = serde_json::from_str(&inspect(&spec, "queue/none", true).await).unwrap();
+    assert!(shown.get("queue").is_none(), "{shown}");
+    let text = inspect(&spec, "queue/none", false).await;
+    assert!(common::inspect_row(&text, "queue").is_none(), "{text}");
+}
