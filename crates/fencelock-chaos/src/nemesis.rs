@@ -406,7 +406,7 @@ async fn partition_episode(
         return;
     }
     let count = rand::random_range(1..=proxies.len());
-    let chosen: Vec<_> = proxies.choose_multiple(&mut rand::rng(), count).collect();
+    let chosen: Vec<_> = proxies.sample(&mut rand::rng(), count).collect();
     let started = clock::now_ns();
     let what = match rand::random_range(0..3u8) {
         0 => {

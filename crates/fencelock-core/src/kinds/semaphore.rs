@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rand::Rng;
+use rand::RngExt;
 use tokio::task::JoinSet;
 
 use crate::backend::LockBackend;
