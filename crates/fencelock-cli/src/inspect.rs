@@ -411,6 +411,22 @@ fn capabilities(shown: &mut Shown, caps: &Capabilities) {
         },
     );
     shown.row("  kinds", kinds.join(", "));
+    shown.row(
+        "  waiters",
+        if caps.fair {
+            "granted in arrival order"
+        } else {
+            "race for each release"
+        },
+    );
+    shown.row(
+        "  sets (lock_all)",
+        if caps.atomic_sets {
+            "granted in one step when every key is free"
+        } else {
+            "taken key by key in one order"
+        },
+    );
     let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     shown.json["capabilities"] = json!({
         "tokens": tokens_word,
@@ -421,5 +437,7 @@ fn capabilities(shown: &mut Shown, caps: &Capabilities) {
         "max_ttl_ms": millis(caps.max_ttl),
         "locks_survive_restart": caps.locks_survive_restart,
         "kinds": kinds,
+        "fair": caps.fair,
+        "atomic_sets": caps.atomic_sets,
     });
 }

@@ -377,6 +377,8 @@ fn inspect_json_has_the_holder_token_and_capabilities_in_words() {
     assert_eq!(caps["time_authority"], "server", "{shown}");
     assert_eq!(caps["wake_up"], "notify", "{shown}");
     assert_eq!(caps["locks_survive_restart"], false, "{shown}");
+    assert_eq!(caps["fair"], true, "{shown}");
+    assert_eq!(caps["atomic_sets"], true, "{shown}");
     let kinds: Vec<&str> = caps["kinds"]
         .as_array()
         .unwrap()

@@ -172,6 +172,17 @@ pub trait LockBackend: Send + Sync + Debug + 'static {
         std::future::pending().await
     }
 
+    /// Takes every key of `keys` in one atomic step without waiting: each with a token of its
+    /// own key's counter and a lease of `ttl`, returned in the order of `keys`; `Ok(None)`, with
+    /// nothing taken and nothing changed, when any key is held, in a read phase, or has waiters
+    /// queued for it (a set never overtakes a queue). Called only on a backend whose
+    /// [`Capabilities::atomic_sets`] is true, with at least two distinct keys, sorted.
+    /// Default: [`Error::Unsupported`].
+    async fn try_acquire_all(&self, keys: &[LockKey], ttl: Duration) -> Result<Option<Vec<Lease>>> {
+        let _ = (keys, ttl);
+        Err(Error::unsupported(self.name(), ATOMIC_SETS))
+    }
+
     /// Joins (or starts) the read phase of `key` as `reader`, without waiting. `Ok(None)`
     /// while an exclusive lease is valid. The lease carries the phase's shared token and
     /// owner; asked again by a reader already in the live phase, it renews that reader.
@@ -226,6 +237,9 @@ pub trait LockBackend: Send + Sync + Debug + 'static {
     /// outcome already returned. Default: nothing is left in the background.
     async fn finish_background(&self) {}
 }
+
+/// What [`Error::Unsupported`] names for a backend that grants no set in one step.
+const ATOMIC_SETS: &str = "sets of keys granted in one atomic step";
 
 /// What [`Error::Unsupported`] names for a backend without shared locks.
 const SHARED: &str = "shared (reader) locks";
@@ -327,6 +341,9 @@ macro_rules! forward_lock_backend {
             }
             async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
                 (**self).advance_token(key, floor).await
+            }
+            async fn try_acquire_all(&self, keys: &[LockKey], ttl: Duration) -> Result<Option<Vec<Lease>>> {
+                (**self).try_acquire_all(keys, ttl).await
             }
             async fn try_acquire_shared(
                 &self,

@@ -106,6 +106,11 @@ pub struct Capabilities {
     /// [`try_acquire_queued`](crate::LockBackend::try_acquire_queued)), each release waking
     /// only the next; false when waiters race for it.
     pub fair: bool,
+    /// Whether a set of keys can be granted in one atomic step
+    /// ([`try_acquire_all`](crate::LockBackend::try_acquire_all)): every key or none, each with
+    /// its own token, in one round trip. [`Locker::lock_all`](crate::Locker::lock_all) tries
+    /// that first and takes the keys one at a time in order when it is refused or not offered.
+    pub atomic_sets: bool,
 }
 
 impl Capabilities {
@@ -126,6 +131,7 @@ impl Capabilities {
             locks_survive_restart: false,
             kinds: LockKinds::GENERIC,
             fair: false,
+            atomic_sets: false,
         }
     }
 
@@ -143,6 +149,12 @@ impl Capabilities {
     /// Sets [`fair`](Self::fair).
     pub const fn with_fair(mut self, fair: bool) -> Self {
         self.fair = fair;
+        self
+    }
+
+    /// Sets [`atomic_sets`](Self::atomic_sets).
+    pub const fn with_atomic_sets(mut self, atomic: bool) -> Self {
+        self.atomic_sets = atomic;
         self
     }
 

@@ -32,8 +32,11 @@ use crate::locker::{LockOptions, Locker};
 /// Because every request takes the keys in the same order, a request waits only for keys
 /// greater than every key it holds, so no cycle of waiters (a deadlock) can form.
 ///
-/// A backend that could grant a whole set in one round trip would be used here instead; no
-/// backend does so yet (a future [`Capabilities`](crate::Capabilities) flag would say which).
+/// Where the backend grants a set in one atomic step
+/// ([`Capabilities::atomic_sets`](crate::Capabilities::atomic_sets), one Lua script on one
+/// Redis server), the request tries that first: every key or none, in one round trip. When it
+/// is refused (some key is held, or has waiters queued for it) the ordered form above takes
+/// over, queueing for each key in turn as a single lock does.
 ///
 /// # Cancel safety
 ///
@@ -101,6 +104,9 @@ impl LockAllRequest {
             self.locker.refuse_held(key)?;
         }
         let started = Instant::now();
+        if let Some(set) = try_in_one_step(&self.locker, &keys, &options).await? {
+            return Ok(set);
+        }
         // `None`: a budget the clock cannot add, waited out without a bound.
         let deadline = started.checked_add(options.wait);
         let mut members = Vec::with_capacity(keys.len());
@@ -139,6 +145,57 @@ impl LockAllRequest {
         }
         Ok(CompositeGuard::new(members))
     }
+}
+
+/// The set in one atomic step, where the backend offers it
+/// ([`Capabilities::atomic_sets`](crate::Capabilities::atomic_sets)): `Ok(None)` when it
+/// does not, or when some key is taken or queued for, and the ordered form is to wait for
+/// it. Nothing is held when this returns `Ok(None)` or an error: the step grants every
+/// key or none, and a reply that does not match the request is given back.
+async fn try_in_one_step(
+    locker: &Locker,
+    keys: &[LockKey],
+    options: &LockOptions,
+) -> Result<Option<CompositeGuard>> {
+    let backend = locker.backend();
+    if keys.len() < 2 || !backend.capabilities().atomic_sets {
+        return Ok(None);
+    }
+    let leases = match backend.try_acquire_all(keys, options.ttl).await {
+        Ok(Some(leases)) => leases,
+        Ok(None) => return Ok(None),
+        // The ordered form retries as any request does; and a wrapper that passes the inner
+        // backend's capabilities on without the step is served by it too.
+        Err(e) if e.is_retryable() || matches!(e, Error::Unsupported { .. }) => {
+            tracing::debug!(error = %e, "a set in one step failed; taking it key by key");
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
+    let matches = leases.len() == keys.len()
+        && leases
+            .iter()
+            .zip(keys)
+            .all(|(lease, key)| lease.key == *key);
+    if !matches {
+        for lease in &leases {
+            let _ = backend.release(lease).await;
+        }
+        return Err(Error::Backend {
+            backend: backend.name(),
+            message: format!(
+                "a set of {} keys in one step was answered with {} leases for other keys",
+                keys.len(),
+                leases.len()
+            ),
+            source: None,
+        });
+    }
+    let members = leases
+        .into_iter()
+        .map(|lease| locker.adopt(lease, options.watchdog))
+        .collect();
+    Ok(Some(CompositeGuard::new(members)))
 }
 
 impl IntoFuture for LockAllRequest {

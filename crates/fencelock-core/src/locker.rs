@@ -226,6 +226,15 @@ impl Locker {
         }
     }
 
+    /// A guard over `lease`, a grant this locker's backend just made (a set granted in one
+    /// step), registered and counted as held like a `lock` request's grant.
+    pub(crate) fn adopt(&self, lease: Lease, watchdog: bool) -> LockGuard {
+        let key = lease.key.clone();
+        let guard = LockGuard::registered(self.backend.clone(), lease, watchdog, &self.registry);
+        self.holding.granted(key, guard.lost_token());
+        guard
+    }
+
     /// [`Error::AlreadyHeld`] if this locker holds `key`.
     pub(crate) fn refuse_held(&self, key: &LockKey) -> Result<()> {
         self.holding.refuse_held(key)

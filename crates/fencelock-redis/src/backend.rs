@@ -74,7 +74,8 @@ impl RedisLockBackend {
         )
         .with_kinds(LockKinds::GENERIC.with_shared())
         .with_locks_survive_restart(server_persists == Some(true))
-        .with_fair(true);
+        .with_fair(true)
+        .with_atomic_sets(true);
         RedisLockBackend {
             locks: Locks {
                 wake: Wake::Notify(Arc::new(Waiters::new(conn.clone()))),
@@ -157,6 +158,81 @@ impl Locks {
     pub(crate) async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
         validate_ttl(ttl, &self.capabilities)?;
         self.acquire(key, ttl, None).await
+    }
+
+    /// Every lock of `keys` or none, in one script (one server; on a cluster the keys of
+    /// different locks are in different slots, and the capability is off): the set's one
+    /// owner holds each grant, with a token of the lock's own counter.
+    pub(crate) async fn try_acquire_all(
+        &self,
+        keys: &[LockKey],
+        ttl: Duration,
+    ) -> Result<Option<Vec<Lease>>> {
+        if !self.capabilities.atomic_sets {
+            return Err(fencelock_core::Error::unsupported(
+                self.conn.backend,
+                "sets of keys granted in one atomic step (the keys of different locks are in different slots)",
+            ));
+        }
+        validate_ttl(ttl, &self.capabilities)?;
+        let backend = self.conn.backend;
+        let span = tracing::debug_span!(
+            "try_acquire_all",
+            backend,
+            keys = keys.len(),
+            ?ttl,
+            outcome = Empty
+        );
+        let result = async {
+            let owner = OwnerId::random();
+            let mut invocation = SCRIPTS.acquire_all.prepare_invoke();
+            for key in keys {
+                invocation
+                    .key(self.conn.keys.lock(key))
+                    .key(self.conn.keys.token(key))
+                    .key(self.conn.keys.queue(key))
+                    .key(self.conn.keys.places(key))
+                    .key(self.conn.keys.asks(key));
+            }
+            invocation.arg(owner.to_string()).arg(ttl_millis(ttl));
+            let mut conn = self.conn.link.clone();
+            let sent_at = Instant::now();
+            let reply: Option<Vec<String>> = self
+                .conn
+                .call("acquire_all", invocation.invoke_async(&mut conn))
+                .await?;
+            let Some(tokens) = reply else {
+                return Ok(None);
+            };
+            if tokens.len() != keys.len() {
+                return Err(fencelock_core::Error::Backend {
+                    backend,
+                    message: format!(
+                        "the set script answered {} tokens for {} keys",
+                        tokens.len(),
+                        keys.len()
+                    ),
+                    source: None,
+                });
+            }
+            let valid_until = valid_until(sent_at, ttl);
+            keys.iter()
+                .zip(tokens)
+                .map(|(key, token)| {
+                    Ok(Lease {
+                        key: key.clone(),
+                        owner,
+                        token: parse_token(backend, &token)?,
+                        ttl,
+                        valid_until,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()
+                .map(Some)
+        }
+        .instrument(span.clone())
+        .await;
+        finish(&span, result, "ok")
     }
 
     /// A try that keeps `waiter`'s place in the key's queue (one server), with `waiter` as

@@ -46,6 +46,14 @@ macro_rules! delegate_lock_backend {
                 self.locks.wait_for_release(key, max).await
             }
 
+            async fn try_acquire_all(
+                &self,
+                keys: &[fencelock_core::LockKey],
+                ttl: std::time::Duration,
+            ) -> fencelock_core::Result<Option<Vec<fencelock_core::Lease>>> {
+                self.locks.try_acquire_all(keys, ttl).await
+            }
+
             async fn try_acquire_queued(
                 &self,
                 key: &fencelock_core::LockKey,

@@ -16,6 +16,7 @@ use redis::Script;
 /// Every script, hashed once per process.
 pub(crate) struct Scripts {
     pub(crate) acquire: Script,
+    pub(crate) acquire_all: Script,
     pub(crate) extend: Script,
     pub(crate) release: Script,
     pub(crate) leave: Script,
@@ -77,6 +78,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
     };
     Scripts {
         acquire: script(ACQUIRE.clone()),
+        acquire_all: script(queued(include_str!("../scripts/acquire_all.lua"))),
         extend: script(include_str!("../scripts/extend.lua").to_owned()),
         release: script(queued(include_str!("../scripts/release.lua"))),
         leave: script(queued(include_str!("../scripts/leave.lua"))),

@@ -86,6 +86,87 @@ declare_properties!(__fencelock_conformance_composite, {
         assert!(held.release().await.unwrap());
     }
 
+    /// A backend that claims to grant sets in one step (`Capabilities::atomic_sets`) grants
+    /// every key of a set or changes nothing: with one key held, `try_acquire_all` takes none
+    /// of the others and moves no counter; with all free, each key is granted with a token
+    /// above every earlier one of its own key, and the grants are the ones `inspect` reports.
+    /// Two owners trying overlapping sets again and again never hold the shared key at once.
+    pub async fn atomic_sets_grant_every_key_or_none(s: &Setup) {
+        if !s.backend.capabilities().atomic_sets {
+            return;
+        }
+        let b = &*s.backend;
+        let mut set = vec![key("one-x"), key("one-y"), key("one-z")];
+        set.sort();
+        // Earlier grants on x, so its counter is ahead of the others.
+        let mut before = Vec::new();
+        for _ in 0..2 {
+            let lease = grant(b, &set[0], LONG_TTL).await;
+            assert!(b.release(&lease).await.unwrap());
+        }
+        for k in &set {
+            before.push(b.inspect(k).await.unwrap().last_token);
+        }
+        let held = grant(b, &set[1], LONG_TTL).await;
+        let refused = b.try_acquire_all(&set, LONG_TTL).await.unwrap();
+        assert!(refused.is_none(), "{} granted a set one of whose keys was held", b.name());
+        for (k, last) in [(&set[0], before[0]), (&set[2], before[2])] {
+            let info = b.inspect(k).await.unwrap();
+            assert_eq!(info.holder, None, "a refused set left {k} held");
+            assert_eq!(info.last_token, last, "a refused set moved {k}'s counter");
+        }
+        assert!(b.release(&held).await.unwrap());
+        let after_hold = b.inspect(&set[1]).await.unwrap().last_token;
+
+        let leases = b
+            .try_acquire_all(&set, LONG_TTL)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{} refused a set of free keys", b.name()));
+        assert_eq!(leases.iter().map(|l| l.key.clone()).collect::<Vec<_>>(), set, "one lease per key, in order");
+        let floors = [before[0], after_hold, before[2]];
+        for (lease, floor) in leases.iter().zip(floors) {
+            assert!(
+                floor.is_none_or(|floor| lease.token > floor),
+                "{}'s token {} is not above its key's last {floor:?}",
+                lease.key,
+                lease.token
+            );
+            let info = b.inspect(&lease.key).await.unwrap();
+            assert_eq!(info.holder, Some(lease.fence()), "{} does not hold the set's grant", lease.key);
+        }
+        for lease in &leases {
+            assert!(b.release(lease).await.unwrap());
+        }
+
+        // Overlapping sets {x, y} and {y, z}, tried again and again by two owners.
+        let inside = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for pair in [vec![set[0].clone(), set[1].clone()], vec![set[1].clone(), set[2].clone()]] {
+            let (backend, inside) = (s.backend.clone(), inside.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut granted = 0;
+                for _ in 0..40 {
+                    if let Some(leases) = backend.try_acquire_all(&pair, LONG_TTL).await.unwrap() {
+                        granted += 1;
+                        assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two sets held the shared key at once");
+                        sleep(Duration::from_millis(2)).await;
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        for lease in &leases {
+                            assert!(backend.release(lease).await.unwrap());
+                        }
+                    }
+                    sleep(Duration::from_millis(1)).await;
+                }
+                granted
+            }));
+        }
+        for task in tasks {
+            let granted = timeout(PATIENCE * 3, task).await.expect("the set tries did not finish").unwrap();
+            assert!(granted > 0, "a set of keys held only in turns was never granted");
+        }
+    }
+
     /// When one member of a composite lock is lost (here: another owner takes it), the guard's
     /// `lost()` fires naming that member, `is_held()` turns false, and a write to that
     /// member's resource with the composite's fence is refused once the new owner wrote.

@@ -256,7 +256,8 @@ impl LockBackend for Slots {
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+        // A set in one step is the inner backend's exclusive grant, not this kind's.
+        self.inner.capabilities().with_atomic_sets(false)
     }
 
     async fn try_acquire(&self, _key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
