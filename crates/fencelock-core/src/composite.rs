@@ -7,6 +7,7 @@ use std::pin::Pin;
 use std::task::Poll;
 use std::time::Duration;
 
+use futures_util::future::join_all;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -207,10 +208,11 @@ impl IntoFuture for LockAllRequest {
     }
 }
 
-/// Releases the members of a set that is given up; a failed release lapses after its ttl.
+/// Releases the members of a set that is given up, all at once; a failed release lapses after
+/// its ttl.
 async fn release_all(members: Vec<LockGuard>) {
-    for member in members.into_iter().rev() {
-        if let Err(e) = member.release().await {
+    for outcome in join_all(members.into_iter().map(LockGuard::release)).await {
+        if let Err(e) = outcome {
             tracing::debug!(error = %e, "releasing a member of a composite lock failed");
         }
     }
@@ -346,13 +348,16 @@ impl CompositeGuard {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Releases every member (in reverse key order). `Ok(true)` when every member was still
-    /// held; every release is attempted, and the first error is returned after all.
+    /// Releases every member, the releases sent together, so a set costs about one release's
+    /// time rather than one per member. `Ok(true)` when every member was still held; every
+    /// release is attempted, and the first error in key order is returned after all.
     pub async fn release(mut self) -> Result<bool> {
+        let members = std::mem::take(&mut self.members);
+        let outcomes = join_all(members.into_iter().map(LockGuard::release)).await;
         let mut all_held = true;
         let mut first_error = None;
-        for member in std::mem::take(&mut self.members).into_iter().rev() {
-            match member.release().await {
+        for outcome in outcomes {
+            match outcome {
                 Ok(held) => all_held &= held,
                 Err(e) => {
                     first_error.get_or_insert(e);

@@ -247,3 +247,33 @@ async fn a_loss_the_backend_reports_fires_lost_without_a_renewal() {
     assert!(!guard.is_held());
     assert_eq!(backend.extends.load(Ordering::SeqCst), 0);
 }
+
+/// A composite lock's release sends every member's release at once: with each release taking
+/// 100 ms to reach the server, four members are released in about 100 ms, not 400 ms one
+/// after the other. Every member is released, and the set reports that all were held.
+#[tokio::test(start_paused = true)]
+async fn a_composite_release_sends_its_members_releases_together() {
+    let backend = Arc::new(Delayed::default());
+    let locker = Locker::new(backend.clone());
+    let set = locker
+        .lock_all(["a", "b", "c", "d"])
+        .watchdog(false)
+        .await
+        .unwrap();
+    backend.delay_releases(Duration::from_millis(100));
+    let started = Instant::now();
+    assert!(set.release().await.unwrap());
+    let took = started.elapsed();
+    assert_eq!(backend.releases.load(Ordering::SeqCst), 4);
+    assert!(
+        took < Duration::from_millis(150),
+        "four releases of 100 ms each took {took:?}: sent one after the other"
+    );
+    for key in ["a", "b", "c", "d"] {
+        let info = backend
+            .inspect(&fencelock_core::LockKey::new(key).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(info.holder, None, "{key} is still held after the release");
+    }
+}
