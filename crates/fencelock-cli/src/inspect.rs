@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use fencelock::{
-    Capabilities, Fence, FencedStorage, HolderInfo, LockKey, Locker, QueueEntry, QueueRole,
-    Semaphore, TimeAuthority, TokenGuarantee, WakeUp, holder_resource, read_holder,
+    Capabilities, Fence, FencedStorage, FencingToken, HolderInfo, LockKey, Locker, QueueEntry,
+    QueueRole, Semaphore, TimeAuthority, TokenGuarantee, WakeUp, holder_resource, read_holder,
 };
 use serde_json::{Value, json};
 
@@ -245,7 +245,9 @@ fn queue(shown: &mut Shown, entries: &[QueueEntry]) {
             format!("  {}. {}", position + 1, entry.role.as_str()),
             format!(
                 "token {} owner {} ({} left)",
-                entry.token,
+                entry
+                    .token
+                    .map_or_else(|| "drawn at its grant".to_string(), |t| t.to_string()),
                 entry.owner,
                 crate::duration::shown(entry.remaining)
             ),
@@ -253,7 +255,7 @@ fn queue(shown: &mut Shown, entries: &[QueueEntry]) {
         listed.push(json!({
             "role": entry.role.as_str(),
             "owner": entry.owner.to_string(),
-            "token": entry.token.get(),
+            "token": entry.token.map(FencingToken::get),
             "remaining_ms": u64::try_from(entry.remaining.as_millis()).unwrap_or(u64::MAX),
         }));
     }

@@ -1,7 +1,9 @@
 //! `fencelock inspect` shows a key's queue where the backend keeps one it can list
-//! (ZooKeeper): the holder first, then the waiters in the order they will be granted, each
-//! with its token; a backend without such a queue prints none.
-//! Needs the Redis of `scripts/test-deps` on 127.0.0.1:6379 and ZooKeeper installed.
+//! (ZooKeeper, one Redis server): the holder first, then the waiters in the order they will be
+//! granted, each with its token where it is drawn on entering; a backend without such a queue
+//! prints none.
+//! Needs the Redis and PostgreSQL of `scripts/test-deps` (127.0.0.1:6379, 127.0.0.1:5432) and
+//! ZooKeeper installed.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -101,14 +103,70 @@ async fn inspect_lists_the_zookeeper_queue_in_grant_order() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_backend_without_a_listed_queue_shows_none() {
-    // Redis on one server queues its waiters but does not list them.
+async fn inspect_lists_the_redis_queue_with_waiters_tokens_to_come() {
     let spec = format!(
         "redis://127.0.0.1:6379?prefix=cli-queue-{}:",
         OwnerId::random()
     );
-    let shown: Value = serde_json::from_str(&inspect(&spec, "queue/none", true).await).unwrap();
+    let connected = spec
+        .parse::<BackendSpec>()
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let locker = Locker::new(connected.backend);
+    let key = "queue/redis";
+    let held = locker.lock(key).ttl(Duration::from_secs(20)).await.unwrap();
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            locker
+                .lock(key)
+                .ttl(Duration::from_secs(20))
+                .wait(Duration::from_secs(60))
+                .await
+        })
+    };
+    let mut shown = Value::Null;
+    for _ in 0..100 {
+        shown = serde_json::from_str(&inspect(&spec, key, true).await).unwrap();
+        if shown["queue"]
+            .as_array()
+            .is_some_and(|queue| queue.len() == 2)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let queue = shown["queue"].as_array().expect("a queue listed");
+    assert_eq!(
+        queue.len(),
+        2,
+        "the waiter never showed in the queue: {shown}"
+    );
+    assert_eq!(queue[0]["role"], "holder", "{shown}");
+    assert_eq!(queue[0]["token"], held.token().get(), "{shown}");
+    assert_eq!(queue[1]["role"], "waiting", "{shown}");
+    assert_eq!(
+        queue[1]["token"],
+        Value::Null,
+        "drawn at the grant: {shown}"
+    );
+    let text = inspect(&spec, key, false).await;
+    assert!(text.contains("drawn at its grant"), "{text}");
+    let held_token = held.token();
+    assert!(held.release().await.unwrap());
+    let granted = waiter.await.unwrap().unwrap();
+    assert!(granted.token() > held_token);
+    assert!(granted.release().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_without_a_listed_queue_shows_none() {
+    // The PostgreSQL lease backend's waiters poll or are woken by NOTIFY: no queue to list.
+    let spec = "postgres://postgres@127.0.0.1:5432/test?schema=fl_cli_queue_none";
+    let shown: Value = serde_json::from_str(&inspect(spec, "queue/none", true).await).unwrap();
     assert!(shown.get("queue").is_none(), "{shown}");
-    let text = inspect(&spec, "queue/none", false).await;
+    let text = inspect(spec, "queue/none", false).await;
     assert!(common::inspect_row(&text, "queue").is_none(), "{text}");
 }

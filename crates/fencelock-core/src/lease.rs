@@ -118,9 +118,10 @@ pub struct QueueEntry {
     pub owner: OwnerId,
     /// What the entry stands for.
     pub role: QueueRole,
-    /// The token the entry carries: a grant's, the one a waiter holds once granted (where the
-    /// backend draws it on entering), or the read phase's.
-    pub token: FencingToken,
+    /// The token the entry carries: a grant's, the read phase's, or the one a waiter will hold
+    /// once granted where the backend draws it on entering (ZooKeeper); `None` for a waiter
+    /// whose token is drawn at its grant (Redis).
+    pub token: Option<FencingToken>,
     /// The time left before the entry lapses as the server counts it (the ttl for a grant or
     /// a reader, the place ttl for a waiter); zero for one past its time.
     pub remaining: Duration,

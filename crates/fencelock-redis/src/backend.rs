@@ -4,18 +4,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_core::{
-    Capabilities, FencingToken, Lease, LockInfo, LockKey, LockKinds, LostReason, OwnerId, Result,
-    TimeAuthority, TokenGuarantee, WakeUp, valid_until, validate_floor, validate_ttl,
+    Capabilities, FencingToken, Lease, LockInfo, LockKey, LockKinds, LostReason, OwnerId,
+    QueueEntry, QueueRole, Result, TimeAuthority, TokenGuarantee, WakeUp, valid_until,
+    validate_floor, validate_ttl,
 };
 use redis::aio::ConnectionManager;
 use tokio::time::Instant;
 use tracing::Instrument;
 use tracing::field::Empty;
 
-use crate::codec::{MAX_TTL, lock_value, parse_lock_value, parse_token, ttl_millis};
+use crate::codec::{
+    MAX_TTL, READ_PHASE_SUFFIX, lock_value, parse_lock_value, parse_token, ttl_millis,
+};
 use crate::config::RedisConfig;
 use crate::connection::Connection;
-use crate::error::REDIS as BACKEND;
+use crate::error::{REDIS as BACKEND, protocol};
 use crate::fence::RedisFence;
 use crate::outcome::{extended, finish, finish_grant, released};
 use crate::poll::poll_release;
@@ -487,6 +490,84 @@ impl Locks {
                     .transpose()?,
                 unfenced_holder: None,
             })
+        }
+        .instrument(span.clone())
+        .await;
+        finish(&span, result, "ok")
+    }
+
+    /// The key's queue in grant order (one server): the holder, or the read phase's live
+    /// readers, then the live queued waiters by arrival, each with its time left by the
+    /// server's clock. A waiter's token is drawn at its grant, so it has none yet. `None` on a
+    /// cluster, which keeps no queue.
+    pub(crate) async fn inspect_queue(&self, key: &LockKey) -> Result<Option<Vec<QueueEntry>>> {
+        if !matches!(self.wake, Wake::Notify(_)) {
+            return Ok(None);
+        }
+        let backend = self.conn.backend;
+        let span = tracing::debug_span!("inspect_queue", backend, key = %key, outcome = Empty);
+        let result = async {
+            let mut invocation = SCRIPTS.inspect_queue.prepare_invoke();
+            invocation
+                .key(self.conn.keys.lock(key))
+                .key(self.conn.keys.readers(key))
+                .key(self.conn.keys.queue(key))
+                .key(self.conn.keys.places(key));
+            let mut conn = self.conn.link.clone();
+            type Reply = (i64, Option<String>, i64, Vec<String>, Vec<String>);
+            let (now, held, pttl, readers, waiters): Reply = self
+                .conn
+                .call("inspect_queue", invocation.invoke_async(&mut conn))
+                .await?;
+            let left = |until: &str| -> Result<Duration> {
+                let until = until.parse::<i64>().map_err(|_| {
+                    protocol(backend, format!("queue time {until:?} is not a number"))
+                })?;
+                Ok(Duration::from_millis(
+                    until.saturating_sub(now).max(0).unsigned_abs(),
+                ))
+            };
+            let owner = |id: &str| -> Result<OwnerId> {
+                id.parse::<OwnerId>().map_err(|_| {
+                    protocol(backend, format!("queue entry {id:?} is not an owner id"))
+                })
+            };
+            let mut entries = Vec::new();
+            if let Some(held) = held {
+                let fence = parse_lock_value(backend, &held)?;
+                if held.ends_with(READ_PHASE_SUFFIX) {
+                    for pair in readers.chunks(2) {
+                        let [reader, expiry] = pair else {
+                            return Err(protocol(backend, "an odd list of readers"));
+                        };
+                        entries.push(QueueEntry {
+                            owner: owner(reader)?,
+                            role: QueueRole::Reader,
+                            token: Some(fence.token),
+                            remaining: left(expiry)?,
+                        });
+                    }
+                } else {
+                    entries.push(QueueEntry {
+                        owner: fence.owner,
+                        role: QueueRole::Holder,
+                        token: Some(fence.token),
+                        remaining: Duration::from_millis(pttl.max(0).unsigned_abs()),
+                    });
+                }
+            }
+            for pair in waiters.chunks(2) {
+                let [waiter, lapse] = pair else {
+                    return Err(protocol(backend, "an odd list of waiters"));
+                };
+                entries.push(QueueEntry {
+                    owner: owner(waiter)?,
+                    role: QueueRole::Waiting,
+                    token: None,
+                    remaining: left(lapse)?,
+                });
+            }
+            Ok(Some(entries))
         }
         .instrument(span.clone())
         .await;

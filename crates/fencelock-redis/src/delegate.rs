@@ -101,9 +101,7 @@ macro_rules! delegate_lock_backend {
                 &self,
                 key: &fencelock_core::LockKey,
             ) -> fencelock_core::Result<Option<Vec<fencelock_core::QueueEntry>>> {
-                // The one-server queue is not listed yet: `inspect` shows its holder.
-                let _ = key;
-                Ok(None)
+                self.locks.inspect_queue(key).await
             }
 
             async fn watch_lost(

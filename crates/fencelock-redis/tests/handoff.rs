@@ -214,3 +214,73 @@ async fn a_handed_lock_is_held_for_the_waiters_ttl() {
         assert!(guard.release().await.unwrap());
     }
 }
+
+/// `inspect_queue` lists what the scripts keep: the holder with its token and time left, then
+/// the live waiters by arrival (no token yet: it is drawn at the grant), without the ones that
+/// left; after a hand-off the first waiter is the holder; a read phase lists its readers with
+/// the phase's token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_queue_lists_the_holder_then_the_waiters_by_arrival() {
+    use fencelock_core::QueueRole::{Holder, Reader, Waiting};
+    let server = RedisServer::spawn();
+    let backend = connect(&server).await;
+    let key = LockKey::new("listed").unwrap();
+    assert_eq!(backend.inspect_queue(&key).await.unwrap(), Some(Vec::new()));
+
+    let held = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+    let (first, second, third) = (OwnerId::random(), OwnerId::random(), OwnerId::random());
+    for waiter in [first, second, third] {
+        queue(&backend, &key, waiter).await;
+    }
+    backend.leave_queue(&key, second).await.unwrap();
+    let listed = backend.inspect_queue(&key).await.unwrap().unwrap();
+    let shown: Vec<_> = listed.iter().map(|e| (e.role, e.owner, e.token)).collect();
+    assert_eq!(
+        shown,
+        vec![
+            (Holder, held.owner, Some(held.token)),
+            (Waiting, first, None),
+            (Waiting, third, None)
+        ]
+    );
+    assert!(listed[0].remaining > Duration::from_secs(20) && listed[0].remaining <= TTL);
+    assert!(listed[1].remaining > Duration::ZERO && listed[1].remaining <= HANDOFF);
+
+    // The release hands the lock to the first waiter: it heads the list as the holder.
+    assert!(backend.release(&held).await.unwrap());
+    let listed = backend.inspect_queue(&key).await.unwrap().unwrap();
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert_eq!((listed[0].role, listed[0].owner), (Holder, first));
+    assert!(listed[0].token > Some(held.token));
+    assert_eq!((listed[1].role, listed[1].owner), (Waiting, third));
+    backend.leave_queue(&key, third).await.unwrap();
+    backend.leave_queue(&key, first).await.unwrap();
+
+    // A read phase: its live readers, each with the phase's token.
+    let (r1, r2) = (OwnerId::random(), OwnerId::random());
+    let phase = backend
+        .try_acquire_shared(&key, r1, TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    backend
+        .try_acquire_shared(&key, r2, TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut listed = backend.inspect_queue(&key).await.unwrap().unwrap();
+    listed.sort_by_key(|e| e.owner.to_string());
+    let mut expected = vec![r1, r2];
+    expected.sort_by_key(|o| o.to_string());
+    let shown: Vec<_> = listed.iter().map(|e| (e.role, e.owner, e.token)).collect();
+    assert_eq!(
+        shown,
+        expected
+            .into_iter()
+            .map(|owner| (Reader, owner, Some(phase.token)))
+            .collect::<Vec<_>>()
+    );
+    assert!(backend.release_shared(&phase, r1).await.unwrap());
+    assert!(backend.release_shared(&phase, r2).await.unwrap());
+    assert_eq!(backend.inspect_queue(&key).await.unwrap(), Some(Vec::new()));
+}

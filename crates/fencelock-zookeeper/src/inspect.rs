@@ -122,7 +122,7 @@ impl ZkLockBackend {
             entries.push(QueueEntry {
                 owner,
                 role,
-                token,
+                token: Some(token),
                 remaining: Duration::from_millis(left),
             });
         }

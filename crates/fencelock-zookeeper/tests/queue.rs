@@ -195,8 +195,8 @@ async fn inspect_queue_shows_holder_waiters_and_readers_in_order() {
         shown,
         vec![(Holder, held.owner), (Waiting, first), (Waiting, second)]
     );
-    assert_eq!(queue[0].token, held.token);
-    assert!(queue[1].token > held.token && queue[2].token > queue[1].token);
+    assert_eq!(queue[0].token, Some(held.token));
+    assert!(queue[1].token > Some(held.token) && queue[2].token > queue[1].token);
     assert!(
         queue[0].remaining > Duration::from_secs(10) && queue[0].remaining <= ttl,
         "{:?}",
@@ -214,7 +214,7 @@ async fn inspect_queue_shows_holder_waiters_and_readers_in_order() {
         .await
         .unwrap()
         .expect("the first waiter's turn");
-    assert_eq!(granted.token, queue[1].token);
+    assert_eq!(Some(granted.token), queue[1].token);
     backend.leave_queue(&key, second).await.unwrap();
     assert!(backend.release(&granted).await.unwrap());
 
@@ -242,8 +242,11 @@ async fn inspect_queue_shows_holder_waiters_and_readers_in_order() {
         .map(|entry| (entry.role, entry.owner))
         .collect();
     assert_eq!(shown, vec![(Reader, r1), (Reader, r2), (Waiting, writer)]);
-    assert_eq!((queue[0].token, queue[1].token), (read1.token, read1.token));
-    assert!(queue[2].token > read1.token);
+    assert_eq!(
+        (queue[0].token, queue[1].token),
+        (Some(read1.token), Some(read1.token))
+    );
+    assert!(queue[2].token > Some(read1.token));
     backend.leave_queue(&key, writer).await.unwrap();
     assert!(backend.release_shared(&read1, r1).await.unwrap());
     assert!(backend.release_shared(&read2, r2).await.unwrap());
