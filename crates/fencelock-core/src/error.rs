@@ -81,54 +81,6 @@ fn stale_text(presented: &Fence, current: &Fence) -> String {
     }
 }
 
-/// A duration as messages show it: three significant digits of the largest unit that keeps
-/// the value under 1000 (`2.03 ms`, `500 ms`, `1.5 s`), and from a minute on whole units
-/// (`1 min 30 s`, `2 h 5 min`, `3 d 4 h`). The `fencelock` command writes its own messages
-/// the same way.
-fn shown(duration: Duration) -> String {
-    const MINUTE: u64 = 60;
-    const HOUR: u64 = 60 * MINUTE;
-    const DAY: u64 = 24 * HOUR;
-    let nanos = duration.as_nanos();
-    if nanos < 1_000 {
-        return format!("{nanos} ns");
-    }
-    for (unit, per, limit) in [("µs", 1e3, 1000.0), ("ms", 1e6, 1000.0), ("s", 1e9, 59.95)] {
-        let value = nanos as f64 / per;
-        let text = if value >= 99.95 {
-            format!("{value:.0}")
-        } else if value >= 9.995 {
-            format!("{value:.1}")
-        } else {
-            format!("{value:.2}")
-        };
-        let text = match text.contains('.') {
-            true => text.trim_end_matches('0').trim_end_matches('.').to_owned(),
-            false => text,
-        };
-        if value < limit && text != "1000" {
-            return format!("{text} {unit}");
-        }
-    }
-    let seconds = duration
-        .as_secs()
-        .saturating_add(u64::from(duration.subsec_nanos() >= 500_000_000));
-    let (big, big_unit, small, small_unit) = if seconds < HOUR {
-        (seconds / MINUTE, "min", seconds % MINUTE, "s")
-    } else if seconds < DAY {
-        let minutes = seconds.saturating_add(MINUTE / 2) / MINUTE;
-        (minutes / 60, "h", minutes % 60, "min")
-    } else {
-        let hours = seconds.saturating_add(HOUR / 2) / HOUR;
-        (hours / 24, "d", hours % 24, "h")
-    };
-    if small == 0 {
-        format!("{big} {big_unit}")
-    } else {
-        format!("{big} {big_unit} {small} {small_unit}")
-    }
-}
-
 fn join_reports(nodes: &[NodeReport]) -> String {
     nodes
         .iter()
@@ -155,7 +107,7 @@ pub enum Error {
     },
     /// The ttl is below the backend's minimum ([`Capabilities::min_ttl`](crate::Capabilities::min_ttl),
     /// at least [`MIN_TTL`](crate::MIN_TTL)) or above its maximum; the reason names the bound.
-    #[error("invalid ttl {}: {reason}", shown(*.ttl))]
+    #[error("invalid ttl {}: {reason}", crate::duration::shown(*.ttl))]
     InvalidTtl {
         /// The ttl that was asked for.
         ttl: Duration,
@@ -188,7 +140,7 @@ pub enum Error {
         key: String,
     },
     /// The lock was not obtained within the wait budget.
-    #[error("lock {key:?} not obtained within {}", shown(*.waited))]
+    #[error("lock {key:?} not obtained within {}", crate::duration::shown(*.waited))]
     Timeout {
         /// The key that was asked for.
         key: String,

@@ -7,6 +7,7 @@ mod backoff;
 mod capabilities;
 mod composite;
 mod config;
+pub mod duration;
 pub mod epoch;
 mod error;
 mod fence;
