@@ -34,10 +34,7 @@ if not held and (head == nil or head == waiter) then
   if last and not string.match(last, '^%d+$') then
     return redis.error_reply('ERR fencelock token counter ' .. KEYS[2] .. ' is not a non-negative integer')
   end
-  redis.call('INCR', KEYS[2])
-  -- Read the counter back as a string: Lua numbers are doubles and lose precision past 2^53.
-  local token = redis.call('GET', KEYS[2])
-  redis.call('SET', KEYS[1], ARGV[1] .. ':' .. token, 'PX', ARGV[2])
+  local token = grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
   if head ~= nil then
     unqueue(KEYS[3], KEYS[4], KEYS[5], waiter)
   end

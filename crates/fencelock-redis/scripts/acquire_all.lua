@@ -24,11 +24,6 @@ for i = 0, locks - 1 do
 end
 local tokens = {}
 for i = 0, locks - 1 do
-  local lock, counter = KEYS[i * 5 + 1], KEYS[i * 5 + 2]
-  redis.call('INCR', counter)
-  -- Read the counter back as a string: Lua numbers are doubles and lose precision past 2^53.
-  local token = redis.call('GET', counter)
-  redis.call('SET', lock, ARGV[1] .. ':' .. token, 'PX', ARGV[2])
-  tokens[i + 1] = token
+  tokens[i + 1] = grant(KEYS[i * 5 + 1], KEYS[i * 5 + 2], ARGV[1], ARGV[2])
 end
 return tokens

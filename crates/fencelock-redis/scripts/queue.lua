@@ -1,6 +1,6 @@
--- The waiters' queue of one lock, on one server: prepended to acquire.lua, release.lua and
--- leave.lua, so the rule that a lapsed place holds no one up, and the hand-off, are written
--- once.
+-- The waiters' queue of one lock, on one server: prepended to acquire.lua, acquire_all.lua,
+-- release.lua and leave.lua, so the rule that a lapsed place holds no one up, the grant and
+-- the hand-off are written once.
 -- A queue is two sorted sets of waiter ids, by arrival (the server's clock in ms) and by when
 -- each place lapses unless its waiter tries again, and a hash of the ttl each waiter asked
 -- for (the asks), which a hand-off needs.
@@ -15,6 +15,16 @@ end
 local function now_us()
   local time = redis.call('TIME')
   return time[1] .. string.format('%06d', tonumber(time[2]))
+end
+
+-- Grants `lock` to `owner` for `ms` milliseconds with the counter's next token, and returns
+-- the token. The callers have checked that the lock is free and the counter is a number.
+local function grant(lock, counter, owner, ms)
+  redis.call('INCR', counter)
+  -- Read the counter back as a string: Lua numbers are doubles and lose precision past 2^53.
+  local token = redis.call('GET', counter)
+  redis.call('SET', lock, owner .. ':' .. token, 'PX', ms)
+  return token
 end
 
 -- Forgets every place that lapsed, then returns the first live waiter (or nil). A key nobody
@@ -67,11 +77,8 @@ local function hand_off(lock, counter, queue, places, asks, channel, handoff_ms,
     redis.call('PUBLISH', channel, head)
     return
   end
-  redis.call('INCR', counter)
-  -- Read the counter back as a string: Lua numbers are doubles and lose precision past 2^53.
-  local token = redis.call('GET', counter)
   local ms = math.min(tonumber(asked), tonumber(handoff_ms))
-  redis.call('SET', lock, head .. ':' .. token, 'PX', ms)
+  local token = grant(lock, counter, head, ms)
   unqueue(queue, places, asks, head)
   redis.call('PUBLISH', channel, '>' .. head .. ' ' .. token .. ' ' .. now_us() .. ' ' .. ms)
 end
