@@ -3,14 +3,17 @@
 //! connection per backend, one `Notify` per waiting request.
 //!
 //! A channel is subscribed once per process, by its first waiter, and stays subscribed while
-//! any request waits on it, so a waiter that finds it subscribed costs no round trip. On one
+//! any request waits on it, so a waiter that finds it subscribed costs no round trip. One task
+//! per backend sends every SUBSCRIBE and UNSUBSCRIBE: it holds no lock across a round trip,
+//! and each command carries every channel that needs one at the time it is sent, so waiters
+//! arriving on many keys at once are covered by one round trip, not one each in turn. On one
 //! server a release hands the lock to the first live queued waiter and publishes the grant
 //! (`>waiter token time-us ms`, see `scripts/queue.lua`), which is kept for that waiter and
 //! wakes it; a message with a waiter's id alone wakes that waiter to try; a release that
 //! names no waiter (a lock value, from Redlock nodes and read phases) wakes every waiter of
 //! the channel.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
@@ -18,7 +21,7 @@ use std::time::Duration;
 use fencelock_core::{FencingToken, Lease, LockKey, OwnerId, Result, valid_until};
 use futures_util::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::codec::parse_token;
@@ -48,9 +51,6 @@ const DRIFT_DIVISOR: u32 = 100;
 pub(crate) struct Waiters {
     conn: Connection,
     state: Mutex<State>,
-    /// Serialises SUBSCRIBE and UNSUBSCRIBE (and opening the connection), so an unsubscribe
-    /// of an idle channel never overtakes the subscribe of a waiter that came back to it.
-    commands: tokio::sync::Mutex<()>,
     generation: AtomicU64,
 }
 
@@ -67,13 +67,24 @@ struct State {
     queued: HashMap<OwnerId, Queued>,
     subscriber: Option<Subscriber>,
     next_id: u64,
+    /// The task that sends SUBSCRIBE and UNSUBSCRIBE, started by the first waiter that needs
+    /// a subscription (see [`commands`]).
+    commands: Option<mpsc::UnboundedSender<Ask>>,
 }
+
+/// A request to the command task to bring the subscriptions in line with the waiters: with a
+/// reply, from a waiter that needs its channel subscribed (true once it is); without, from a
+/// channel's last waiter leaving.
+type Ask = Option<oneshot::Sender<bool>>;
 
 #[derive(Default)]
 struct Channel {
     entries: HashMap<u64, Entry>,
     /// The subscriber generation on which SUBSCRIBE was confirmed.
     subscribed: Option<u64>,
+    /// Whether a waiter asked for the subscription: one granted at its first try never does,
+    /// and costs no SUBSCRIBE.
+    wanted: bool,
 }
 
 struct Entry {
@@ -128,6 +139,9 @@ fn parse_handed(message: &str) -> Option<(OwnerId, Handed)> {
 struct Subscriber {
     generation: u64,
     sink: PubSubSink,
+    /// The channels the server confirmed, less those an UNSUBSCRIBE was sent for: only the
+    /// command task changes it, so it is what the server has once the task's commands landed.
+    channels: HashSet<String>,
     reader: AbortOnDrop,
 }
 
@@ -150,7 +164,7 @@ impl Drop for AbortOnDrop {
 }
 
 /// One waiting request's entry in a channel; dropping it unregisters, and the last one out
-/// unsubscribes in the background.
+/// has the command task unsubscribe.
 struct Registration {
     waiters: Arc<Waiters>,
     channel: String,
@@ -160,29 +174,24 @@ struct Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        // Only a channel this process subscribed needs an UNSUBSCRIBE when its last waiter
-        // leaves; one whose waiters never waited (granted at the first try) costs nothing.
-        let idle = {
-            let mut state = self.waiters.state();
-            match state.channels.get_mut(&self.channel) {
-                Some(channel) => {
-                    channel.entries.remove(&self.id);
-                    if channel.entries.is_empty() {
-                        state
-                            .channels
-                            .remove(&self.channel)
-                            .is_some_and(|channel| channel.subscribed.is_some())
-                    } else {
-                        false
-                    }
-                }
-                None => false,
-            }
+        // Only a channel the server has needs an UNSUBSCRIBE when its last waiter leaves;
+        // one whose waiters never waited (granted at the first try) costs nothing.
+        let mut state = self.waiters.state();
+        let Some(channel) = state.channels.get_mut(&self.channel) else {
+            return;
         };
-        if idle && let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let waiters = Arc::clone(&self.waiters);
-            let channel = std::mem::take(&mut self.channel);
-            runtime.spawn(async move { waiters.unsubscribe_if_idle(&channel).await });
+        channel.entries.remove(&self.id);
+        if !channel.entries.is_empty() {
+            return;
+        }
+        state.channels.remove(&self.channel);
+        let subscribed = state
+            .subscriber
+            .as_ref()
+            .is_some_and(|s| s.channels.contains(&self.channel));
+        if subscribed && let Some(commands) = &state.commands {
+            // A command task that has ended took its subscriber's connection with it.
+            let _ = commands.send(None);
         }
     }
 }
@@ -192,7 +201,6 @@ impl Waiters {
         Waiters {
             conn,
             state: Mutex::new(State::default()),
-            commands: tokio::sync::Mutex::new(()),
             generation: AtomicU64::new(0),
         }
     }
@@ -219,10 +227,8 @@ impl Waiters {
     async fn wait_inner(self: &Arc<Self>, key: &LockKey, deadline: Option<Instant>) -> Result<()> {
         let channel = self.conn.keys.channel(key);
         let registration = self.register(&channel, None);
-        if let Err(e) = self.subscribe(&channel).await {
-            // Without a subscription the holder's ttl still bounds the wait.
-            tracing::debug!(error = %e, "release channel subscription failed");
-        }
+        // Without a subscription the holder's ttl still bounds the wait.
+        self.subscribe(&channel).await;
         let mut conn = self.conn.link.clone();
         let pttl: i64 = self
             .conn
@@ -368,8 +374,7 @@ impl Waiters {
             return Ok(());
         };
         if !covered {
-            if let Err(e) = self.subscribe(&channel).await {
-                tracing::debug!(error = %e, "release channel subscription failed");
+            if !self.subscribe(&channel).await {
                 tokio::time::sleep(TURN_REFRESH.min(max)).await;
             }
             return Ok(());
@@ -414,83 +419,145 @@ impl Waiters {
         }
     }
 
-    /// The current subscriber's sink and generation, if it has one and `channel` is not yet
-    /// subscribed on it.
-    fn needs_subscribe(&self, channel: &str) -> Option<Option<(PubSubSink, u64)>> {
-        let state = self.state();
-        let generation = state.subscriber.as_ref().map(|s| s.generation);
-        let subscribed = state.channels.get(channel).and_then(|c| c.subscribed);
-        if generation.is_some() && subscribed == generation {
-            return None;
+    /// Has `channel` (whose waiter is registered) subscribed on the shared connection, opening
+    /// it first if needed, unless it already is: true once it is. A failure is logged; the
+    /// caller's wait is then bounded by the holder's ttl and its own refresh.
+    async fn subscribe(self: &Arc<Self>, channel: &str) -> bool {
+        {
+            let mut state = self.state();
+            let generation = state.subscriber.as_ref().map(|s| s.generation);
+            let Some(entry) = state.channels.get_mut(channel) else {
+                // No waiter of this request is registered: nothing to wake.
+                return false;
+            };
+            if generation.is_some() && entry.subscribed == generation {
+                return true;
+            }
+            entry.wanted = true;
         }
-        Some(
-            state
-                .subscriber
-                .as_ref()
-                .map(|s| (s.sink.clone(), s.generation)),
-        )
+        let (reply, answer) = oneshot::channel();
+        self.ask(Some(reply));
+        answer.await.unwrap_or(false)
     }
 
-    /// Subscribes to `channel` on the shared connection (connecting it first if needed),
-    /// unless it already is.
-    async fn subscribe(self: &Arc<Self>, channel: &str) -> Result<()> {
-        if self.needs_subscribe(channel).is_none() {
-            return Ok(());
-        }
-        let _turn = self.commands.lock().await;
-        let (mut sink, generation) = match self.needs_subscribe(channel) {
-            None => return Ok(()),
-            Some(Some(active)) => active,
-            Some(None) => self.open().await?,
-        };
-        let result = self.conn.call("SUBSCRIBE", sink.subscribe(channel)).await;
+    /// Hands `ask` to the command task, starting it if there is none (or the runtime it ran
+    /// on has ended).
+    fn ask(self: &Arc<Self>, ask: Ask) {
         let mut state = self.state();
-        match &result {
-            Ok(()) => {
-                if let Some(entry) = state.channels.get_mut(channel) {
-                    entry.subscribed = Some(generation);
+        let ask = match &state.commands {
+            Some(commands) => match commands.send(ask) {
+                Ok(()) => return,
+                Err(mpsc::error::SendError(ask)) => ask,
+            },
+            None => ask,
+        };
+        let (commands, asks) = mpsc::unbounded_channel();
+        // The receiver is alive until the task below ends.
+        let _ = commands.send(ask);
+        state.commands = Some(commands);
+        drop(state);
+        tokio::spawn(run_commands(Arc::downgrade(self), asks));
+    }
+
+    /// Brings the server's subscriptions in line with the waiters: one UNSUBSCRIBE of every
+    /// channel no waiter needs any more, then one SUBSCRIBE of every channel a waiter asked
+    /// for that the server does not have (opening the connection first if there is none). Called
+    /// by the command task alone.
+    async fn sync_subscriptions(self: &Arc<Self>) -> Result<()> {
+        let open = {
+            let state = self.state();
+            state.subscriber.is_none() && state.channels.values().any(|c| c.wanted)
+        };
+        if open {
+            self.open().await?;
+        }
+        let (mut sink, generation, subscribe, unsubscribe) = {
+            let mut guard = self.state();
+            let state = &mut *guard;
+            let Some(subscriber) = state.subscriber.as_mut() else {
+                return Ok(());
+            };
+            let generation = subscriber.generation;
+            let mut subscribe = Vec::new();
+            for (name, channel) in &mut state.channels {
+                // A channel whose waiters all left and came back before its UNSUBSCRIBE was
+                // sent is still subscribed: it needs no round trip.
+                if subscriber.channels.contains(name) {
+                    channel.subscribed = Some(generation);
+                } else if channel.wanted {
+                    subscribe.push(name.clone());
                 }
             }
+            let unsubscribe: Vec<String> = subscriber
+                .channels
+                .iter()
+                .filter(|name| !state.channels.contains_key(*name))
+                .cloned()
+                .collect();
+            for name in &unsubscribe {
+                subscriber.channels.remove(name);
+            }
+            (subscriber.sink.clone(), generation, subscribe, unsubscribe)
+        };
+        // UNSUBSCRIBE with no channel would leave every channel: only a non-empty list is sent.
+        if !unsubscribe.is_empty()
+            && let Err(e) = self
+                .conn
+                .call("UNSUBSCRIBE", sink.unsubscribe(unsubscribe.as_slice()))
+                .await
+        {
             // A connection that failed a command is not trusted again.
-            Err(_) => forget_subscriber(&mut state, generation, true),
+            forget_subscriber(&mut self.state(), generation, true);
+            return Err(e);
         }
-        result
+        if subscribe.is_empty() {
+            return Ok(());
+        }
+        let result = self
+            .conn
+            .call("SUBSCRIBE", sink.subscribe(subscribe.as_slice()))
+            .await;
+        let mut guard = self.state();
+        let state = &mut *guard;
+        if let Err(e) = result {
+            forget_subscriber(state, generation, true);
+            return Err(e);
+        }
+        let Some(subscriber) = state
+            .subscriber
+            .as_mut()
+            .filter(|s| s.generation == generation)
+        else {
+            return Ok(());
+        };
+        let mut left = false;
+        for name in subscribe {
+            match state.channels.get_mut(&name) {
+                Some(channel) => channel.subscribed = Some(generation),
+                None => left = true,
+            }
+            subscriber.channels.insert(name);
+        }
+        // A channel whose last waiter left during the round trip is unsubscribed by the next
+        // batch.
+        if left && let Some(commands) = &state.commands {
+            let _ = commands.send(None);
+        }
+        Ok(())
     }
 
     /// Opens the pub/sub connection and its reader task.
-    async fn open(self: &Arc<Self>) -> Result<(PubSubSink, u64)> {
+    async fn open(self: &Arc<Self>) -> Result<()> {
         let (sink, stream) = self.conn.pubsub().await?.split();
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let reader = tokio::spawn(read(Arc::downgrade(self), stream, generation));
         self.state().subscriber = Some(Subscriber {
             generation,
-            sink: sink.clone(),
+            sink,
+            channels: HashSet::new(),
             reader: AbortOnDrop(Some(reader.abort_handle())),
         });
-        Ok((sink, generation))
-    }
-
-    async fn unsubscribe_if_idle(&self, channel: &str) {
-        let _turn = self.commands.lock().await;
-        let sink = {
-            let state = self.state();
-            if state.channels.contains_key(channel) {
-                return;
-            }
-            state
-                .subscriber
-                .as_ref()
-                .map(|s| (s.sink.clone(), s.generation))
-        };
-        if let Some((mut sink, generation)) = sink {
-            let result = self
-                .conn
-                .call("UNSUBSCRIBE", sink.unsubscribe(channel))
-                .await;
-            if result.is_err() {
-                forget_subscriber(&mut self.state(), generation, true);
-            }
-        }
+        Ok(())
     }
 
     /// A release on `channel` named `next`: wakes that queued waiter (keeping the grant it
@@ -562,5 +629,33 @@ async fn read(waiters: Weak<Waiters>, mut stream: PubSubStream, generation: u64)
     }
     if let Some(waiters) = waiters.upgrade() {
         waiters.lost_connection(generation);
+    }
+}
+
+/// The command task of a backend's waiters: per batch of asks (every ask waiting when it
+/// wakes), one [`Waiters::sync_subscriptions`], then the answers. It alone sends SUBSCRIBE and
+/// UNSUBSCRIBE, each planned from the waiters as they are when it is sent, so the commands
+/// reach the server in the order the waiters came and went: an unsubscribe of an idle channel
+/// never overtakes the subscribe of a waiter that came back to it. It ends with its backend.
+async fn run_commands(waiters: Weak<Waiters>, mut asks: mpsc::UnboundedReceiver<Ask>) {
+    while let Some(first) = asks.recv().await {
+        let mut replies: Vec<oneshot::Sender<bool>> = first.into_iter().collect();
+        while let Ok(more) = asks.try_recv() {
+            replies.extend(more);
+        }
+        let Some(waiters) = waiters.upgrade() else {
+            return;
+        };
+        let subscribed = match waiters.sync_subscriptions().await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!(error = %e, "release channel subscription failed");
+                false
+            }
+        };
+        drop(waiters);
+        for reply in replies {
+            let _ = reply.send(subscribed);
+        }
     }
 }
