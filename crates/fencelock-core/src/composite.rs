@@ -19,6 +19,7 @@ use crate::fence::Fence;
 use crate::guard::LockGuard;
 use crate::key::LockKey;
 use crate::locker::{LockOptions, Locker};
+use crate::metrics;
 
 /// A request for every lock of a set, built by [`Locker::lock_all`]; `.await` it for a
 /// [`CompositeGuard`].
@@ -162,16 +163,21 @@ async fn try_in_one_step(
     if keys.len() < 2 || !backend.capabilities().atomic_sets {
         return Ok(None);
     }
+    let started = Instant::now();
     let leases = match backend.try_acquire_all(keys, options.ttl).await {
         Ok(Some(leases)) => leases,
         Ok(None) => return Ok(None),
         // The ordered form retries as any request does; and a wrapper that passes the inner
         // backend's capabilities on without the step is served by it too.
         Err(e) if e.is_retryable() || matches!(e, Error::Unsupported { .. }) => {
+            metrics::backend_error(backend.name(), "acquire_all", &e);
             tracing::debug!(error = %e, "a set in one step failed; taking it key by key");
             return Ok(None);
         }
-        Err(e) => return Err(e),
+        Err(e) => {
+            metrics::backend_error(backend.name(), "acquire_all", &e);
+            return Err(e);
+        }
     };
     let matches = leases.len() == keys.len()
         && leases
@@ -192,9 +198,19 @@ async fn try_in_one_step(
             source: None,
         });
     }
+    // Each member is a grant, as in the ordered form, where each is a request of its own.
+    let waited = started.elapsed();
     let members = leases
         .into_iter()
-        .map(|lease| locker.adopt(lease, options.watchdog))
+        .map(|lease| {
+            tracing::debug!(
+                key = %lease.key,
+                token = lease.token.get(),
+                "acquired in one step with its set"
+            );
+            metrics::waited(backend.name(), waited, Ok(()));
+            locker.adopt(lease, options.watchdog)
+        })
         .collect();
     Ok(Some(CompositeGuard::new(members)))
 }

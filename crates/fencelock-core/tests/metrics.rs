@@ -1,5 +1,5 @@
 //! The `metrics` feature: the values a recorder sees after a lock cycle, a renewal, a lost
-//! lease and a stale write refused by a `MeteredStorage`.
+//! lease, a stale write refused by a `MeteredStorage` and a set granted in one step.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -102,11 +102,18 @@ async fn a_recorder_sees_grants_renewals_losses_and_stale_writes() {
         Err(Error::Stale { .. })
     ));
     drop(newer);
+    // A set of three, granted in one step: three grants, as when taken key by key.
+    assert!(locker.backend().capabilities().atomic_sets);
+    let set = locker
+        .lock_all(["metrics/set-a", "metrics/set-b", "metrics/set-c"])
+        .await
+        .unwrap();
+    assert!(set.release().await.unwrap());
 
     let s = &snapshotter.snapshot().into_vec();
-    assert_eq!(counter(s, "fencelock_grants_total", &memory), 4);
+    assert_eq!(counter(s, "fencelock_grants_total", &memory), 7);
     let granted = [("backend", "memory"), ("outcome", "granted")];
-    assert_eq!(samples(s, "fencelock_wait_seconds", &granted), 4);
+    assert_eq!(samples(s, "fencelock_wait_seconds", &granted), 7);
     let timeout = [("backend", "memory"), ("outcome", "timeout")];
     assert_eq!(samples(s, "fencelock_wait_seconds", &timeout), 1);
     let renewed = [("backend", "memory"), ("outcome", "renewed")];
@@ -116,8 +123,8 @@ async fn a_recorder_sees_grants_renewals_losses_and_stale_writes() {
     assert_eq!(counter(s, "fencelock_leases_lost_total", &deadline), 1);
     let released = [("backend", "memory"), ("reason", "released")];
     assert_eq!(counter(s, "fencelock_leases_lost_total", &released), 0);
-    // The cycle, the lost lease, and the two dropped guards.
-    assert_eq!(samples(s, "fencelock_hold_seconds", &memory), 4);
+    // The cycle, the lost lease, the two dropped guards and the set's three members.
+    assert_eq!(samples(s, "fencelock_hold_seconds", &memory), 7);
     let stale = [("operation", "write"), ("outcome", "stale")];
     assert_eq!(counter(s, "fencelock_storage_operations_total", &stale), 1);
     let admitted = [("operation", "write"), ("outcome", "admitted")];

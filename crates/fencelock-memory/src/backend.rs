@@ -71,10 +71,15 @@ impl Entry {
 
     /// The next token, recorded as the last one.
     fn next_token(&mut self) -> Result<FencingToken> {
-        let next = self.last_token.checked_add(1).ok_or_else(exhausted)?;
-        let token = FencingToken::new(next).ok_or_else(exhausted)?;
-        self.last_token = next;
+        let token = self.peek_token()?;
+        self.last_token = token.get();
         Ok(token)
+    }
+
+    /// The token [`next_token`](Self::next_token) would draw, drawing nothing.
+    fn peek_token(&self) -> Result<FencingToken> {
+        let next = self.last_token.checked_add(1).ok_or_else(exhausted)?;
+        FencingToken::new(next).ok_or_else(exhausted)
     }
 }
 
@@ -166,6 +171,7 @@ impl LockBackend for MemoryLockBackend {
             MAX_TTL,
         )
         .with_kinds(LockKinds::GENERIC.with_shared())
+        .with_atomic_sets(true)
     }
 
     async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
@@ -196,6 +202,52 @@ impl LockBackend for MemoryLockBackend {
             ttl,
             valid_until: valid_until(now, ttl),
         }))
+    }
+
+    /// Every key or none, under the locks of all their shards at once: nothing else sees a
+    /// part of the set granted, and a key held or in a read phase refuses the whole set
+    /// before anything is drawn. The set's one owner holds each grant, with a token of the
+    /// key's own counter.
+    async fn try_acquire_all(&self, keys: &[LockKey], ttl: Duration) -> Result<Option<Vec<Lease>>> {
+        validate_ttl(ttl, &self.capabilities())?;
+        if keys.windows(2).any(|pair| pair[0] >= pair[1]) {
+            return Err(Error::config(
+                "the keys of a set granted in one step must be distinct and sorted",
+            ));
+        }
+        self.open()?;
+        let now = Instant::now();
+        let (mut shards, of_key) = self.entries.lock_many(keys);
+        for (key, &shard) in keys.iter().zip(&of_key) {
+            let entry = shards[shard].get(key);
+            if entry.is_some_and(|entry| entry.held_until(now).is_some()) {
+                return Ok(None);
+            }
+            // A counter at its end refuses the set before any key of it is granted.
+            if let Some(entry) = entry {
+                entry.peek_token()?;
+            }
+        }
+        let owner = OwnerId::random();
+        let mut leases = Vec::with_capacity(keys.len());
+        for (key, &shard) in keys.iter().zip(&of_key) {
+            let entry = shards[shard].entry(key.clone()).or_default();
+            let token = entry.next_token()?;
+            entry.readers = None;
+            entry.holder = Some(Holder {
+                owner,
+                token,
+                expires_at: now + ttl,
+            });
+            leases.push(Lease {
+                key: key.clone(),
+                owner,
+                token,
+                ttl,
+                valid_until: valid_until(now, ttl),
+            });
+        }
+        Ok(Some(leases))
     }
 
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {

@@ -12,6 +12,9 @@ const SHARDS: usize = 16;
 /// uncontended acquire + release, and still randomly seeded so keys cannot be chosen to collide.
 type RandomState = foldhash::fast::RandomState;
 
+/// One locked shard.
+pub(crate) type Guard<'a, V> = MutexGuard<'a, HashMap<LockKey, V, RandomState>>;
+
 /// `SHARDS` maps keyed by [`LockKey`]; a key always lives in the same shard.
 #[derive(Debug)]
 pub(crate) struct Shards<V> {
@@ -33,11 +36,38 @@ impl<V> Shards<V> {
     /// never across an `.await`. A poisoned shard is still consistent: every critical section
     /// leaves the map valid between statements, so poisoning is ignored.
     pub(crate) fn lock(&self, key: &LockKey) -> MutexGuard<'_, HashMap<LockKey, V, RandomState>> {
-        // The modulo keeps the index in bounds, so indexing cannot panic.
-        let index = (self.hasher.hash_one(key) as usize) % self.shards.len();
-        self.shards[index]
+        self.shards[self.index(key)]
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Locks the shards of every key of `keys` at once, each shard once, in the shards' own
+    /// order (as [`all`](Self::all) does, so two callers never wait for each other in a
+    /// circle); with, for each key, the position of its shard's guard.
+    pub(crate) fn lock_many(&self, keys: &[LockKey]) -> (Vec<Guard<'_, V>>, Vec<usize>) {
+        let of_key: Vec<usize> = keys.iter().map(|key| self.index(key)).collect();
+        let mut indices = of_key.clone();
+        indices.sort_unstable();
+        indices.dedup();
+        let guards = indices
+            .iter()
+            .map(|&index| {
+                self.shards[index]
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+            })
+            .collect();
+        let positions = of_key
+            .iter()
+            // Every index is in `indices`, which was built from them.
+            .map(|index| indices.binary_search(index).unwrap_or_default())
+            .collect();
+        (guards, positions)
+    }
+
+    /// The shard of `key`; the modulo keeps it in bounds, so indexing cannot panic.
+    fn index(&self, key: &LockKey) -> usize {
+        (self.hasher.hash_one(key) as usize) % self.shards.len()
     }
 
     /// Locks each shard in turn.
