@@ -484,3 +484,110 @@ async fn bad_sets_are_typed_errors() {
     ));
     assert_untouched(&backend, &set, &[None, None]).await;
 }
+
+/// An etcd member of this test's own, started with `--max-txn-ops` lower than the default;
+/// killed when dropped.
+struct LowLimitEtcd {
+    child: std::process::Child,
+    client_port: u16,
+    dir: std::path::PathBuf,
+}
+
+impl LowLimitEtcd {
+    fn spawn(max_txn_ops: usize) -> Self {
+        use fencelock_testkit::etcd::free_port;
+        let (client_port, peer_port) = (free_port().unwrap(), free_port().unwrap());
+        let dir = std::env::temp_dir().join(format!("fencelock-sets-{}", OwnerId::random()));
+        let (client, peer) = (
+            format!("http://127.0.0.1:{client_port}"),
+            format!("http://127.0.0.1:{peer_port}"),
+        );
+        let child = std::process::Command::new("etcd")
+            .arg("--data-dir")
+            .arg(&dir)
+            .args([
+                "--listen-client-urls",
+                &client,
+                "--advertise-client-urls",
+                &client,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+            ])
+            .args(["--initial-cluster", &format!("default={peer}")])
+            .args(["--max-txn-ops", &max_txn_ops.to_string()])
+            .args(["--log-level", "warn", "--logger", "zap"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("etcd on PATH (scripts/test-deps)");
+        LowLimitEtcd {
+            child,
+            client_port,
+            dir,
+        }
+    }
+}
+
+impl Drop for LowLimitEtcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_with_a_lower_op_limit_refuses_the_set_as_unsupported() {
+    let server = LowLimitEtcd::spawn(16);
+    let config =
+        fencelock_etcd::EtcdConfig::from_url(&format!("etcd://127.0.0.1:{}", server.client_port))
+            .unwrap()
+            .prefix("sets-limit");
+    let cluster = timeout(PATIENCE, async {
+        loop {
+            match config.connect().await {
+                Ok(cluster) => return cluster,
+                Err(_) => sleep(Duration::from_millis(100)).await,
+            }
+        }
+    })
+    .await
+    .expect("the etcd member did not start");
+    let backend = cluster.lock_backend();
+    // 5 keys: 20 compares, past this member's 16.
+    let set = keys(&["l-1", "l-2", "l-3", "l-4", "l-5"]);
+    let before = revision(&cluster).await;
+    let refused = backend.try_acquire_all(&set, TTL).await;
+    assert!(
+        matches!(refused, Err(Error::Unsupported { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(
+        revision(&cluster).await,
+        before,
+        "a refused set wrote to the store"
+    );
+    assert_untouched(&backend, &set, &[None; 5]).await;
+    // The locker takes it key by key, and 4 keys (16 compares) fit in one step.
+    let held = Locker::new(cluster.backend())
+        .lock_all(set.iter().map(LockKey::as_str))
+        .ttl(TTL)
+        .watchdog(false)
+        .await
+        .unwrap();
+    assert_eq!(held.keys().count(), 5);
+    assert!(held.release().await.unwrap());
+    let fits = backend
+        .try_acquire_all(&set[..4], TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(fits.len(), 4);
+    for lease in &fits {
+        assert!(backend.release(lease).await.unwrap());
+    }
+}
