@@ -67,6 +67,13 @@ pub(crate) const GRANT_ATTEMPTS: usize = 4;
 ///   (which also deletes the place), and watches only the place just ahead of it (at the
 ///   head, the lock key): a release is followed by one grant. A try that does not queue is
 ///   refused while places exist.
+/// - **A set in one step** ([`try_acquire_all`](LockBackend::try_acquire_all)): one
+///   transaction whose compares are every member's single-grant compares (lock key absent, no
+///   reader key, no queued place, the counter at the revision seen) and whose *then* branch
+///   is every member's grant (its lock key on a lease of its own, its counter + 1): every key
+///   or none, at one revision. A set of more than [`MAX_SET_KEYS`](crate::MAX_SET_KEYS) keys
+///   would pass etcd's default limit of 128 operations per transaction and is
+///   [`Error::Unsupported`], so the locker takes it one key at a time.
 /// - **Waiting outside the queue** watches the lock key for its deletion from the revision at
 ///   which it was seen held, so a release (or expiry) in between is not missed; each deletion
 ///   wakes one waiter of this backend, the others try again at their next pause.
@@ -179,6 +186,8 @@ impl LockBackend for EtcdLockBackend {
         .with_locks_survive_restart(true)
         .with_kinds(LockKinds::GENERIC.with_shared())
         .with_fair(true)
+        // One transaction grants a set of up to `MAX_SET_KEYS` keys (`set.rs`).
+        .with_atomic_sets(true)
     }
 
     async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
@@ -207,6 +216,17 @@ impl LockBackend for EtcdLockBackend {
         }
         .instrument(span)
         .await
+    }
+
+    async fn try_acquire_all(&self, keys: &[LockKey], ttl: Duration) -> Result<Option<Vec<Lease>>> {
+        validate_ttl(ttl, &self.capabilities())?;
+        let span = tracing::debug_span!(
+            "try_acquire_all",
+            backend = BACKEND,
+            keys = keys.len(),
+            ?ttl
+        );
+        self.grant_set(keys, ttl).instrument(span).await
     }
 
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {

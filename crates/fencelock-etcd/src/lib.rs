@@ -14,6 +14,7 @@ mod leases;
 mod queue;
 mod reply;
 mod seen;
+mod set;
 mod shared;
 #[cfg(feature = "servers")]
 mod spawn;
@@ -28,6 +29,7 @@ pub use config::{
     validate_prefix,
 };
 pub use error::map_etcd_error;
+pub use set::MAX_SET_KEYS;
 pub use storage::EtcdStorage;
 
 /// Re-exported so users get the `etcd-client` this crate was built with (for
