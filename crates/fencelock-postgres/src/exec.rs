@@ -349,6 +349,20 @@ mod tests {
     }
 
     #[test]
+    fn text_arrays_render_as_arrays_of_inert_literals() {
+        let mut out = String::new();
+        Arg::TextArray(&["a", "it's"]).write_literal(&mut out);
+        assert_eq!(
+            out,
+            "(CAST(ARRAY[(convert_from(decode('61', 'hex'), 'UTF8')), \
+             (convert_from(decode('69742773', 'hex'), 'UTF8'))] AS text[]))"
+        );
+        let mut out = String::new();
+        Arg::TextArray(&[]).write_literal(&mut out);
+        assert_eq!(out, "(CAST(ARRAY[] AS text[]))");
+    }
+
+    #[test]
     fn floats_render_as_postgres_reads_them() {
         let mut out = String::new();
         for v in [1.5, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e21] {

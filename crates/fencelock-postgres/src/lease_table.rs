@@ -50,6 +50,10 @@ const LOCK_NOT_AVAILABLE: &str = "55P03";
 /// one another, each reader's expiry in the readers table beside it, by the server's clock.
 /// Each reader call is one statement, as the exclusive ones are (DESIGN.md section 5.3).
 ///
+/// A set of keys ([`Locker::lock_all`](fencelock_core::Locker::lock_all)) is granted in one
+/// statement and one transaction, every key or none
+/// ([`try_acquire_all`](LockBackend::try_acquire_all), [`Capabilities::atomic_sets`]).
+///
 /// ```no_run
 /// # async fn demo() -> fencelock_core::Result<()> {
 /// use std::{sync::Arc, time::Duration};
