@@ -35,6 +35,8 @@ pub(crate) enum Protocol {
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Arg<'a> {
     Text(&'a str),
+    /// A `text[]`.
+    TextArray(&'a [&'a str]),
     Int8(i64),
     OptInt8(Option<i64>),
     Float8(f64),
@@ -47,6 +49,7 @@ impl Arg<'_> {
     fn add_to(self, args: &mut PgArguments) -> Result<(), sqlx::Error> {
         match self {
             Arg::Text(v) => args.add(v),
+            Arg::TextArray(v) => args.add(v),
             Arg::Int8(v) => args.add(v),
             Arg::OptInt8(v) => args.add(v),
             Arg::Float8(v) => args.add(v),
@@ -66,6 +69,16 @@ impl Arg<'_> {
                 "(convert_from(decode('{}', 'hex'), 'UTF8'))",
                 hex(v.as_bytes())
             ),
+            Arg::TextArray(v) => {
+                out.push_str("(CAST(ARRAY[");
+                for (i, item) in v.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    Arg::Text(item).write_literal(out);
+                }
+                write!(out, "] AS text[]))")
+            }
             Arg::Int8(v) | Arg::OptInt8(Some(v)) => write!(out, "(CAST('{v}' AS int8))"),
             Arg::OptInt8(None) => write!(out, "(CAST(NULL AS int8))"),
             Arg::Float8(v) if v.is_finite() => write!(out, "(CAST('{v}' AS float8))"),
@@ -333,6 +346,20 @@ mod tests {
              (decode('00ff', 'hex')), (CAST(NULL AS bytea))), '$', $0"
         );
         assert!(sql.render(&[Arg::Bool(false)]).is_err());
+    }
+
+    #[test]
+    fn text_arrays_render_as_arrays_of_inert_literals() {
+        let mut out = String::new();
+        Arg::TextArray(&["a", "it's"]).write_literal(&mut out);
+        assert_eq!(
+            out,
+            "(CAST(ARRAY[(convert_from(decode('61', 'hex'), 'UTF8')), \
+             (convert_from(decode('69742773', 'hex'), 'UTF8'))] AS text[]))"
+        );
+        let mut out = String::new();
+        Arg::TextArray(&[]).write_literal(&mut out);
+        assert_eq!(out, "(CAST(ARRAY[] AS text[]))");
     }
 
     #[test]

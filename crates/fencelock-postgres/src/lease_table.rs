@@ -50,6 +50,10 @@ const LOCK_NOT_AVAILABLE: &str = "55P03";
 /// one another, each reader's expiry in the readers table beside it, by the server's clock.
 /// Each reader call is one statement, as the exclusive ones are (DESIGN.md section 5.3).
 ///
+/// A set of keys ([`Locker::lock_all`](fencelock_core::Locker::lock_all)) is granted in one
+/// statement and one transaction, every key or none
+/// ([`try_acquire_all`](LockBackend::try_acquire_all), [`Capabilities::atomic_sets`]).
+///
 /// ```no_run
 /// # async fn demo() -> fencelock_core::Result<()> {
 /// use std::{sync::Arc, time::Duration};
@@ -146,6 +150,77 @@ impl PgLeaseBackend {
     }
 }
 
+impl PgLeaseBackend {
+    /// Runs `lease_acquire_all` until it hands out the set's tokens, starting new epochs when
+    /// it says to, as [`grant`](Self::grant) does for one key. Returns the tokens (in the
+    /// order of the keys) and when the granting try was sent; `None` when some key is held
+    /// (or a row lock outlasted the statement's wait).
+    async fn grant_set(
+        &self,
+        protocol: Protocol,
+        args: &[Arg<'_>],
+    ) -> Result<Option<(Vec<i64>, Instant)>> {
+        for _ in 0..epoch::TRIES {
+            let sent_at = Instant::now();
+            let outcome = tokio::time::timeout(
+                self.timeout(),
+                self.db.sql().lease_acquire_all.fetch_one::<SetRow, _>(
+                    protocol,
+                    self.db.pool(),
+                    args,
+                ),
+            )
+            .await;
+            let (tokens, live, exhausted, bound) = match outcome {
+                Ok(Ok(row)) => row,
+                // A row lock of some key outlasted the wait: the statement rolled back whole.
+                Ok(Err(e)) if sqlstate(&e).as_deref() == Some(LOCK_NOT_AVAILABLE) => {
+                    tracing::debug!(outcome = "row locked", "set not acquired");
+                    return Ok(None);
+                }
+                Ok(Err(e)) => return Err(map_sqlx_error(BACKEND, e)),
+                Err(_) => return Err(timed_out(BACKEND, self.timeout())),
+            };
+            // Before anything else: with another mechanism the statement granted nothing.
+            self.db
+                .check_bound(PgBackendKind::Lease, bound.as_deref())?;
+            // `Grant` reads one token; a set's array stands for it (present or not).
+            match Grant::from_columns(tokens.as_ref().map(|_| 0), live, exhausted) {
+                Grant::Token(_) => {
+                    let tokens = tokens.unwrap_or_default();
+                    return Ok(Some((tokens, sent_at)));
+                }
+                Grant::Refused => {
+                    tracing::debug!(outcome = "held", "set not acquired");
+                    return Ok(None);
+                }
+                Grant::NewEpoch(seen) => {
+                    epoch::start_new(&self.db, BACKEND, protocol, self.db.pool(), seen).await?;
+                }
+            }
+        }
+        Err(epoch::no_token(BACKEND))
+    }
+}
+
+/// Checks the keys of a set in one step: at least one, sorted and distinct (the order the
+/// function locks rows in, which keeps concurrent sets from deadlocking).
+fn check_set(keys: &[LockKey]) -> Result<()> {
+    if keys.is_empty() {
+        return Err(Error::config("a set in one step needs at least one key"));
+    }
+    if keys.windows(2).any(|pair| pair[0] >= pair[1]) {
+        return Err(Error::config(
+            "the keys of a set in one step must be sorted and distinct",
+        ));
+    }
+    Ok(())
+}
+
+/// A row of `lease_acquire_all`: the tokens, live epoch, `exhausted`, and the schema's
+/// mechanism.
+type SetRow = (Option<Vec<i64>>, Option<i64>, bool, Option<String>);
+
 /// The token, live epoch and `exhausted` columns of a grant statement (DESIGN.md 5.3,
 /// *Tokens*); all of `lease_acquire`'s row.
 type GrantRow = (Option<i64>, Option<i64>, bool);
@@ -193,6 +268,7 @@ impl LockBackend for PgLeaseBackend {
         )
         .with_locks_survive_restart(true)
         .with_kinds(LockKinds::GENERIC.with_shared())
+        .with_atomic_sets(true)
     }
 
     async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
@@ -228,6 +304,59 @@ impl LockBackend for PgLeaseBackend {
                 ttl,
                 valid_until: valid_until(sent_at, ttl),
             }))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn try_acquire_all(&self, keys: &[LockKey], ttl: Duration) -> Result<Option<Vec<Lease>>> {
+        validate_ttl(ttl, &self.capabilities())?;
+        check_set(keys)?;
+        let span = tracing::debug_span!(
+            "fencelock.pg.acquire_all",
+            backend = BACKEND,
+            keys = keys.len()
+        );
+        async {
+            let protocol = self.db.protocol().await?;
+            let owner = OwnerId::random();
+            let owner_bytes = owner_bytes(owner);
+            let names: Vec<&str> = keys.iter().map(LockKey::as_str).collect();
+            let lock_wait = i64::try_from(self.lock_wait().as_millis())
+                .unwrap_or(i64::MAX)
+                .max(1);
+            let args = [
+                Arg::TextArray(&names),
+                Arg::Bytea(&owner_bytes),
+                Arg::Float8(micros(ttl)),
+                Arg::Int8(lock_wait),
+            ];
+            let granted = self.grant_set(protocol, &args).await?;
+            let Some((tokens, sent_at)) = granted else {
+                return Ok(None);
+            };
+            if tokens.len() != keys.len() {
+                return Err(crate::error::protocol(
+                    BACKEND,
+                    "a set in one step was answered with another number of tokens than keys",
+                ));
+            }
+            let valid_until = valid_until(sent_at, ttl);
+            let leases = keys
+                .iter()
+                .zip(tokens)
+                .map(|(key, token)| {
+                    Ok(Lease {
+                        key: key.clone(),
+                        owner,
+                        token: FencingToken::from_backend(BACKEND, token)?,
+                        ttl,
+                        valid_until,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            tracing::debug!(outcome = "granted", "acquired a set");
+            Ok(Some(leases))
         }
         .instrument(span)
         .await

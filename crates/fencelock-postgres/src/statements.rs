@@ -21,6 +21,7 @@ pub(crate) struct Statements {
     pub(crate) advisory_ping: Sql,
     pub(crate) advisory_release: Sql,
     pub(crate) lease_acquire: Sql,
+    pub(crate) lease_acquire_all: Sql,
     pub(crate) lease_extend: Sql,
     pub(crate) lease_inspect: Sql,
     pub(crate) lease_release: Sql,
@@ -61,6 +62,7 @@ impl Statements {
             advisory_ping: render(include_str!("../sql/advisory_ping.sql")),
             advisory_release: render(include_str!("../sql/advisory_release.sql")),
             lease_acquire: render(include_str!("../sql/lease_acquire.sql")),
+            lease_acquire_all: render(include_str!("../sql/lease_acquire_all.sql")),
             lease_extend: render(include_str!("../sql/lease_extend.sql")),
             lease_inspect: render(include_str!("../sql/lease_inspect.sql")),
             lease_release: render(include_str!("../sql/lease_release.sql")),
@@ -105,6 +107,7 @@ mod tests {
         for statement in [
             &sql.advance_token,
             &sql.lease_acquire,
+            &sql.lease_acquire_all,
             &sql.advisory_acquire,
             &sql.storage_apply,
             &sql.xact_lock,

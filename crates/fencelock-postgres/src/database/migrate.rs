@@ -58,6 +58,7 @@ impl Embedded {
                 "0011_epoch_follows_timeline.sql"
             ),
             migration!(12, "admit bounds", "0012_admit_bounds.sql"),
+            migration!(13, "lease sets", "0013_lease_sets.sql"),
         ]
     }
 }
