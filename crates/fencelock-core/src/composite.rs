@@ -35,8 +35,9 @@ use crate::metrics;
 /// greater than every key it holds, so no cycle of waiters (a deadlock) can form.
 ///
 /// Where the backend grants a set in one atomic step
-/// ([`Capabilities::atomic_sets`](crate::Capabilities::atomic_sets), one Lua script on one
-/// Redis server), the request tries that first: every key or none, in one round trip. When it
+/// ([`Capabilities::atomic_sets`](crate::Capabilities::atomic_sets): one Lua script on one
+/// Redis server, one transaction on the PostgreSQL lease backend or on etcd, the shard locks
+/// of the memory backend), the request tries that first: every key or none, in one round trip. When it
 /// is refused (some key is held, or has waiters queued for it) the ordered form above takes
 /// over, queueing for each key in turn as a single lock does.
 ///
