@@ -166,6 +166,14 @@ async fn connect(config: &ZkConfig, layout: &Layout) -> Result<Arc<Session>> {
             ),
             source: Some(Box::new(e)),
         },
+        zk::Error::NoHosts => Error::Unavailable {
+            backend: BACKEND,
+            message: format!(
+                "connect to {members}: no member opened a session ({e}): are they down, or \
+                 are these TLS ports (then the URL needs tls=true&tls_ca=...)?"
+            ),
+            source: Some(Box::new(e)),
+        },
         e => mapped(e, &format!("connect to {members}")),
     })?;
     if let Some(chroot) = config.chroot() {

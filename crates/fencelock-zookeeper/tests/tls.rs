@@ -122,7 +122,9 @@ async fn a_plaintext_client_at_the_tls_port_fails_within_its_wait() {
     let config = with_prefix(&format!("zookeeper://127.0.0.1:{port}"));
     let started = Instant::now();
     match config.connect().await {
-        Err(Error::Unavailable { .. }) => {}
+        Err(Error::Unavailable { message, .. }) => {
+            assert!(message.contains("tls=true"), "{message}")
+        }
         Err(other) => panic!("expected Unavailable, got {other:?}"),
         Ok(_) => panic!("a plaintext session on the TLS port"),
     }
