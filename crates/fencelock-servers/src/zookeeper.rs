@@ -8,6 +8,10 @@
 //! Data lives in `/dev/shm` when it exists, so the fsync of every write costs little. They
 //! run with `jute.maxbuffer` at 4 MiB, as fencelock's storage needs for 1 MiB values.
 //!
+//! With [`ZkServer::try_spawn_tls`] a standalone server also serves a TLS client port
+//! (`secureClientPort`, through the Netty connection factory, which the TLS port needs) with
+//! a PEM certificate and key; the plain port stays for the readiness probe.
+//!
 //! Members can be killed (SIGKILL), restarted on the same ports and data, paused (SIGSTOP)
 //! and resumed.
 //!
@@ -44,6 +48,9 @@ pub const ZOOKEEPER_CLASSPATH_VAR: &str = "FENCELOCK_ZOOKEEPER_CLASSPATH";
 pub const JAVA_BIN_VAR: &str = "FENCELOCK_JAVA";
 
 const DEFAULT_CLASSPATH: &str = "/usr/share/java/zookeeper.jar";
+/// Netty's codec jar: the TLS port's handler needs it, and the Debian jar's manifest leaves it
+/// out (it comes with libnetty-java, which zookeeper depends on).
+const NETTY_CODEC: &str = "/usr/share/java/netty-codec.jar";
 const INSTALL_HINT: &str = "install ZooKeeper: run scripts/test-deps (Debian package zookeeper, \
                             which needs a Java runtime), or set FENCELOCK_ZOOKEEPER_CLASSPATH \
                             and FENCELOCK_JAVA";
@@ -61,6 +68,7 @@ fn java_bin() -> String {
 struct Member {
     id: usize,
     client_port: u16,
+    secure_port: Option<u16>,
     dir: PathBuf,
     child: Mutex<Option<Child>>,
 }
@@ -86,6 +94,19 @@ impl Member {
 pub struct ZkServer {
     members: Vec<Member>,
     dir: tempfile::TempDir,
+    tls: bool,
+}
+
+/// The PEM files of a TLS port: the server's certificate and private key (unencrypted
+/// PKCS#8), and the CA certificates its trust store holds (for client certificates).
+#[derive(Debug, Clone)]
+pub struct ZkTlsFiles {
+    /// The server certificate (PEM).
+    pub cert: PathBuf,
+    /// Its private key (PEM, `-----BEGIN PRIVATE KEY-----`).
+    pub key: PathBuf,
+    /// The CA certificates (PEM).
+    pub ca: PathBuf,
 }
 
 impl ZkServer {
@@ -98,12 +119,34 @@ impl ZkServer {
     /// waited for until each serves requests (a leader is elected). A missing ZooKeeper or
     /// Java is an [`io::ErrorKind::NotFound`] error that says what to install.
     pub fn try_spawn_ensemble(members: usize) -> io::Result<Self> {
+        Self::try_spawn_with(members, None)
+    }
+
+    /// One standalone server that also serves TLS on [`secure_port`](Self::secure_port),
+    /// with `files`; clients need not show a certificate (`ssl.clientAuth=none`).
+    pub fn try_spawn_tls(files: &ZkTlsFiles) -> io::Result<Self> {
+        Self::try_spawn_with(1, Some(files))
+    }
+
+    fn try_spawn_with(members: usize, tls: Option<&ZkTlsFiles>) -> io::Result<Self> {
         if members == 0 {
             return Err(io::Error::other(
                 "a ZooKeeper ensemble needs at least one member",
             ));
         }
         let jar = classpath();
+        if tls.is_some()
+            && std::env::var_os(ZOOKEEPER_CLASSPATH_VAR).is_none()
+            && !Path::new(NETTY_CODEC).exists()
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "{NETTY_CODEC} does not exist: ZooKeeper's TLS port needs it (Debian \
+                     package libnetty-java; run scripts/test-deps)"
+                ),
+            ));
+        }
         if !jar.split(':').all(|part| Path::new(part).exists()) {
             return Err(io::Error::new(
                 io::ErrorKind::NotFound,
@@ -113,7 +156,7 @@ impl ZkServer {
         let mut last_error = None;
         // A free port can be taken between probing and binding; try a few times.
         for _ in 0..3 {
-            let server = Self::prepare(members)?;
+            let server = Self::prepare(members, tls)?;
             match server.start_all() {
                 Ok(()) => return Ok(server),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(e),
@@ -123,7 +166,7 @@ impl ZkServer {
         Err(last_error.unwrap_or_else(|| io::Error::other("ZooKeeper did not start")))
     }
 
-    fn prepare(count: usize) -> io::Result<Self> {
+    fn prepare(count: usize, tls: Option<&ZkTlsFiles>) -> io::Result<Self> {
         let shm = Path::new("/dev/shm");
         let mut builder = tempfile::Builder::new();
         builder.prefix("fencelock-zk-");
@@ -137,6 +180,7 @@ impl ZkServer {
         for index in 0..count {
             let id = index + 1;
             let client_port = free_port()?;
+            let secure_port = tls.map(|_| free_port()).transpose()?;
             if count > 1 {
                 quorum.push(format!(
                     "server.{id}=127.0.0.1:{}:{}",
@@ -147,6 +191,7 @@ impl ZkServer {
             members.push(Member {
                 id,
                 client_port,
+                secure_port,
                 dir: dir.path().join(format!("m{id}")),
                 child: Mutex::new(None),
             });
@@ -154,18 +199,41 @@ impl ZkServer {
         for member in &members {
             std::fs::create_dir_all(&member.dir)?;
             std::fs::write(member.dir.join("myid"), format!("{}\n", member.id))?;
+            let mut secure = String::new();
+            if let (Some(files), Some(port)) = (tls, member.secure_port) {
+                // The PEM key store is one file: the key, then the certificate.
+                let mut keystore = std::fs::read(&files.key)?;
+                keystore.push(b'\n');
+                keystore.extend(std::fs::read(&files.cert)?);
+                let keystore_path = member.dir.join("keystore.pem");
+                std::fs::write(&keystore_path, keystore)?;
+                secure = format!(
+                    "secureClientPort={port}\nsecureClientPortAddress=127.0.0.1\n\
+                     serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n\
+                     ssl.keyStore.location={}\nssl.keyStore.type=PEM\n\
+                     ssl.trustStore.location={}\nssl.trustStore.type=PEM\n\
+                     ssl.clientAuth=none\n",
+                    keystore_path.display(),
+                    files.ca.display()
+                );
+            }
             let config = format!(
                 "tickTime=100\ninitLimit=50\nsyncLimit=20\ndataDir={}\nclientPort={}\n\
                  clientPortAddress=127.0.0.1\nminSessionTimeout=200\nmaxSessionTimeout=60000\n\
                  admin.enableServer=false\n4lw.commands.whitelist=srvr,ruok\n\
-                 forceSync=no\n{}\n",
+                 forceSync=no\n{}{}\n",
                 member.dir.display(),
                 member.client_port,
+                secure,
                 quorum.join("\n")
             );
             std::fs::write(member.dir.join("zoo.cfg"), config)?;
         }
-        Ok(ZkServer { members, dir })
+        Ok(ZkServer {
+            members,
+            dir,
+            tls: tls.is_some(),
+        })
     }
 
     fn start_all(&self) -> io::Result<()> {
@@ -192,6 +260,26 @@ impl ZkServer {
             .map(|m| format!("127.0.0.1:{}", m.client_port))
             .collect();
         hosts.join(",")
+    }
+
+    /// `zookeeper://localhost:<secure port>,...?tls=true&tls_ca=<ca>`: every member's TLS
+    /// port, by the name the test certificates are made out to; `None` without TLS.
+    pub fn tls_url(&self, ca: &Path) -> Option<String> {
+        let hosts: Option<Vec<String>> = self
+            .members
+            .iter()
+            .map(|m| m.secure_port.map(|p| format!("localhost:{p}")))
+            .collect();
+        let ca = ca.to_string_lossy().replace('%', "%25").replace('&', "%26");
+        Some(format!(
+            "zookeeper://{}?tls=true&tls_ca={ca}",
+            hosts?.join(",")
+        ))
+    }
+
+    /// Member `index`'s TLS client port, when it serves one.
+    pub fn secure_port(&self, index: usize) -> Option<u16> {
+        self.members[index].secure_port
     }
 
     /// The number of members.
@@ -315,7 +403,7 @@ impl ZkServer {
             // Room for a 1 MiB value and the multi around it (fencelock's storage needs it).
             .arg("-Djute.maxbuffer=4194304")
             .arg("-cp")
-            .arg(classpath())
+            .arg(self.classpath())
             .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
             .arg(member.dir.join("zoo.cfg"))
             .stdin(Stdio::null())
@@ -333,6 +421,16 @@ impl ZkServer {
         Ok(())
     }
 
+    /// The class path, with Netty's codec for a TLS port when the default one is used.
+    fn classpath(&self) -> String {
+        let base = classpath();
+        if self.tls && std::env::var_os(ZOOKEEPER_CLASSPATH_VAR).is_none() {
+            format!("{base}:{NETTY_CODEC}")
+        } else {
+            base
+        }
+    }
+
     fn await_serving(&self, index: usize, deadline: Instant) -> io::Result<()> {
         let member = &self.members[index];
         loop {
@@ -346,7 +444,10 @@ impl ZkServer {
                     self.log_tail(index)
                 )));
             }
-            if self.mode(index).is_some() {
+            let secure_up = member
+                .secure_port
+                .is_none_or(|port| TcpStream::connect(("127.0.0.1", port)).is_ok());
+            if self.mode(index).is_some() && secure_up {
                 return Ok(());
             }
             if Instant::now() >= deadline {

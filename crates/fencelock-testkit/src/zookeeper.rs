@@ -20,6 +20,8 @@ use std::path::Path;
 
 pub use fencelock_servers::zookeeper::{JAVA_BIN_VAR, ZOOKEEPER_CLASSPATH_VAR, free_port};
 
+use crate::tls::TestCerts;
+
 /// ZooKeeper processes owned by a test; see [`fencelock_servers::zookeeper::ZkServer`].
 /// Dropping it kills every member and removes their directory.
 #[derive(Debug)]
@@ -51,6 +53,39 @@ impl ZkServer {
     /// an [`io::ErrorKind::NotFound`] error that says what to install.
     pub fn try_spawn_ensemble(members: usize) -> io::Result<Self> {
         fencelock_servers::zookeeper::ZkServer::try_spawn_ensemble(members).map(ZkServer)
+    }
+
+    /// One standalone server that also serves TLS with the server certificate of `certs`
+    /// (made out to `localhost` and `127.0.0.1`), on [`secure_port`](Self::secure_port).
+    ///
+    /// # Panics
+    /// As [`spawn`](Self::spawn).
+    pub fn spawn_tls(certs: &TestCerts) -> Self {
+        let files = fencelock_servers::zookeeper::ZkTlsFiles {
+            cert: certs.server_cert(),
+            key: certs.server_key(),
+            ca: certs.ca(),
+        };
+        match fencelock_servers::zookeeper::ZkServer::try_spawn_tls(&files) {
+            Ok(server) => ZkServer(server),
+            Err(e) => panic!("cannot start ZooKeeper with TLS: {e}"),
+        }
+    }
+
+    /// `zookeeper://localhost:<secure port>?tls=true&tls_ca=<ca>`, trusting `ca`.
+    ///
+    /// # Panics
+    /// On a server spawned without TLS.
+    pub fn tls_url(&self, ca: &Path) -> String {
+        match self.0.tls_url(ca) {
+            Some(url) => url,
+            None => panic!("this ZooKeeper serves no TLS port"),
+        }
+    }
+
+    /// Member `index`'s TLS client port, when it serves one.
+    pub fn secure_port(&self, index: usize) -> Option<u16> {
+        self.0.secure_port(index)
     }
 
     /// `zookeeper://127.0.0.1:<port>,...`: every member, in order.

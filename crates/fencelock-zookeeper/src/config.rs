@@ -1,6 +1,7 @@
 //! `ZkConfig`: the `zookeeper://` grammar, its validation, and the typed settings of a client.
 
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fencelock_core::{Error, HostPort, Result};
@@ -58,14 +59,18 @@ const OPTION: &AsciiSet = &CONTROLS
 /// - `/chroot`: a path that must exist on the ensemble; everything fencelock writes is under it.
 /// - `session_timeout`: `<n>ms` or `<n>s`, the session timeout asked for (default 30 s).
 /// - `prefix`: one znode name under the chroot (default `fencelock`).
+/// - `tls=true` (feature `tls`): every member over TLS; `tls_ca=/path/ca.pem` (required with
+///   it) names the PEM file of the CA certificates the servers' certificates must chain to,
+///   for the host names of the URL; `tls_cert` and `tls_key` (both or neither) a client
+///   certificate and its key, for servers that ask for one (`ssl.clientAuth`).
 ///
-/// TLS and SASL are not offered: an option naming them is refused as unknown.
+/// SASL is not offered: an option naming it is refused as unknown.
 ///
 /// ```
 /// use fencelock_zookeeper::ZkConfig;
 /// let config = ZkConfig::from_url("zookeeper://zk1,zk2:2182/apps?prefix=orders").unwrap();
 /// assert_eq!(config.to_url(), "zookeeper://zk1:2181,zk2:2182/apps?prefix=orders");
-/// assert!(ZkConfig::from_url("zookeeper://zk1?tls=true").is_err());
+/// assert!(ZkConfig::from_url("zookeeper://zk1?tls=true").is_err()); // no tls_ca
 /// ```
 #[derive(Clone, PartialEq, Eq)]
 pub struct ZkConfig {
@@ -74,6 +79,15 @@ pub struct ZkConfig {
     chroot: Option<String>,
     session_timeout: Option<Duration>,
     prefix: Option<String>,
+    tls: Option<TlsFiles>,
+}
+
+/// The PEM files of a TLS config: paths only, read at connect.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub(crate) struct TlsFiles {
+    pub(crate) ca: Option<PathBuf>,
+    pub(crate) cert: Option<PathBuf>,
+    pub(crate) key: Option<PathBuf>,
 }
 
 impl fmt::Debug for ZkConfig {
@@ -130,6 +144,13 @@ impl ZkConfig {
             chroot,
             session_timeout: None,
             prefix: None,
+            tls: None,
+        };
+        let mut tls = false;
+        let mut files = TlsFiles {
+            ca: None,
+            cert: None,
+            key: None,
         };
         if let Some(query) = query.filter(|q| !q.is_empty()) {
             let mut seen = Vec::new();
@@ -156,15 +177,43 @@ impl ZkConfig {
                         validate_prefix(&value)?;
                         config.prefix = Some(value.into_owned());
                     }
+                    "tls" => {
+                        tls = match &*value {
+                            "true" => true,
+                            "false" => false,
+                            _ => {
+                                return Err(invalid(format!(
+                                    "zookeeper:// option tls is true or false, not {value:?}"
+                                )));
+                            }
+                        };
+                    }
+                    "tls_ca" => files.ca = Some(tls_path(name, &value)?),
+                    "tls_cert" => files.cert = Some(tls_path(name, &value)?),
+                    "tls_key" => files.key = Some(tls_path(name, &value)?),
                     _ => {
                         return Err(invalid(format!(
                             "unknown zookeeper:// option {name:?} (known: session_timeout, \
-                             prefix; TLS and SASL are not supported)"
+                             prefix, tls, tls_ca, tls_cert, tls_key; SASL is not supported)"
                         )));
                     }
                 }
             }
         }
+        if tls {
+            config.tls = Some(files);
+        } else if files
+            != (TlsFiles {
+                ca: None,
+                cert: None,
+                key: None,
+            })
+        {
+            return Err(invalid(
+                "zookeeper:// options tls_ca, tls_cert and tls_key need tls=true",
+            ));
+        }
+        config.check_tls()?;
         Ok(config)
     }
 
@@ -200,6 +249,19 @@ impl ZkConfig {
         }
         if let Some(prefix) = &self.prefix {
             options.push(format!("prefix={}", utf8_percent_encode(prefix, OPTION)));
+        }
+        if let Some(tls) = &self.tls {
+            options.push("tls=true".to_owned());
+            for (name, path) in [
+                ("tls_ca", &tls.ca),
+                ("tls_cert", &tls.cert),
+                ("tls_key", &tls.key),
+            ] {
+                if let Some(path) = path {
+                    let text = path.to_string_lossy();
+                    options.push(format!("{name}={}", utf8_percent_encode(&text, OPTION)));
+                }
+            }
         }
         if !options.is_empty() {
             url.push('?');
@@ -247,6 +309,7 @@ impl ZkConfig {
             }
         }
         self.hosts = hosts.to_vec();
+        self.check_tls()?;
         Ok(self)
     }
 
@@ -260,6 +323,82 @@ impl ZkConfig {
     pub fn session_timeout(mut self, timeout: Duration) -> Self {
         self.session_timeout = Some(timeout);
         self
+    }
+
+    /// With TLS to every member, trusting the CA certificates in the PEM file at `path` (in
+    /// the URL, `?tls=true&tls_ca=/path/ca.pem`). Needs the `tls` feature: without it,
+    /// `connect` refuses the config saying so. The file is read at connect.
+    pub fn tls_ca(mut self, path: impl Into<PathBuf>) -> Self {
+        let tls = self.tls.get_or_insert(TlsFiles {
+            ca: None,
+            cert: None,
+            key: None,
+        });
+        tls.ca = Some(path.into());
+        self
+    }
+
+    /// With a client certificate and its private key (PEM files) shown to servers that ask
+    /// for one (in the URL, `tls_cert=` and `tls_key=`); with [`tls_ca`](Self::tls_ca) only.
+    pub fn tls_client_cert(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        let tls = self.tls.get_or_insert(TlsFiles {
+            ca: None,
+            cert: None,
+            key: None,
+        });
+        tls.cert = Some(cert.into());
+        tls.key = Some(key.into());
+        self
+    }
+
+    /// Whether the members are reached over TLS.
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// The CA file trusted for the servers' certificates, with TLS.
+    pub fn tls_ca_path(&self) -> Option<&Path> {
+        self.tls.as_ref().and_then(|tls| tls.ca.as_deref())
+    }
+
+    pub(crate) fn tls_files(&self) -> Option<&TlsFiles> {
+        self.tls.as_ref()
+    }
+
+    /// Checks the TLS settings without reading the files: a CA named, a certificate and a key
+    /// together, host names TLS can verify, and the `tls` feature built in.
+    fn check_tls(&self) -> Result<()> {
+        let Some(tls) = &self.tls else {
+            return Ok(());
+        };
+        if !cfg!(feature = "tls") {
+            return Err(invalid(
+                "zookeeper:// tls=true needs TLS support: enable the `tls` feature of \
+                 fencelock-zookeeper (the `tls` feature of the fencelock crate and of the CLI)",
+            ));
+        }
+        if tls.ca.is_none() {
+            return Err(invalid(
+                "zookeeper:// tls=true needs tls_ca=/path/ca.pem: the CA certificates the \
+                 servers' certificates chain to (there are no built-in roots)",
+            ));
+        }
+        if tls.cert.is_some() != tls.key.is_some() {
+            return Err(invalid(
+                "zookeeper:// tls_cert and tls_key go together (a client certificate and its key)",
+            ));
+        }
+        #[cfg(feature = "tls")]
+        for host in &self.hosts {
+            if rustls::pki_types::ServerName::try_from(host.host.as_str()).is_err() {
+                return Err(invalid(format!(
+                    "zookeeper:// host {:?} is not a DNS name or IP address a TLS certificate \
+                     can be checked against",
+                    host.host
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// The session timeout asked for.
@@ -287,6 +426,7 @@ impl ZkConfig {
     /// Checks what the builder methods may have set, as [`from_url`](Self::from_url) does.
     pub(crate) fn validate(&self) -> Result<()> {
         validate_prefix(self.prefix_name())?;
+        self.check_tls()?;
         let timeout = self.session_timeout_value();
         if timeout < Duration::from_millis(100) || timeout > Duration::from_secs(3600) {
             return Err(invalid(format!(
@@ -295,6 +435,15 @@ impl ZkConfig {
         }
         Ok(())
     }
+}
+
+fn tls_path(name: &str, value: &str) -> Result<PathBuf> {
+    if value.is_empty() {
+        return Err(invalid(format!(
+            "zookeeper:// option {name} is an empty path"
+        )));
+    }
+    Ok(PathBuf::from(value))
 }
 
 fn parse_userinfo(userinfo: &str) -> Result<(String, String)> {
@@ -511,7 +660,10 @@ mod tests {
             ("zookeeper://h:x", "port"),
             ("zookeeper://h,h", "twice"),
             ("zookeeper://h?prefix=a&prefix=b", "twice"),
-            ("zookeeper://h?tls=true", "unknown"),
+            ("zookeeper://h?tls=true", "tls"),
+            ("zookeeper://h?tls=yes", "tls"),
+            ("zookeeper://h?tls_ca=/ca.pem", "need tls=true"),
+            ("zookeeper://h?sasl=true", "unknown"),
             ("zookeeper://h?session_timeout=5", "session_timeout"),
             ("zookeeper://h?session_timeout=1ms", "session_timeout"),
             ("zookeeper://h?prefix=a/b", "prefix"),
@@ -530,5 +682,44 @@ mod tests {
         let config = ZkConfig::from_url("zookeeper://u:s3cret@h").unwrap();
         assert!(!format!("{config:?} {config}").contains("s3cret"));
         assert_eq!(config.redacted_url(), "zookeeper://u:***@h:2181");
+    }
+
+    #[test]
+    fn tls_options_need_their_feature_and_a_ca() {
+        let url = "zookeeper://localhost:2281?tls=true&tls_ca=/etc/my%20ca.pem";
+        if cfg!(feature = "tls") {
+            let config = ZkConfig::from_url(url).unwrap();
+            assert!(config.is_tls());
+            assert_eq!(config.tls_ca_path(), Some(Path::new("/etc/my ca.pem")));
+            assert_eq!(ZkConfig::from_url(&config.to_url()).unwrap(), config);
+            let built = ZkConfig::from_url("zookeeper://localhost:2281")
+                .unwrap()
+                .tls_ca("/etc/my ca.pem");
+            assert_eq!(built, config);
+            for (bad, word) in [
+                ("zookeeper://h?tls=true", "tls_ca"),
+                ("zookeeper://h?tls=true&tls_ca=/a&tls_cert=/c", "tls_key"),
+                ("zookeeper://h?tls=true&tls_ca=", "tls_ca"),
+                ("zookeeper://[zz:zz]?tls=true&tls_ca=/a", "TLS certificate"),
+            ] {
+                let message = refusal(bad);
+                assert!(message.contains(word), "{bad}: {message}");
+            }
+            let with_key = "zookeeper://u:s3cret@h?tls=true&tls_ca=/a&tls_cert=/c&tls_key=/k";
+            let config = ZkConfig::from_url(with_key).unwrap();
+            assert!(!format!("{config:?}").contains("s3cret"));
+        } else {
+            let message = refusal(url);
+            assert!(message.contains("`tls` feature"), "{message}");
+            let built = ZkConfig::from_url("zookeeper://h")
+                .unwrap()
+                .tls_ca("/ca.pem");
+            match built.validate() {
+                Err(Error::InvalidConfig { message, .. }) => {
+                    assert!(message.contains("`tls` feature"), "{message}");
+                }
+                other => panic!("expected InvalidConfig, got {other:?}"),
+            }
+        }
     }
 }

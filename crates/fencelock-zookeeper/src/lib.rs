@@ -17,6 +17,8 @@ mod shared;
 #[cfg(feature = "servers")]
 mod spawn;
 mod storage;
+#[cfg(feature = "tls")]
+mod tls;
 
 pub use backend::{MAX_TOKEN, ZkLockBackend};
 pub use backend_config::SCHEMES;

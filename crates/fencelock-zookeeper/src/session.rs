@@ -96,7 +96,49 @@ fn op_timeout(session_timeout: Duration) -> Duration {
     (session_timeout / 3).clamp(Duration::from_secs(1), Duration::from_secs(10))
 }
 
+/// Connects over TLS when the config asks for it (every member), else over plain TCP.
+#[cfg(feature = "tls")]
+async fn connect_with(
+    connector: zk::Connector,
+    config: &ZkConfig,
+) -> Result<zk::Client, zk::Error> {
+    match config.tls_files() {
+        Some(files) => {
+            // Checked by `prepare_tls` before: the options build.
+            let Ok(options) = crate::tls::options(files) else {
+                return Err(zk::Error::BadArguments(&"TLS options"));
+            };
+            crate::tls::ensure_crypto_provider();
+            connector
+                .with_tls(options)
+                .secure_connect(&config.connect_string())
+                .await
+        }
+        None => connector.connect(&config.connect_string()).await,
+    }
+}
+
+#[cfg(not(feature = "tls"))]
+async fn connect_with(
+    connector: zk::Connector,
+    config: &ZkConfig,
+) -> Result<zk::Client, zk::Error> {
+    connector.connect(&config.connect_string()).await
+}
+
+/// Reads and checks the TLS files, so a bad one is `InvalidConfig` naming it.
+fn prepare_tls(config: &ZkConfig) -> Result<()> {
+    #[cfg(feature = "tls")]
+    if let Some(files) = config.tls_files() {
+        crate::tls::options(files)?;
+    }
+    let _ = config;
+    Ok(())
+}
+
 async fn connect(config: &ZkConfig, layout: &Layout) -> Result<Arc<Session>> {
+    config.validate()?;
+    prepare_tls(config)?;
     let timeout = config.session_timeout_value();
     let mut connector = zk::Client::connector()
         .with_session_timeout(timeout)
@@ -106,14 +148,32 @@ async fn connect(config: &ZkConfig, layout: &Layout) -> Result<Arc<Session>> {
     }
     let members = config.redacted_url();
     let limit = timeout.max(Duration::from_secs(2));
+    let tls = config.tls_files().is_some();
     let client = within(limit, &format!("connect to {members}"), async {
-        connector.connect(&config.connect_string()).await
+        connect_with(connector, config).await
     })
     .await?
     .map_err(|e| match e {
         zk::Error::AuthFailed => {
             Error::config(format!("{BACKEND} refused the credentials of {members}"))
         }
+        zk::Error::NoHosts | zk::Error::ConnectionLoss if tls => Error::Unavailable {
+            backend: BACKEND,
+            message: format!(
+                "connect to {members}: no member completed a TLS handshake and a session \
+                 ({e}): check that the ports serve TLS, that tls_ca signed the servers' \
+                 certificates, and that these name the hosts of the URL"
+            ),
+            source: Some(Box::new(e)),
+        },
+        zk::Error::NoHosts => Error::Unavailable {
+            backend: BACKEND,
+            message: format!(
+                "connect to {members}: no member opened a session ({e}): are they down, or \
+                 are these TLS ports (then the URL needs tls=true&tls_ca=...)?"
+            ),
+            source: Some(Box::new(e)),
+        },
         e => mapped(e, &format!("connect to {members}")),
     })?;
     if let Some(chroot) = config.chroot() {
