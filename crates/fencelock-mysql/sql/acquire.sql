@@ -1,4 +1,4 @@
--- CALL {prefix}acquire_v4(key, name, owner, ttl_us, idle_s, kill_wait_s)
+-- CALL {prefix}acquire_v5(key, name, owner, ttl_us, idle_s, kill_wait_s)
 --
 -- Takes GET_LOCK(name) for this session if it is free, or if it is held by a fencelock session
 -- whose lease ran out on the server's clock, which it claims and ends with KILL first
@@ -7,11 +7,11 @@
 -- Holding the lock, it is still refused (and let go at once) while a reader of the key's read
 -- phase is live on the server's clock: readers take GET_LOCK only for their grant, so no
 -- reader can join or start a phase between this check and the end of this lease.
--- On a grant: takes the key's next token (next_token_v1: a MEMORY row, no log flush; a durable
+-- On a grant: takes the key's next token (next_token_v2: a MEMORY row, no log flush; a durable
 -- commit only when the volatile state was lost), records the lease until now + ttl_us, and arms wait_timeout = idle_s (whole seconds >= the ttl), so that the
 -- server itself ends the session of a holder that goes silent.
 -- Returns one row: granted (0 or 1), token (NULL unless granted), session (CONNECTION_ID()).
-CREATE PROCEDURE {prefix}acquire_v4(
+CREATE PROCEDURE {prefix}acquire_v5(
     IN p_key VARBINARY(512),
     IN p_name VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN p_owner BINARY(16),
@@ -44,7 +44,7 @@ BEGIN
     END IF;
 
     IF v_got = 1 THEN
-        CALL {prefix}next_token_v1(p_key, v_token);
+        CALL {prefix}next_token_v2(p_key, v_token);
         BEGIN
             -- ER_RECORD_FILE_FULL: the MEMORY table reached max_heap_table_size.
             DECLARE CONTINUE HANDLER FOR 1114 SET v_full = 1;

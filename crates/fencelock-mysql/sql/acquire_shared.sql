@@ -1,4 +1,4 @@
--- CALL {prefix}acquire_shared_v2(key, name, reader, phase_owner, ttl_us, kill_wait_s, busy_wait_s)
+-- CALL {prefix}acquire_shared_v3(key, name, reader, phase_owner, ttl_us, kill_wait_s, busy_wait_s)
 --
 -- Joins the live read phase of the key as `reader`, or starts one, unless a fencelock writer
 -- holds a valid lease. Serialised with writers by GET_LOCK(name), held only for this call:
@@ -16,11 +16,11 @@
 -- Holding the lock, one statement copies a live reader's phase fence into this reader's row
 -- (a MEMORY statement is atomic, so the phase joined is live when it is joined); with no live
 -- reader, the key's rows of earlier phases are deleted, the key's next token is taken
--- (next_token_v1, as exclusive grants take theirs) and the new phase's first row is written with
+-- (next_token_v2, as exclusive grants take theirs) and the new phase's first row is written with
 -- phase_owner. The reader's row runs out at now + ttl_us on the server's clock. GET_LOCK is
 -- let go before returning, on every path (errors included).
 -- Returns one row: granted (0 or 1), token and owner (the phase fence; NULL unless granted).
-CREATE PROCEDURE {prefix}acquire_shared_v2(
+CREATE PROCEDURE {prefix}acquire_shared_v3(
     IN p_key VARBINARY(512),
     IN p_name VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     IN p_reader BINARY(16),
@@ -74,7 +74,7 @@ BEGIN
                     -- (extend never revives a reader that ran out), so every row left is
                     -- of an earlier phase.
                     DELETE FROM {prefix}readers WHERE lock_key = p_key;
-                    CALL {prefix}next_token_v1(p_key, v_token);
+                    CALL {prefix}next_token_v2(p_key, v_token);
                     INSERT INTO {prefix}readers
                         (lock_key, reader, phase_token, phase_owner, expires_at)
                     VALUES (p_key, p_reader, v_token, p_owner,

@@ -26,7 +26,7 @@ BEGIN
         CALL {prefix}new_epoch_v1(v_live, p_floor >> 32, v_epoch);
     END IF;
     BEGIN
-        -- ER_RECORD_FILE_FULL: emptied as next_token_v1 does; the floor's epoch is durable.
+        -- ER_RECORD_FILE_FULL: emptied as next_token_v2 does; the floor's epoch is durable.
         DECLARE CONTINUE HANDLER FOR 1114 SET v_full = 1;
         INSERT INTO {prefix}counters (lock_key, token) VALUES (p_key, p_floor)
         ON DUPLICATE KEY UPDATE token = GREATEST(token, VALUES(token));

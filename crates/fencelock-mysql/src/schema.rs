@@ -68,15 +68,15 @@ const CLEANUP: &str = include_str!("../sql/cleanup.sql");
 /// The procedures, by name without prefix, in creation order.
 const PROCEDURES: &[(&str, &str)] = &[
     ("new_epoch_v1", include_str!("../sql/new_epoch.sql")),
-    ("next_token_v1", include_str!("../sql/next_token.sql")),
+    ("next_token_v2", include_str!("../sql/next_token.sql")),
     ("install_epoch_v1", include_str!("../sql/install_epoch.sql")),
     ("take_lock_v1", include_str!("../sql/take_lock.sql")),
-    ("acquire_v4", include_str!("../sql/acquire.sql")),
+    ("acquire_v5", include_str!("../sql/acquire.sql")),
     ("extend_v2", include_str!("../sql/extend.sql")),
     ("release_v2", include_str!("../sql/release.sql")),
     ("wait_v4", include_str!("../sql/wait.sql")),
     (
-        "acquire_shared_v2",
+        "acquire_shared_v3",
         include_str!("../sql/acquire_shared.sql"),
     ),
     ("extend_shared_v1", include_str!("../sql/extend_shared.sql")),
@@ -94,9 +94,12 @@ const RETIRED: &[&str] = &[
     "acquire_v1",
     "acquire_v2",
     "acquire_v3",
+    "acquire_v4",
     "acquire_shared_v1",
+    "acquire_shared_v2",
     "advance_token_v1",
     "extend_v1",
+    "next_token_v1",
     "release_v1",
     "wait_v1",
     "wait_v2",
@@ -133,11 +136,11 @@ impl Statements {
         };
         Ok(Statements {
             prefix: prefix.to_owned(),
-            acquire: call("acquire_v4", 6),
+            acquire: call("acquire_v5", 6),
             extend: call("extend_v2", 6),
             release: call("release_v2", 4),
             wait: call("wait_v4", 4),
-            acquire_shared: call("acquire_shared_v2", 7),
+            acquire_shared: call("acquire_shared_v3", 7),
             extend_shared: call("extend_shared_v1", 5),
             release_shared: call("release_shared_v1", 4),
             advance_token: call("advance_token_v2", 2),
@@ -255,7 +258,7 @@ mod tests {
             let filled = fill(sql, "p_");
             assert!(!filled.contains('{'), "{filled}");
         }
-        assert_eq!(statements.acquire, "CALL p_acquire_v4(?, ?, ?, ?, ?, ?)");
+        assert_eq!(statements.acquire, "CALL p_acquire_v5(?, ?, ?, ?, ?, ?)");
         let longest = "p".repeat(crate::config::MAX_PREFIX_LEN);
         for name in Statements::new(&longest).unwrap().object_names() {
             assert!(name.len() <= 64, "{name} is longer than 64 characters");
