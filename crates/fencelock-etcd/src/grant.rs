@@ -7,7 +7,7 @@ use etcd_client::{
     Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
     TxnOpResponse, TxnResponse,
 };
-use fencelock_core::{Error, FencingToken, Lease, LockKey, OwnerId, Result, valid_until};
+use fencelock_core::{Error, Lease, LockKey, OwnerId, Result, valid_until};
 use tokio::time::Instant;
 
 use crate::backend::EtcdLockBackend;
@@ -71,15 +71,7 @@ impl EtcdLockBackend {
         ttl: Duration,
         in_line: InLine<'_>,
     ) -> Result<Grant> {
-        let token = counter
-            .last
-            .checked_add(1)
-            .and_then(FencingToken::new)
-            .ok_or_else(|| Error::Backend {
-                backend: BACKEND,
-                message: format!("the token counter of {key:?} is exhausted"),
-                source: None,
-            })?;
+        let token = counter.next_token(key)?;
         let (lock, counter_key) = (self.shared.keys.lock(key), self.shared.keys.counter(key));
         let (readers, queue) = (self.shared.keys.readers(key), self.shared.keys.queue(key));
         let mut compares = vec![

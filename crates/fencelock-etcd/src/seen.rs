@@ -5,7 +5,9 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use fencelock_core::LockKey;
+use fencelock_core::{Error, FencingToken, LockKey, Result};
+
+use crate::error::BACKEND;
 
 /// Keys remembered at once; past that the table starts over (a forgotten key costs one more
 /// round trip on its next grant, nothing else).
@@ -18,6 +20,21 @@ pub(crate) struct CounterSeen {
     pub(crate) last: u64,
     /// The counter key's `mod_revision` (0: the key does not exist).
     pub(crate) mod_revision: i64,
+}
+
+impl CounterSeen {
+    /// The token a grant of `key` draws from this counter: the last one + 1, or an error when
+    /// the counter has none left.
+    pub(crate) fn next_token(&self, key: &LockKey) -> Result<FencingToken> {
+        self.last
+            .checked_add(1)
+            .and_then(FencingToken::new)
+            .ok_or_else(|| Error::Backend {
+                backend: BACKEND,
+                message: format!("the token counter of {key:?} is exhausted"),
+                source: None,
+            })
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default)]

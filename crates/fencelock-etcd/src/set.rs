@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
-use fencelock_core::{Error, FencingToken, Lease, LockKey, OwnerId, Result, valid_until};
+use fencelock_core::{Error, Lease, LockKey, OwnerId, Result, valid_until};
 use futures_util::future::join_all;
 use tokio::time::Instant;
 
@@ -157,16 +157,7 @@ impl EtcdLockBackend {
     ) -> Result<SetGrant> {
         let mut tokens = Vec::with_capacity(keys.len());
         for (key, counter) in keys.iter().zip(counters) {
-            let token = counter
-                .last
-                .checked_add(1)
-                .and_then(FencingToken::new)
-                .ok_or_else(|| Error::Backend {
-                    backend: BACKEND,
-                    message: format!("the token counter of {key:?} is exhausted"),
-                    source: None,
-                });
-            match token {
+            match counter.next_token(key) {
                 Ok(token) => tokens.push(token),
                 Err(e) => {
                     self.spares(slots);

@@ -17,12 +17,12 @@ use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp};
 use fencelock_core::{
-    Error, Fence, FencingToken, Lease, LockKey, LostReason, OwnerId, ReadPhase, Result, valid_until,
+    Error, Fence, Lease, LockKey, LostReason, OwnerId, ReadPhase, Result, valid_until,
 };
 use tokio::time::Instant;
 
 use crate::backend::EtcdLockBackend;
-use crate::error::{BACKEND, is_lease_not_found};
+use crate::error::is_lease_not_found;
 use crate::grant::first_under_prefix;
 use crate::keys::{counter_value, holder_value, parse_holder};
 use crate::leases::LeaseSlot;
@@ -106,15 +106,7 @@ impl EtcdLockBackend {
         (lease, ttl): (LeaseSlot, Duration),
     ) -> Result<std::result::Result<Lease, Seen>> {
         let counter = self.seen.counter(key);
-        let token = counter
-            .last
-            .checked_add(1)
-            .and_then(FencingToken::new)
-            .ok_or_else(|| Error::Backend {
-                backend: BACKEND,
-                message: format!("the token counter of {key:?} is exhausted"),
-                source: None,
-            })?;
+        let token = counter.next_token(key)?;
         let fence = Fence::new(token, OwnerId::random());
         let keys = &self.shared.keys;
         let counter_key = keys.counter(key);
