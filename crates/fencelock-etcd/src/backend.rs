@@ -65,8 +65,11 @@ pub(crate) const GRANT_ATTEMPTS: usize = 4;
 ///   place in the key's queue (a key on a short lease of its own, ordered by create
 ///   revision), is granted only when no place is older, in the grant's one transaction
 ///   (which also deletes the place), and watches only the place just ahead of it (at the
-///   head, the lock key): a release is followed by one grant. A try that does not queue is
-///   refused while places exist.
+///   head, the lock key): a release is followed by one grant. A holder that knows the waiter
+///   behind it (read by its grant, or by its last look as a waiter) hands the lock over in its
+///   release: one transaction puts the waiter's grant on the waiter's place lease, so a lock
+///   passes down the queue in one write. A try that does not queue is refused while places
+///   exist.
 /// - **A set in one step** ([`try_acquire_all`](LockBackend::try_acquire_all)): one
 ///   transaction whose compares are every member's single-grant compares (lock key absent, no
 ///   reader key, no queued place, the counter at the revision seen) and whose *then* branch
@@ -107,16 +110,20 @@ impl EtcdLockBackend {
         applied(response, what)
     }
 
-    /// Moves the lock of `lease` to a new lease of `secs` seconds, if it still carries this
-    /// grant. The old lease is revoked; it carries nothing any more.
+    /// Moves the lock of `lease` to a lease of `secs` seconds (a spare, else a new one), if it
+    /// still carries this grant. The old lease carries nothing any more: it is revoked, or,
+    /// when it is `tracked` (the lease this process recorded for the grant) and this is the
+    /// grant's only renewal in flight, it goes to the spares (a handed grant's place lease,
+    /// taken up for its ttl).
     async fn reattach(
         &self,
         lease: &Lease,
         ttl: Duration,
         secs: i64,
         old: Option<i64>,
+        tracked: Option<LeaseSlot>,
     ) -> Result<Lease> {
-        let fresh = self.leases.grant(secs).await?;
+        let fresh = self.fresh_lease(ttl, secs).await?;
         let lock = self.shared.keys.lock(&lease.key);
         let ours = holder_value(lease.owner, lease.token);
         let txn = Txn::new()
@@ -138,22 +145,65 @@ impl EtcdLockBackend {
             Some(TxnOpResponse::Put(put)) => put.prev_key().map(KeyValue::lease),
             _ => None,
         };
-        for id in previous.into_iter().chain(old) {
-            if id != 0 && id != fresh.id {
-                self.leases.revoke_in_background(id);
-            }
-        }
         let create_revision = match response.op_responses().first() {
             Some(TxnOpResponse::Put(put)) => put.prev_key().map_or(0, KeyValue::create_revision),
             _ => 0,
         };
         self.leases
             .moved(&lease.key, lease.owner, fresh, create_revision);
+        // After `moved`, a renewal that starts uses `fresh`; one that started before is
+        // counted, so a sole renewal means nobody can refresh the old lease any more.
+        let reusable = tracked.filter(|slot| {
+            previous == Some(slot.id) && self.leases.sole_renewal(&lease.key, lease.owner)
+        });
+        let mut gone: Vec<i64> = previous.into_iter().chain(old).collect();
+        gone.dedup();
+        for id in gone {
+            match reusable {
+                Some(slot) if slot.id == id => self.leases.put_spare(slot),
+                _ if id != 0 && id != fresh.id => self.leases.revoke_in_background(id),
+                _ => {}
+            }
+        }
         Ok(Lease {
             ttl,
             valid_until: valid_until(fresh.alive_from, ttl),
             ..lease.clone()
         })
+    }
+
+    /// A lease of `secs` seconds for a lock being moved: a spare, refreshed first when its
+    /// last refresh is older than a tenth of `ttl`, else a new one.
+    async fn fresh_lease(&self, ttl: Duration, secs: i64) -> Result<LeaseSlot> {
+        let (spare, refresh) = self.lease_for(ttl, secs).await?;
+        if !refresh {
+            return Ok(spare);
+        }
+        let sent = Instant::now();
+        match self.leases.keep_alive(spare.id).await? {
+            Ok(()) => Ok(LeaseSlot {
+                alive_from: sent,
+                ..spare
+            }),
+            Err(e) if is_lease_not_found(&e) => self.leases.grant(secs).await,
+            Err(e) => {
+                self.leases.revoke_in_background(spare.id);
+                Err(self.shared.error(e, "extending"))
+            }
+        }
+    }
+
+    /// After a release: the lease of `held` goes back to a pool when `reusable`, else it is
+    /// revoked. A lease of the place ttl (a grant handed to a waiter is on its place lease)
+    /// goes to the queue's pool, where the next waiter to enter takes it: a lease that carries
+    /// nothing serves either use, and waiters that hand the lock down the queue then need no
+    /// new lease per turn.
+    fn after_release(&self, held: crate::leases::Held, reusable: bool) {
+        if reusable && held.lease.secs == self.queue.timing.secs {
+            self.queue.spare_place_lease(held.lease);
+        } else {
+            self.leases.after_release(held, reusable);
+        }
     }
 
     /// Reads the lock key (linearizable).
@@ -235,12 +285,12 @@ impl LockBackend for EtcdLockBackend {
         let Some(held) = self.leases.begin_renewal(&lease.key, lease.owner) else {
             // Not granted here, or already released: never touch a lease that may carry
             // another grant now; move the lock if it is still ours.
-            return self.reattach(lease, ttl, secs, None).await;
+            return self.reattach(lease, ttl, secs, None, None).await;
         };
         let result = async {
             if held.lease.secs != secs {
                 return self
-                    .reattach(lease, ttl, secs, Some(held.lease.id))
+                    .reattach(lease, ttl, secs, Some(held.lease.id), Some(held.lease))
                     .await
                     .map(|l| (l, None));
             }
@@ -256,7 +306,7 @@ impl LockBackend for EtcdLockBackend {
                 Some(kv) if kv.value() == ours.as_slice() => {
                     // Ours, on another lease (moved by a renewal whose answer was lost).
                     return self
-                        .reattach(lease, ttl, secs, Some(kv.lease()))
+                        .reattach(lease, ttl, secs, Some(kv.lease()), None)
                         .await
                         .map(|l| (l, None));
                 }
@@ -297,13 +347,27 @@ impl LockBackend for EtcdLockBackend {
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
         let forgotten = self.leases.forget(&lease.key, lease.owner);
+        if let Some((held, no_renewal)) = &forgotten
+            && let Some(next) = &held.next
+            && held.granted_at > 0
+        {
+            // The counter as this grant wrote it: while the grant holds, nobody else grants,
+            // so a later write of it (`advance_token`) is the only way the compare fails.
+            let counter = CounterSeen {
+                last: lease.token.get(),
+                mod_revision: held.granted_at,
+            };
+            let released = self.release_handing_off(lease, held, next, counter).await?;
+            self.after_release(held.clone(), released && *no_renewal);
+            return Ok(released);
+        }
         let lock = self.shared.keys.lock(&lease.key);
         let mut compares = vec![Compare::value(
             lock.clone(),
             CompareOp::Equal,
             holder_value(lease.owner, lease.token),
         )];
-        if let Some((held, _)) = forgotten {
+        if let Some((held, _)) = &forgotten {
             compares.push(Compare::create_revision(
                 lock.clone(),
                 CompareOp::Equal,
@@ -316,7 +380,7 @@ impl LockBackend for EtcdLockBackend {
         let Applied { response, .. } = self.txn("releasing", txn).await?;
         let released = response.succeeded();
         if let Some((held, no_renewal)) = forgotten {
-            self.leases.after_release(held, released && no_renewal);
+            self.after_release(held, released && no_renewal);
         }
         Ok(released)
     }
@@ -373,6 +437,16 @@ impl LockBackend for EtcdLockBackend {
 
     async fn wait_for_turn(&self, key: &LockKey, waiter: OwnerId, max: Duration) -> Result<()> {
         self.wait_turn(key, waiter, max).await
+    }
+
+    async fn wait_for_grant(
+        &self,
+        key: &LockKey,
+        waiter: OwnerId,
+        ttl: Duration,
+        max: Duration,
+    ) -> Result<Option<Lease>> {
+        self.wait_grant(key, waiter, ttl, max).await
     }
 
     async fn leave_queue(&self, key: &LockKey, waiter: OwnerId) -> Result<()> {

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use crate::backend::EtcdLockBackend;
 use crate::error::{BACKEND, is_lease_not_found, protocol};
+use crate::handoff::{Handed, Successor, behind_of, handed_to};
 use crate::keys::{counter_value, holder_value};
 use crate::leases::LeaseSlot;
 use crate::reply::{Applied, applied, counter_seen};
@@ -27,8 +28,14 @@ pub(crate) enum InLine<'a> {
     Enter { place: &'a [u8], lease: i64 },
     /// A queued waiter at its `place`, created at revision `created`: granted only while that
     /// place still exists with that create revision and no place was created before it. The
-    /// grant deletes the place (which wakes the waiter behind).
-    At { place: &'a [u8], created: i64 },
+    /// grant deletes the place (which wakes the waiter behind) and reads the place behind
+    /// (whom its release hands the lock to). Refused, it sees whether the release of the
+    /// holder before handed the lock to `waiter`.
+    At {
+        place: &'a [u8],
+        created: i64,
+        waiter: OwnerId,
+    },
 }
 
 /// What one grant transaction did.
@@ -56,6 +63,11 @@ pub(crate) struct Refusal {
     pub(crate) ahead: Option<Vec<u8>>,
     /// Whether that place is known to be the only one ahead (the head): the waiter is next.
     pub(crate) next_in_line: bool,
+    /// The place just behind the waiter's, if one was read.
+    pub(crate) behind: Option<Successor>,
+    /// The grant the previous holder's release handed to this waiter, if the lock key carries
+    /// one.
+    pub(crate) handed: Option<Handed>,
 }
 
 impl EtcdLockBackend {
@@ -94,7 +106,7 @@ impl EtcdLockBackend {
                 // No place: a range compare on `version` treats an empty range as 0.
                 compares.push(Compare::version(queue.clone(), CompareOp::Equal, 0).with_prefix());
             }
-            InLine::At { place, created } => {
+            InLine::At { place, created, .. } => {
                 compares.push(Compare::create_revision(place, CompareOp::Equal, created));
                 // Every place of the queue (this one included) created at or after it: a
                 // range compare holds for every key in the range.
@@ -102,7 +114,10 @@ impl EtcdLockBackend {
                     Compare::create_revision(queue.clone(), CompareOp::Greater, created - 1)
                         .with_prefix(),
                 );
-                then.push(TxnOp::delete(place, None));
+                then.extend([
+                    TxnOp::delete(place, None),
+                    TxnOp::get(queue.clone(), Some(behind_of(created))),
+                ]);
             }
         }
         if let InLine::Enter { place, lease } = in_line {
@@ -136,9 +151,10 @@ impl EtcdLockBackend {
                     ),
                 ),
             ]),
-            InLine::At { place, created } => otherwise.extend([
+            InLine::At { place, created, .. } => otherwise.extend([
                 TxnOp::get(place, Some(GetOptions::new().with_keys_only())),
-                TxnOp::get(queue, Some(ahead_of(created))),
+                TxnOp::get(queue.clone(), Some(ahead_of(created))),
+                TxnOp::get(queue, Some(behind_of(created))),
             ]),
         }
         let txn = Txn::new().when(compares).and_then(then).or_else(otherwise);
@@ -197,7 +213,16 @@ impl EtcdLockBackend {
                     mod_revision: revision,
                 },
             );
-            self.leases.track(key, owner, lease, revision);
+            // An `At` grant read the waiter behind it: its release hands the lock over.
+            let next = match in_line {
+                InLine::At { .. } => ranges(&response)?
+                    .into_iter()
+                    .next()
+                    .and_then(|behind| behind.first().and_then(|kv| self.successor_of(key, kv))),
+                InLine::Alone | InLine::Enter { .. } => None,
+            };
+            self.leases
+                .track(key, owner, lease, (revision, revision), next);
             return Ok(Grant::Granted(Lease {
                 key: key.clone(),
                 owner,
@@ -211,6 +236,10 @@ impl EtcdLockBackend {
         let mut ranges = ranges(&response)?.into_iter();
         let mut next = || ranges.next().ok_or_else(|| protocol("granting"));
         let (lock_kv, counter_kv, reader_kv) = (next()?, next()?, next()?);
+        let handed = match in_line {
+            InLine::At { waiter, .. } => lock_kv.first().and_then(|kv| handed_to(kv, waiter)),
+            InLine::Alone | InLine::Enter { .. } => None,
+        };
         self.seen
             .set_counter(key, counter_seen(counter_kv.first())?);
         let held = match (lock_kv.is_empty(), reader_kv.is_empty()) {
@@ -239,6 +268,10 @@ impl EtcdLockBackend {
                 )
             }
         };
+        let behind = match in_line {
+            InLine::At { .. } => next()?.first().and_then(|kv| self.successor_of(key, kv)),
+            InLine::Alone | InLine::Enter { .. } => None,
+        };
         match held {
             Some(by) => self.seen.set_held_at(key, revision, by),
             None if ahead.is_some() => self.seen.set_held_at(key, revision, HeldBy::Queue),
@@ -254,6 +287,8 @@ impl EtcdLockBackend {
                 place,
                 ahead,
                 next_in_line,
+                behind,
+                handed,
             })),
         }
     }

@@ -2,7 +2,7 @@
 //!
 //! | key | value | lifetime |
 //! |---|---|---|
-//! | `<prefix>/lock/<key>` | `<owner>:<token>` (32 hex digits, decimal) | attached to the grant's lease |
+//! | `<prefix>/lock/<key>` | `<owner>:<token>` (32 hex digits, decimal) | attached to the grant's lease (a handed grant: to the waiter's place lease) |
 //! | `<prefix>/token/<key>` | the key's last token, decimal | never deleted |
 //! | `<prefix>/read/<n>:<key>/<reader>` | the read phase's `<owner>:<token>` | attached to the reader's lease |
 //! | `<prefix>/queue/<n>:<key>/<waiter>` | empty: a queued waiter's place | attached to the waiter's place lease |

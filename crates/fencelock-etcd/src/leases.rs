@@ -23,6 +23,7 @@ use fencelock_core::{LockKey, OwnerId, Result};
 use tokio::time::Instant;
 
 use crate::cluster::Shared;
+use crate::handoff::Successor;
 
 /// Spares kept per ttl; more are revoked.
 const SPARES_PER_TTL: usize = 16;
@@ -47,12 +48,17 @@ impl LeaseSlot {
     }
 }
 
-/// A grant this backend made and has not released.
-#[derive(Debug, Clone, Copy)]
+/// A grant this backend made (or was handed) and has not released.
+#[derive(Debug, Clone)]
 pub(crate) struct Held {
     pub(crate) lease: LeaseSlot,
     /// The revision that created the lock key.
     pub(crate) create_revision: i64,
+    /// The revision of the grant (the counter was written at it; 0: not known).
+    pub(crate) granted_at: i64,
+    /// The queued waiter behind this grant when it was made, if one was seen: its release
+    /// hands the lock to that waiter (`handoff.rs`).
+    pub(crate) next: Option<Successor>,
     /// Renewals of this grant in flight.
     extending: u32,
 }
@@ -176,13 +182,15 @@ impl Leases {
         });
     }
 
-    /// Records a new grant of `key` by `owner`.
+    /// Records a new grant of `key` by `owner`, made at revision `granted_at` on a lock key
+    /// created at `create_revision`, with the waiter seen queued behind it.
     pub(crate) fn track(
         &self,
         key: &LockKey,
         owner: OwnerId,
         lease: LeaseSlot,
-        create_revision: i64,
+        (create_revision, granted_at): (i64, i64),
+        next: Option<Successor>,
     ) {
         let mut grants = lock(&self.grants);
         if grants.len() < TRACKED_GRANTS {
@@ -191,6 +199,8 @@ impl Leases {
                 Held {
                     lease,
                     create_revision,
+                    granted_at,
+                    next,
                     extending: 0,
                 },
             );
@@ -203,7 +213,7 @@ impl Leases {
         let mut grants = lock(&self.grants);
         let held = grants.get_mut(&(key.clone(), owner))?;
         held.extending += 1;
-        Some(*held)
+        Some(held.clone())
     }
 
     /// Ends a renewal begun with [`begin_renewal`](Self::begin_renewal); `renewed` is the
@@ -216,6 +226,14 @@ impl Leases {
                 held.lease = lease;
             }
         }
+    }
+
+    /// Whether the renewal of the grant of `key` by `owner` that asks is the only one in
+    /// flight.
+    pub(crate) fn sole_renewal(&self, key: &LockKey, owner: OwnerId) -> bool {
+        lock(&self.grants)
+            .get(&(key.clone(), owner))
+            .is_some_and(|held| held.extending == 1)
     }
 
     /// Moves a grant to another lease (after a renewal that re-attached its lock).
@@ -236,6 +254,8 @@ impl Leases {
                     Held {
                         lease,
                         create_revision,
+                        granted_at: 0,
+                        next: None,
                         extending: 0,
                     },
                 );
@@ -249,7 +269,8 @@ impl Leases {
     /// is in flight).
     pub(crate) fn forget(&self, key: &LockKey, owner: OwnerId) -> Option<(Held, bool)> {
         let held = lock(&self.grants).remove(&(key.clone(), owner))?;
-        Some((held, held.extending == 0))
+        let no_renewal = held.extending == 0;
+        Some((held, no_renewal))
     }
 
     /// After a release: the lease of `held` goes back to the pool when `reusable`, else it

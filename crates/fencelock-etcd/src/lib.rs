@@ -9,6 +9,7 @@ mod cluster;
 mod config;
 mod error;
 mod grant;
+mod handoff;
 mod keys;
 mod leases;
 mod queue;

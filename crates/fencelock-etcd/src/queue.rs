@@ -11,26 +11,29 @@
 //! a try that is not its turn keeps the lease alive and looks with a read, writing nothing.
 //! When the last look says it is its turn, the try sends the grant's transaction, which
 //! compares that no place is older and deletes the place, in the one transaction that bumps
-//! the token. So a release is followed by one grant, of the head.
+//! the token. So a release is followed by one grant, of the head; and a holder that knows the
+//! waiter behind it hands the lock over in its release (`handoff.rs`), which the waiter sees on
+//! its watch of the lock key, or at its next look or try.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use etcd_client::{GetOptions, Txn, TxnOp};
-use fencelock_core::{Lease, LockKey, OwnerId, Result, validate_ttl};
+use fencelock_core::{Lease, LockKey, OwnerId, Result, valid_until, validate_ttl};
 use tokio::time::Instant;
 
 use crate::backend::{EtcdLockBackend, GRANT_ATTEMPTS};
 use crate::cluster::Shared;
 use crate::error::{is_lease_not_found, protocol};
 use crate::grant::{Grant, InLine, Refusal, ahead_of, first_under_prefix, ranges};
+use crate::handoff::{Handed, behind_of, handed_to};
 use crate::leases::{LeaseSlot, Leases};
 use crate::reply::{Applied, applied};
-use crate::seen::HeldBy;
+use crate::seen::{CounterSeen, HeldBy};
 
 mod watch;
-use watch::{Watched, covered, next_delete, open_watches};
+use watch::{Watched, covered, next_events, open_watches};
 
 /// The place lease's ttl asked for, in seconds (the cluster may raise it to its minimum): a
 /// waiter that stopped trying keeps the waiters behind it from a free lock this long at most.
@@ -111,6 +114,11 @@ impl Queue {
             Some(spare) => Ok(spare),
             None => self.leases.grant(self.timing.secs).await,
         }
+    }
+
+    /// Keeps a lease of the place ttl that carries nothing for the next waiter's place.
+    pub(crate) fn spare_place_lease(&self, lease: LeaseSlot) {
+        self.leases.put_spare(lease);
     }
 
     /// Stores `place` for `map_key`, unless the request gave it up in the meantime.
@@ -246,12 +254,15 @@ impl EtcdLockBackend {
         mut place: Place,
     ) -> Result<Turn> {
         let map_key = (key.clone(), waiter);
+        if let Some(handed) = place.seen.handed {
+            return Ok(self.take_handed(key, ttl, waiter, &place, handed));
+        }
         let stale = place.lease.alive_from.elapsed() >= self.queue.timing.refresh;
         let sent = Instant::now();
         if !place.turn() {
             let (alive, look) = tokio::join!(
                 self.queue.leases.keep_alive(place.lease.id),
-                self.look(key, &place)
+                self.look(key, waiter, &place)
             );
             match alive? {
                 Ok(()) => place.lease.alive_from = sent,
@@ -259,6 +270,9 @@ impl EtcdLockBackend {
                 Err(e) => return Err(self.shared.error(e, "keeping a place in the queue")),
             }
             place.seen = look?;
+            if let Some(handed) = place.seen.handed {
+                return Ok(self.take_handed(key, ttl, waiter, &place, handed));
+            }
             if place.seen.place.is_none() {
                 return Ok(Turn::Lost);
             }
@@ -310,12 +324,14 @@ impl EtcdLockBackend {
         mut place: Place,
     ) -> Result<(Turn, Option<Place>)> {
         let owner = OwnerId::random();
+        let waiter = map_key.1;
         let mut lease = self.lease_for(ttl, secs).await?;
         for _ in 0..GRANT_ATTEMPTS {
             let counter = self.seen.counter(key);
             let in_line = InLine::At {
                 place: &place.name,
                 created: place.created,
+                waiter,
             };
             match self
                 .grant_once(key, owner, lease, counter, ttl, in_line)
@@ -329,6 +345,9 @@ impl EtcdLockBackend {
                     return Ok((Turn::Granted(granted), None));
                 }
                 Ok(Grant::Refused(refusal)) => {
+                    if let Some(handed) = refusal.handed {
+                        return Ok((self.take_handed(key, ttl, waiter, &place, handed), None));
+                    }
                     if refusal.place.is_none() {
                         return Ok((Turn::Lost, None));
                     }
@@ -351,24 +370,27 @@ impl EtcdLockBackend {
         Ok((Turn::Waiting, Some(place)))
     }
 
-    /// Reads, at one revision and writing nothing, who holds the lock, whether the place
-    /// still exists and the place just ahead of it.
-    async fn look(&self, key: &LockKey, place: &Place) -> Result<Refusal> {
+    /// Reads, at one revision and writing nothing, who holds the lock (and whether it is a
+    /// grant handed to `waiter`), whether the place still exists, the place just ahead of it
+    /// and the one just behind.
+    async fn look(&self, key: &LockKey, waiter: OwnerId, place: &Place) -> Result<Refusal> {
         let keys_only = || Some(GetOptions::new().with_keys_only());
+        let queue = self.shared.keys.queue(key);
         let txn = Txn::new().and_then([
-            TxnOp::get(self.shared.keys.lock(key), keys_only()),
+            TxnOp::get(self.shared.keys.lock(key), None),
             TxnOp::get(
                 self.shared.keys.readers(key),
                 Some(first_under_prefix().with_keys_only()),
             ),
             TxnOp::get(place.name.clone(), keys_only()),
-            TxnOp::get(self.shared.keys.queue(key), Some(ahead_of(place.created))),
+            TxnOp::get(queue.clone(), Some(ahead_of(place.created))),
+            TxnOp::get(queue, Some(behind_of(place.created))),
         ]);
         let what = "looking at the queue";
         let response = self.shared.txn(what, txn).await?;
         let Applied { response, revision } = applied(response, what)?;
-        let [lock, readers, own, ahead] =
-            <[_; 4]>::try_from(ranges(&response)?).map_err(|_| protocol(what))?;
+        let [lock, readers, own, ahead, behind] =
+            <[_; 5]>::try_from(ranges(&response)?).map_err(|_| protocol(what))?;
         let held = match (lock.is_empty(), readers.is_empty()) {
             (false, _) => Some(HeldBy::Writer),
             (true, false) => Some(HeldBy::Readers),
@@ -383,7 +405,76 @@ impl EtcdLockBackend {
                 .filter(|&created| created == place.created),
             ahead: ahead.first().map(|kv| kv.key().to_vec()),
             next_in_line: ahead.len() == 1,
+            behind: behind.first().and_then(|kv| self.successor_of(key, kv)),
+            handed: lock.first().and_then(|kv| handed_to(kv, waiter)),
         })
+    }
+
+    /// Takes up a grant the previous holder's release handed to `waiter` at `place`: the
+    /// place is gone (the hand-off deleted it), and the grant lives on the place lease, which
+    /// the waiter kept alive, so it is valid for the place ttl from the last refresh (or the
+    /// waiter's ttl, if shorter). A grant on another lease than the place's (the place was
+    /// put again on a new lease in between) is not taken up: that lease is revoked, which
+    /// frees the lock, and the waiter queues again.
+    fn take_handed(
+        &self,
+        key: &LockKey,
+        ttl: Duration,
+        waiter: OwnerId,
+        place: &Place,
+        handed: Handed,
+    ) -> Turn {
+        self.queue.places().remove(&(key.clone(), waiter));
+        if handed.lease != place.lease.id {
+            self.leases.revoke_in_background(handed.lease);
+            return Turn::Lost;
+        }
+        self.seen.set_counter(
+            key,
+            CounterSeen {
+                last: handed.token.get(),
+                mod_revision: handed.revision,
+            },
+        );
+        self.leases.track(
+            key,
+            waiter,
+            place.lease,
+            (handed.create_revision, handed.revision),
+            place.seen.behind.clone(),
+        );
+        let place_ttl = Duration::from_secs(place.lease.secs.unsigned_abs());
+        Turn::Granted(Lease {
+            key: key.clone(),
+            owner: waiter,
+            token: handed.token,
+            ttl,
+            valid_until: valid_until(place.lease.alive_from, ttl.min(place_ttl)),
+        })
+    }
+
+    /// [`LockBackend::wait_for_grant`](fencelock_core::LockBackend::wait_for_grant): waits as
+    /// [`wait_turn`](Self::wait_turn) does, and returns the grant when the release of the
+    /// holder before handed the lock to `waiter` meanwhile.
+    pub(crate) async fn wait_grant(
+        &self,
+        key: &LockKey,
+        waiter: OwnerId,
+        ttl: Duration,
+        max: Duration,
+    ) -> Result<Option<Lease>> {
+        self.wait_turn(key, waiter, max).await?;
+        let place = self.queue.places().get(&(key.clone(), waiter)).cloned();
+        match place {
+            Some(place) => match place.seen.handed {
+                Some(handed) => match self.take_handed(key, ttl, waiter, &place, handed) {
+                    Turn::Granted(lease) => Ok(Some(lease)),
+                    Turn::Waiting | Turn::Lost => Ok(None),
+                },
+                None => Ok(None),
+            },
+            None => Ok(None),
+        }
     }
 
     /// [`LockBackend::wait_for_turn`](fencelock_core::LockBackend::wait_for_turn): watches
@@ -412,7 +503,7 @@ impl EtcdLockBackend {
         let deadline = Instant::now().checked_add(max);
         let lock = self.shared.keys.lock(key);
         loop {
-            if place.turn() || place.seen.place.is_none() {
+            if place.turn() || place.seen.place.is_none() || place.seen.handed.is_some() {
                 return Ok(());
             }
             let targets = self.targets(key, &place.seen);
@@ -426,9 +517,9 @@ impl EtcdLockBackend {
                 return Ok(());
             };
             if opened > place.seen.revision {
-                place.seen = self.look(key, &place).await?;
+                place.seen = self.look(key, waiter, &place).await?;
                 self.queue.update(&map_key, place.clone());
-                if place.turn() {
+                if place.turn() || place.seen.handed.is_some() {
                     return Ok(());
                 }
                 if !covered(&self.targets(key, &place.seen), &targets) {
@@ -436,11 +527,11 @@ impl EtcdLockBackend {
                 }
             }
             // Waits on this stream while what it watches still covers what to wait for.
-            loop {
+            'stream: loop {
                 let refresh_at = place.lease.alive_from + self.queue.timing.refresh;
                 let until = deadline.map_or(refresh_at, |d| d.min(refresh_at));
-                let watched = match tokio::time::timeout_at(until, next_delete(&mut stream)).await {
-                    Ok(watched) => watched,
+                let events = match tokio::time::timeout_at(until, next_events(&mut stream)).await {
+                    Ok(events) => events,
                     Err(_) if deadline.is_some_and(|d| Instant::now() >= d) => return Ok(()),
                     Err(_) => {
                         // Still waiting: keep the place, as a try would.
@@ -457,35 +548,58 @@ impl EtcdLockBackend {
                         continue;
                     }
                 };
-                match watched {
-                    Watched::Deleted {
-                        key: deleted,
-                        revision,
-                    } if deleted == lock => {
-                        if place.seen.ahead.is_none() && revision > place.seen.revision {
-                            // Nothing ahead at the last look, and a place created later is
-                            // behind: the lock is free at that revision, and it is this
-                            // waiter's turn.
-                            place.seen = Refusal {
-                                revision,
-                                held: None,
-                                ..place.seen
-                            };
-                            self.queue.update(&map_key, place);
-                            return Ok(());
+                for watched in events {
+                    match watched {
+                        Watched::Put(kv) if kv.key() == lock.as_slice() => {
+                            if let Some(handed) = handed_to(&kv, waiter) {
+                                // The holder's release handed the lock to this waiter (and
+                                // deleted its place in the same transaction).
+                                place.seen = Refusal {
+                                    revision: handed.revision,
+                                    place: None,
+                                    handed: Some(handed),
+                                    ..place.seen
+                                };
+                                self.queue.update(&map_key, place);
+                                return Ok(());
+                            }
+                            // Granted or handed to another waiter, or moved to another lease:
+                            // still held.
                         }
-                        // Freed while a place was still ahead: the head's turn, not this
-                        // waiter's.
-                    }
-                    Watched::Deleted { .. } | Watched::Ended => {
-                        let ended = matches!(watched, Watched::Ended);
-                        place.seen = self.look(key, &place).await?;
-                        self.queue.update(&map_key, place.clone());
-                        if ended || place.turn() {
-                            break;
+                        // A place is put once, when its waiter enters: nothing to look at.
+                        Watched::Put(_) => {}
+                        Watched::Deleted {
+                            key: deleted,
+                            revision,
+                        } if deleted == lock => {
+                            if place.seen.ahead.is_none() && revision > place.seen.revision {
+                                // Nothing ahead at the last look, and a place created later
+                                // is behind: the lock is free at that revision, and it is
+                                // this waiter's turn.
+                                place.seen = Refusal {
+                                    revision,
+                                    held: None,
+                                    ..place.seen
+                                };
+                                self.queue.update(&map_key, place);
+                                return Ok(());
+                            }
+                            // Freed while a place was still ahead: the head's turn, not this
+                            // waiter's.
                         }
-                        if !covered(&self.targets(key, &place.seen), &targets) {
-                            break;
+                        Watched::Deleted { .. } | Watched::Ended => {
+                            let ended = matches!(watched, Watched::Ended);
+                            place.seen = self.look(key, waiter, &place).await?;
+                            self.queue.update(&map_key, place.clone());
+                            if place.seen.handed.is_some() {
+                                return Ok(());
+                            }
+                            if ended || place.turn() {
+                                break 'stream;
+                            }
+                            if !covered(&self.targets(key, &place.seen), &targets) {
+                                break 'stream;
+                            }
                         }
                     }
                 }
@@ -493,8 +607,8 @@ impl EtcdLockBackend {
         }
     }
 
-    /// What a waiter that saw `seen` watches for deletions: the place ahead (and the lock key
-    /// when that place is the head), or at the head the lock key or the read phase.
+    /// What a waiter that saw `seen` watches: the place ahead (and the lock key when that place
+    /// is the head), or at the head the lock key or the read phase.
     fn targets(&self, key: &LockKey, seen: &Refusal) -> Vec<(Vec<u8>, bool)> {
         match (&seen.ahead, seen.held) {
             (Some(ahead), _) if seen.next_in_line => {

@@ -276,7 +276,8 @@ impl EtcdLockBackend {
                         mod_revision: revision,
                     },
                 );
-                self.leases.track(key, owner, slot, revision);
+                self.leases
+                    .track(key, owner, slot, (revision, revision), None);
                 leases.push(Lease {
                     key: key.clone(),
                     owner,

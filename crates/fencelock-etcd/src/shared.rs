@@ -182,7 +182,8 @@ impl EtcdLockBackend {
         {
             self.leases.revoke_in_background(previous.lease.id);
         }
-        self.leases.track(key, reader, lease, revision);
+        self.leases
+            .track(key, reader, lease, (revision, revision), None);
         Lease {
             key: key.clone(),
             owner: fence.owner,
@@ -311,7 +312,8 @@ impl EtcdLockBackend {
             self.leases.revoke_in_background(id);
         }
         self.leases.forget(&lease.key, reader);
-        self.leases.track(&lease.key, reader, fresh, revision);
+        self.leases
+            .track(&lease.key, reader, fresh, (revision, 0), None);
         Ok(Lease {
             ttl,
             valid_until: valid_until(fresh.alive_from, ttl),

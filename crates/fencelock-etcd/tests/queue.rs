@@ -1,6 +1,6 @@
 //! The fair queue on real etcd: queued waiters write nothing while they wait, each release is
-//! followed by one grant in arrival order, and a waiter that vanished holds no one up past its
-//! place lease.
+//! followed by one grant in arrival order (made by the release itself when the holder knows
+//! the waiter behind it), and a waiter that vanished holds no one up past its place lease.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -83,13 +83,24 @@ fn waiter(
     index: usize,
     order: &Arc<Mutex<Vec<usize>>>,
 ) -> tokio::task::JoinHandle<()> {
+    waiter_with(locker, key, index, order, false)
+}
+
+/// [`waiter`], with the watchdog on or off.
+fn waiter_with(
+    locker: &Locker,
+    key: &LockKey,
+    index: usize,
+    order: &Arc<Mutex<Vec<usize>>>,
+    watchdog: bool,
+) -> tokio::task::JoinHandle<()> {
     let (locker, key, order) = (locker.clone(), key.clone(), order.clone());
     tokio::spawn(async move {
         let guard = locker
             .lock(key.as_str())
             .ttl(TTL)
             .wait(Duration::from_secs(300))
-            .watchdog(false)
+            .watchdog(watchdog)
             .await
             .expect("a queued waiter was not granted");
         order.lock().unwrap().push(index);
@@ -145,6 +156,126 @@ async fn queued_waiters_write_nothing_and_each_release_grants_one() {
         "handing the lock down {waiters} waiters took {drained} proposals, expected {expected}"
     );
     assert_eq!(places(&cluster, &key).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_lock_to_the_waiter_behind_in_one_write() {
+    let server = common::spawn(1).await;
+    let cluster = common::connect(&server).await;
+    let backend = cluster.backend();
+    let key = key("handed");
+    let held = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+    let locker = Locker::new(backend.clone());
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let waiters = 8;
+    let mut tasks = Vec::new();
+    for index in 0..waiters {
+        // The watchdog on, as by default: a handed grant is held as it is, on the place
+        // lease the waiter kept alive, and each waiter releases long before its first renewal.
+        tasks.push(waiter_with(&locker, &key, index, &order, true));
+        until_places(&cluster, &key, i64::try_from(index).unwrap() + 1).await;
+    }
+    let token_before = backend.inspect(&key).await.unwrap().last_token.unwrap();
+    let before = proposals_committed(&server, 0).await;
+    // The first holder was granted with no queue behind it, so its release deletes the lock
+    // key; the head's grant (a transaction at its place) reads the waiter behind it, and from
+    // then on each release writes the next waiter's grant itself.
+    assert!(backend.release(&held).await.unwrap());
+    for task in tasks {
+        timeout(PATIENCE, task)
+            .await
+            .expect("the queued waiters were not all granted")
+            .unwrap();
+    }
+    let drained = proposals_committed(&server, 0).await - before;
+    assert_eq!(*order.lock().unwrap(), (0..waiters).collect::<Vec<_>>());
+    let info = backend.inspect(&key).await.unwrap();
+    assert!(
+        info.holder.is_none(),
+        "the last waiter's release left {info:?}"
+    );
+    assert_eq!(
+        info.last_token.unwrap().get(),
+        token_before.get() + u64::try_from(waiters).unwrap(),
+        "each waiter's grant drew one token"
+    );
+    // The first release, the head's grant, then one write per waiter: the release that hands
+    // the lock to the next (the last one's deletes it). Without the hand-off every waiter
+    // also proposes its own grant: 1 + 2 per waiter.
+    let expected = 2 + u64::try_from(waiters).unwrap();
+    assert!(
+        drained <= expected + 3,
+        "handing the lock down {waiters} waiters took {drained} proposals, expected {expected}"
+    );
+    assert_eq!(places(&cluster, &key).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_grant_whose_waiter_vanished_lapses_with_its_place_lease() {
+    let server = common::spawn(1).await;
+    let config = common::config(&server);
+    let cluster = config.connect().await.unwrap();
+    let backend = cluster.backend();
+    let key = key("handed-vanished");
+    let vanished = OwnerId::random();
+    let held = backend
+        .try_acquire_queued(&key, TTL, OwnerId::random())
+        .await
+        .unwrap()
+        .expect("a free lock with no queue is granted to a queued try at once");
+    let locker = Locker::new(backend.clone());
+    let head = tokio::spawn({
+        let (locker, key) = (locker.clone(), key.clone());
+        async move {
+            locker
+                .lock(key.as_str())
+                .ttl(TTL)
+                .wait(Duration::from_secs(300))
+                .await
+                .expect("the head was not granted")
+        }
+    });
+    until_places(&cluster, &key, 1).await;
+    // Another process queues behind the head, then stops trying without leaving.
+    let other = config.connect().await.unwrap().backend();
+    assert!(
+        other
+            .try_acquire_queued(&key, TTL, vanished)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    until_places(&cluster, &key, 2).await;
+    // A third waiter, which must get the lock once the vanished one's hand-off lapses.
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let last = waiter(&locker, &key, 2, &order);
+    until_places(&cluster, &key, 3).await;
+    // Free the lock (its grant saw no queue): the head is granted at its place and reads the
+    // vanished waiter behind it.
+    assert!(backend.release(&held).await.unwrap());
+    let head = timeout(PATIENCE, head).await.unwrap().unwrap();
+    // Its release hands the lock to the vanished waiter, on that waiter's place lease.
+    let handed_at = tokio::time::Instant::now();
+    assert!(head.release().await.unwrap());
+    let info = backend.inspect(&key).await.unwrap();
+    assert_eq!(
+        info.holder.map(|h| h.owner),
+        Some(vanished),
+        "the release did not hand the lock to the waiter behind"
+    );
+    // Nobody keeps that place lease alive: the grant lapses with it (3 s, or the cluster's
+    // minimum lease), and the waiter behind is granted.
+    timeout(PATIENCE, last)
+        .await
+        .expect("the waiter behind a vanished one was never granted")
+        .unwrap();
+    let waited = handed_at.elapsed();
+    let place_ttl = Duration::from_secs(3).max(backend.capabilities().min_ttl);
+    assert!(
+        waited < place_ttl * 4,
+        "a handed grant nobody took up held the lock {waited:?} (place lease {place_ttl:?})"
+    );
+    assert_eq!(*order.lock().unwrap(), [2]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

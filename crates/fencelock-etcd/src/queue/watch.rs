@@ -1,7 +1,8 @@
-//! The watches a queued waiter waits on: deletions of the place ahead, the lock key or the
-//! read phase, on one stream, from the current revision on.
+//! The watches a queued waiter waits on: deletions of the place ahead or the read phase, and
+//! every change of the lock key (its deletion, or a put that hands the lock to the waiter), on
+//! one stream, from the current revision on.
 
-use etcd_client::{EventType, WatchFilterType, WatchOptions, WatchStream};
+use etcd_client::{EventType, KeyValue, WatchFilterType, WatchOptions, WatchStream};
 
 use crate::cluster::Shared;
 
@@ -10,29 +11,33 @@ pub(super) fn covered(wanted: &[(Vec<u8>, bool)], open: &[(Vec<u8>, bool)]) -> b
     wanted.iter().all(|target| open.contains(target))
 }
 
-/// How a watch for one deletion ended.
+/// What the watches reported.
 pub(super) enum Watched {
     /// `key` was deleted at `revision`.
     Deleted { key: Vec<u8>, revision: i64 },
+    /// A key watched whole (the lock key, a place) was put: the lock key when the release of
+    /// its holder handed the lock to a waiter.
+    Put(KeyValue),
     /// The watch ended without one (its stream broke, or the server cancelled it): look
     /// again.
     Ended,
 }
 
-/// Opens, on one stream, a watch for deletions of each of `targets` (a key, or with its flag
-/// every key under a prefix) from the current revision on; with the latest revision they
-/// start after. `None` when they could not be opened. Dropping the stream ends the watches
-/// on the server.
+/// Opens, on one stream, a watch of each of `targets`: a whole key (every change), or with its
+/// flag every key under a prefix (deletions only), from the current revision on; with the
+/// latest revision they start after. `None` when they could not be opened. Dropping the
+/// stream ends the watches on the server.
 pub(super) async fn open_watches(
     shared: &Shared,
     targets: &[(Vec<u8>, bool)],
 ) -> Option<(WatchStream, i64)> {
     let options = |prefix: bool| {
-        let options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
         if prefix {
-            options.with_prefix()
+            WatchOptions::new()
+                .with_filters([WatchFilterType::NoPut])
+                .with_prefix()
         } else {
-            options
+            WatchOptions::new()
         }
     };
     let opened = async {
@@ -71,25 +76,31 @@ pub(super) async fn open_watches(
         .flatten()
 }
 
-/// The next deletion the watches report.
-pub(super) async fn next_delete(stream: &mut WatchStream) -> Watched {
+/// The next events the watches report, in order (`[Ended]` when the watch ended).
+pub(super) async fn next_events(stream: &mut WatchStream) -> Vec<Watched> {
     loop {
         match stream.message().await {
-            Ok(Some(response)) if response.canceled() => return Watched::Ended,
+            Ok(Some(response)) if response.canceled() => return vec![Watched::Ended],
             Ok(Some(response)) => {
-                let deleted = response
+                let events: Vec<Watched> = response
                     .events()
                     .iter()
-                    .find(|event| event.event_type() == EventType::Delete)
-                    .and_then(|event| event.kv());
-                if let Some(kv) = deleted {
-                    return Watched::Deleted {
-                        key: kv.key().to_vec(),
-                        revision: kv.mod_revision(),
-                    };
+                    .filter_map(|event| {
+                        let kv = event.kv()?;
+                        Some(match event.event_type() {
+                            EventType::Delete => Watched::Deleted {
+                                key: kv.key().to_vec(),
+                                revision: kv.mod_revision(),
+                            },
+                            EventType::Put => Watched::Put(kv.clone()),
+                        })
+                    })
+                    .collect();
+                if !events.is_empty() {
+                    return events;
                 }
             }
-            Ok(None) | Err(_) => return Watched::Ended,
+            Ok(None) | Err(_) => return vec![Watched::Ended],
         }
     }
 }
