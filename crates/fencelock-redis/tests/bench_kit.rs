@@ -62,17 +62,50 @@ async fn exercise_baseline(kit: &BenchKit, run: &str) {
     baseline.close().await.unwrap();
 }
 
+/// The kit's peers but the `rslock` crate's, which the `rslock` feature adds to the one-node
+/// and Redlock kits (and only then): that one takes and releases a key of `run` once.
+async fn peers_but_rslock<'a>(kit: &'a BenchKit, run: &str, label: &str) -> Vec<&'a Peer> {
+    let mut others = Vec::new();
+    let mut rslock = 0;
+    for peer in &kit.peers {
+        match peer {
+            Peer::Raw(subject) if subject.label().starts_with("rslock") => {
+                assert_eq!(subject.label(), label);
+                let key = LockKey::new(format!("{run}rslock-a")).unwrap();
+                subject.acquire_release(&key).await.unwrap();
+                subject
+                    .lock_release(&key, Duration::from_secs(1))
+                    .await
+                    .unwrap();
+                rslock += 1;
+            }
+            other => others.push(other),
+        }
+    }
+    assert_eq!(
+        rslock,
+        usize::from(cfg!(feature = "rslock")),
+        "{:?}",
+        kit.peers
+    );
+    others
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_one_node_kit_measures_raw_commands_and_sweeps_the_run() {
     let server = RedisServer::spawn();
     let config = RedisConfig::from_url(&server.url()).unwrap();
     let kit = config.bench_kit().await.unwrap().unwrap();
     assert_eq!(kit.name, "redis");
-    assert!(kit.peers.is_empty());
+    assert!(
+        peers_but_rslock(&kit, "run-1/", "rslock lock + unlock")
+            .await
+            .is_empty()
+    );
     exercise_baseline(&kit, "run-1/").await;
     assert!(
         keys_on(&server.url()).await.is_empty(),
-        "the baseline cleans up"
+        "the baseline (and rslock) clean up"
     );
 
     lock_once(&kit.fenced, "run-1/a").await;
@@ -98,7 +131,9 @@ async fn the_redlock_kit_has_the_one_node_backend_as_a_peer() {
     let kit = config.bench_kit().await.unwrap().unwrap();
     assert_eq!(kit.name, "redlock-3");
     assert_eq!(kit.fenced.backend.name(), "redlock");
-    let [Peer::Fenced(peer)] = &kit.peers[..] else {
+    let [Peer::Fenced(peer)] =
+        peers_but_rslock(&kit, "run/", "rslock lock + unlock (3 nodes)").await[..]
+    else {
         panic!("one fenced peer: {:?}", kit.peers);
     };
     assert_eq!(peer.backend.name(), "redis");

@@ -1,11 +1,14 @@
 //! What `fencelock bench` measures fencelock's Redis backends against: the raw commands a
-//! user would write on the same server ([`RedisBaseline`], [`RedisClusterBaseline`]), and the
+//! user would write on the same server ([`RedisBaseline`], [`RedisClusterBaseline`]), with the
+//! `rslock` feature the `rslock` crate's Redlock on the same servers (`RslockPeer`), and the
 //! kits [`BackendConfig::bench_kit`](fencelock_core::BackendConfig::bench_kit) hands out
 //! (baseline, peers, and the sweep of a run's keys, which knows this crate's key names).
 
 mod cleanup;
 mod cluster;
 mod one_node;
+#[cfg(feature = "rslock")]
+mod rslock_peer;
 
 use std::sync::Arc;
 
@@ -14,6 +17,9 @@ use fencelock_core::{Connected, Error, Result};
 
 pub use cluster::RedisClusterBaseline;
 pub use one_node::RedisBaseline;
+#[cfg(feature = "rslock")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rslock")))]
+pub use rslock_peer::RslockPeer;
 
 use crate::cluster::RedisClusterConfig;
 use crate::config::RedisConfig;
@@ -23,7 +29,8 @@ use cluster::RedisClusterCleanup;
 
 /// fencelock's one-node backend on the server `config` names (its key prefix and timeouts),
 /// with [`RedisStorage`](crate::RedisStorage) on the same server, against raw commands on a
-/// connection of its own to that server. Named `redis`.
+/// connection of its own to that server, with the `rslock` crate on that server as a peer
+/// (feature `rslock`). Named `redis`.
 pub(crate) async fn redis_kit(config: &RedisConfig) -> Result<BenchKit> {
     let backend = RedisConfig::connect(config).await?;
     let cleanup = RedisCleanup::new(backend.prefix(), [config]);
@@ -32,13 +39,15 @@ pub(crate) async fn redis_kit(config: &RedisConfig) -> Result<BenchKit> {
         backend: Arc::new(backend),
     };
     let baseline = RedisBaseline::connect(config).await?;
-    Ok(BenchKit::new("redis", fenced, Arc::new(baseline)).cleanup(Arc::new(cleanup)))
+    let kit = BenchKit::new("redis", fenced, Arc::new(baseline)).cleanup(Arc::new(cleanup));
+    with_rslock(kit, std::slice::from_ref(config)).await
 }
 
 /// Redlock over the nodes of `config`, fenced data on its storage server
 /// ([`RedlockConfig::storage`], by default the first node), against raw commands on the first
 /// node, with fencelock's one-node backend on that node (same key prefix) as a peer: the cost
-/// of the quorum is Redlock's ratio to it. Named `redlock-<nodes>`.
+/// of the quorum is Redlock's ratio to it. With the `rslock` feature, the `rslock` crate over
+/// the same nodes is a peer too. Named `redlock-<nodes>`.
 pub(crate) async fn redlock_kit(config: &RedlockConfig) -> Result<BenchKit> {
     let first = config
         .node_configs()
@@ -61,13 +70,27 @@ pub(crate) async fn redlock_kit(config: &RedlockConfig) -> Result<BenchKit> {
         backend: Arc::new(backend),
         storage: Arc::new(storage),
     };
-    Ok(BenchKit::new(
+    let kit = BenchKit::new(
         format!("redlock-{}", config.node_configs().len()),
         fenced,
         Arc::new(baseline),
     )
     .peer(Peer::Fenced(peer))
-    .cleanup(Arc::new(cleanup)))
+    .cleanup(Arc::new(cleanup));
+    with_rslock(kit, config.node_configs()).await
+}
+
+/// `kit` with the `rslock` crate over `servers` as a raw peer.
+#[cfg(feature = "rslock")]
+async fn with_rslock(kit: BenchKit, servers: &[RedisConfig]) -> Result<BenchKit> {
+    let peer = RslockPeer::connect(servers).await?;
+    Ok(kit.peer(Peer::Raw(Arc::new(peer))))
+}
+
+/// Without the `rslock` feature, `kit` as it is.
+#[cfg(not(feature = "rslock"))]
+async fn with_rslock(kit: BenchKit, _servers: &[RedisConfig]) -> Result<BenchKit> {
+    Ok(kit)
 }
 
 /// fencelock's [`RedisClusterBackend`](crate::RedisClusterBackend) on the cluster `config`
