@@ -489,3 +489,69 @@ async fn first_node_down_at_connect_leaves_the_lock_working() {
     storage.write(&key, lease.fence(), b"w").await.unwrap();
     assert!(redlock.release(&lease).await.unwrap());
 }
+
+/// The scripts (`EVALSHA`, or `EVAL` after a `NOSCRIPT`) `server` has run.
+async fn scripts_run(server: &RedisServer) -> u64 {
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    info.lines()
+        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
+        .filter_map(|line| {
+            line.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_sets_off_one_try_per_process_not_one_per_waiter() {
+    let servers = spawn_nodes(3, &RedisOptions::default());
+    let redlock = Arc::new(connect(urls(&servers), NODE_TIMEOUT).await);
+    let key = key("herd");
+    let held = acquire(&redlock, &key).await;
+    let locker = fencelock_core::Locker::new(redlock.clone());
+    let waiters: u64 = 16;
+    let mut tasks = Vec::new();
+    for _ in 0..waiters {
+        let (locker, key) = (locker.clone(), key.clone());
+        tasks.push(tokio::spawn(async move {
+            let guard = locker
+                .lock(key.as_str())
+                .ttl(TTL)
+                .wait(Duration::from_secs(120))
+                .watchdog(false)
+                .await
+                .expect("a waiter was not granted");
+            assert!(guard.release().await.unwrap());
+        }));
+    }
+    // Every request has failed a try and waits (their pauses grow to the default's 500 ms).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = scripts_run(&servers[0]).await;
+    assert!(redlock.release(&held).await.unwrap());
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(120), task)
+            .await
+            .expect("the waiters were not all granted")
+            .unwrap();
+    }
+    let ran = scripts_run(&servers[0]).await - before;
+    // Each grant is one acquire and one release on the node. A release woke every waiting
+    // request of the process, each sending a try (16 + 15 + ... refused tries, about 150
+    // scripts more); with one request watching, a release sets off one try, and the others
+    // try only when their own pause ends (at most every 500 ms).
+    let floor = 1 + 2 * waiters;
+    assert!(
+        ran <= floor * 2,
+        "{waiters} waiters handed one key down took {ran} scripts on a node, {floor} at least"
+    );
+}

@@ -8,6 +8,7 @@ use fencelock_core::{Error, Result};
 
 use super::background::Background;
 use super::call::NodeCall;
+use super::gate::Gates;
 use super::node::Node;
 use super::round::{Round, quorum};
 
@@ -21,6 +22,8 @@ pub(crate) struct Cluster {
     pub(crate) prefix: String,
     /// The node calls left running after their operation was decided.
     pub(crate) background: Background,
+    /// Which request of this process watches the nodes for a key's release.
+    pub(crate) gates: Gates,
 }
 
 impl Cluster {
@@ -31,6 +34,7 @@ impl Cluster {
             node_timeout,
             prefix,
             background: Background::new(),
+            gates: Gates::default(),
         }
     }
 

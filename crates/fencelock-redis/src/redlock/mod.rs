@@ -11,6 +11,7 @@ mod background;
 mod call;
 mod cluster;
 mod config;
+mod gate;
 mod node;
 mod release;
 mod renew;
@@ -61,7 +62,9 @@ use crate::outcome::{finish, finish_grant};
 /// - **`advance_token`** raises every reachable node's counter (a quorum is needed).
 /// - **`inspect`** is the majority view: the holder agreed by a quorum, the highest counter.
 /// - **`wait_for_release`** listens on every node's release channel and returns once a
-///   quorum of nodes say the lock is free, was released, or expired.
+///   quorum of nodes say the lock is free, was released, or expired. One request of this
+///   process at a time listens for a key; the others wait for that turn at most their
+///   pause, so a release sets off one try per process, not one per waiting request.
 ///
 /// Its safety model is in the crate docs: the lock alone relies on bounded clock drift, pauses
 /// and restarts; the fence keeps data safe when those fail.

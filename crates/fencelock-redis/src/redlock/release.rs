@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use fencelock_core::{LockKey, OwnerId, Result};
+use tokio::time::Instant;
 
 use super::call::{Arg, Code, KeyName, NodeCall};
 use super::cluster::Cluster;
@@ -75,6 +76,18 @@ pub(crate) async fn wait_for_release(
     key: &LockKey,
     max: Duration,
 ) -> Result<()> {
+    // One request of this process watches the nodes for the key (`gate.rs`); the others
+    // wait for that turn, at most their pause.
+    let place = cluster.gates.enter(key);
+    let started = Instant::now();
+    let watching = match started.checked_add(max) {
+        Some(deadline) => match tokio::time::timeout_at(deadline, place.turn()).await {
+            Ok(watching) => watching,
+            Err(_) => return Ok(()),
+        },
+        None => place.turn().await,
+    };
+    let max = max.saturating_sub(started.elapsed());
     let n = cluster.nodes.len();
     let needed = cluster.needed;
     let watched = key.clone();
@@ -86,15 +99,17 @@ pub(crate) async fn wait_for_release(
             async move { link.waiters.wait(&key, max).await }
         },
     );
-    loop {
+    let woken = loop {
         let woken = round.count_ok(|()| true);
         if woken >= needed {
-            return Ok(());
+            break Ok(());
         }
         if round.count_failed() > n - needed || round.next().await.is_none() {
-            return Err(cluster.quorum_failed(&mut round, woken, |()| "woken".to_owned()));
+            break Err(cluster.quorum_failed(&mut round, woken, |()| "woken".to_owned()));
         }
-    }
+    };
+    drop(watching);
+    woken
 }
 
 fn describe_release(answer: &i64) -> String {
