@@ -123,7 +123,7 @@ impl EtcdLockBackend {
         old: Option<i64>,
         tracked: Option<LeaseSlot>,
     ) -> Result<Lease> {
-        let fresh = self.fresh_lease(ttl, secs).await?;
+        let fresh = self.lease_refreshed(ttl, secs, "extending").await?;
         let lock = self.shared.keys.lock(&lease.key);
         let ours = holder_value(lease.owner, lease.token);
         let txn = Txn::new()
@@ -160,7 +160,7 @@ impl EtcdLockBackend {
         gone.dedup();
         for id in gone {
             match reusable {
-                Some(slot) if slot.id == id => self.leases.put_spare(slot),
+                Some(slot) if slot.id == id => self.spare(slot),
                 _ if id != 0 && id != fresh.id => self.leases.revoke_in_background(id),
                 _ => {}
             }
@@ -172,37 +172,26 @@ impl EtcdLockBackend {
         })
     }
 
-    /// A lease of `secs` seconds for a lock being moved: a spare, refreshed first when its
-    /// last refresh is older than a tenth of `ttl`, else a new one.
-    async fn fresh_lease(&self, ttl: Duration, secs: i64) -> Result<LeaseSlot> {
-        let (spare, refresh) = self.lease_for(ttl, secs).await?;
-        if !refresh {
-            return Ok(spare);
-        }
-        let sent = Instant::now();
-        match self.leases.keep_alive(spare.id).await? {
-            Ok(()) => Ok(LeaseSlot {
-                alive_from: sent,
-                ..spare
-            }),
-            Err(e) if is_lease_not_found(&e) => self.leases.grant(secs).await,
-            Err(e) => {
-                self.leases.revoke_in_background(spare.id);
-                Err(self.shared.error(e, "extending"))
-            }
-        }
-    }
-
     /// After a release: the lease of `held` goes back to a pool when `reusable`, else it is
     /// revoked. A lease of the place ttl (a grant handed to a waiter is on its place lease)
     /// goes to the queue's pool, where the next waiter to enter takes it: a lease that carries
     /// nothing serves either use, and waiters that hand the lock down the queue then need no
     /// new lease per turn.
     fn after_release(&self, held: crate::leases::Held, reusable: bool) {
-        if reusable && held.lease.secs == self.queue.timing.secs {
-            self.queue.spare_place_lease(held.lease);
+        if reusable {
+            self.spare(held.lease);
         } else {
             self.leases.after_release(held, reusable);
+        }
+    }
+
+    /// Keeps a lease that carries nothing for later use: one of the place ttl in the queue's
+    /// pool, any other among the grants' spares.
+    fn spare(&self, lease: LeaseSlot) {
+        if lease.secs == self.queue.timing.secs {
+            self.queue.spare_place_lease(lease);
+        } else {
+            self.leases.put_spare(lease);
         }
     }
 
@@ -547,13 +536,7 @@ impl LockBackend for EtcdLockBackend {
                 .or_else([TxnOp::get(counter_key.clone(), None)]);
             let Applied { response, revision } = self.txn("advancing the token", txn).await?;
             if response.succeeded() {
-                self.seen.set_counter(
-                    key,
-                    CounterSeen {
-                        last: floor.get(),
-                        mod_revision: revision,
-                    },
-                );
+                self.seen.wrote(key, floor.get(), revision);
                 return Ok(floor);
             }
             let [counter_kv] = reads(&response, "advancing the token")?;

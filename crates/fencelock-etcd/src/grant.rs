@@ -206,13 +206,7 @@ impl EtcdLockBackend {
             ..lease
         };
         if response.succeeded() {
-            self.seen.set_counter(
-                key,
-                CounterSeen {
-                    last: token.get(),
-                    mod_revision: revision,
-                },
-            );
+            self.seen.wrote(key, token.get(), revision);
             // An `At` grant read the waiter behind it: its release hands the lock over.
             let next = match in_line {
                 InLine::At { .. } => ranges(&response)?
@@ -290,6 +284,31 @@ impl EtcdLockBackend {
                 behind,
                 handed,
             })),
+        }
+    }
+
+    /// A lease of `secs` seconds, alive for its whole ttl from the returned `alive_from`: a
+    /// spare refreshed within the last tenth of `ttl`, a stale spare refreshed first, or a new
+    /// one (`what` names the operation in errors). For a reader's grant and a lock being moved,
+    /// which send no transaction a keep-alive could travel beside.
+    pub(crate) async fn lease_refreshed(
+        &self,
+        ttl: Duration,
+        secs: i64,
+        what: &str,
+    ) -> Result<LeaseSlot> {
+        let (spare, refresh) = self.lease_for(ttl, secs).await?;
+        if !refresh {
+            return Ok(spare);
+        }
+        let sent = Instant::now();
+        match self.leases.keep_alive(spare.id).await? {
+            Ok(()) => Ok(LeaseSlot {
+                alive_from: sent,
+                ..spare
+            }),
+            Err(e) if is_lease_not_found(&e) => self.leases.grant(secs).await,
+            Err(e) => Err(self.shared.error(e, what)),
         }
     }
 

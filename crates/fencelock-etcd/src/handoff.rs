@@ -146,13 +146,7 @@ impl EtcdLockBackend {
         let response = self.shared.txn(what, txn).await?;
         let Applied { response, revision } = applied(response, what)?;
         if response.succeeded() {
-            self.seen.set_counter(
-                key,
-                CounterSeen {
-                    last: token.get(),
-                    mod_revision: revision,
-                },
-            );
+            self.seen.wrote(key, token.get(), revision);
             return Ok(true);
         }
         match response.op_responses().first() {

@@ -30,7 +30,7 @@ use crate::grant::{Grant, InLine, Refusal, ahead_of, first_under_prefix, ranges}
 use crate::handoff::{Handed, behind_of, handed_to};
 use crate::leases::{LeaseSlot, Leases};
 use crate::reply::{Applied, applied};
-use crate::seen::{CounterSeen, HeldBy};
+use crate::seen::HeldBy;
 
 mod watch;
 use watch::{Watched, covered, next_events, open_watches};
@@ -429,13 +429,7 @@ impl EtcdLockBackend {
             self.leases.revoke_in_background(handed.lease);
             return Turn::Lost;
         }
-        self.seen.set_counter(
-            key,
-            CounterSeen {
-                last: handed.token.get(),
-                mod_revision: handed.revision,
-            },
-        );
+        self.seen.wrote(key, handed.token.get(), handed.revision);
         self.leases.track(
             key,
             waiter,

@@ -81,6 +81,17 @@ impl Seen {
         keys.entry(key.clone()).or_default().counter = counter;
     }
 
+    /// Records the counter as this process wrote it: `last` at `revision`.
+    pub(crate) fn wrote(&self, key: &LockKey, last: u64, revision: i64) {
+        self.set_counter(
+            key,
+            CounterSeen {
+                last,
+                mod_revision: revision,
+            },
+        );
+    }
+
     /// Records that the lock was held at `revision`, by `by`.
     pub(crate) fn set_held_at(&self, key: &LockKey, revision: i64, by: HeldBy) {
         let mut keys = self.keys();

@@ -269,13 +269,7 @@ impl EtcdLockBackend {
         if response.succeeded() {
             let mut leases = Vec::with_capacity(keys.len());
             for ((key, token), (slot, _)) in keys.iter().zip(tokens).zip(slots) {
-                self.seen.set_counter(
-                    key,
-                    CounterSeen {
-                        last: token.get(),
-                        mod_revision: revision,
-                    },
-                );
+                self.seen.wrote(key, token.get(), revision);
                 self.leases
                     .track(key, owner, slot, (revision, revision), None);
                 leases.push(Lease {

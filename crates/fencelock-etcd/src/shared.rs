@@ -49,7 +49,7 @@ impl EtcdLockBackend {
         ttl: Duration,
     ) -> Result<Option<Lease>> {
         let secs = self.leases.secs_for(ttl);
-        let lease = self.reader_lease(ttl, secs).await?;
+        let lease = self.lease_refreshed(ttl, secs, "granting a reader").await?;
         // Start as if no phase lived; the failed compare's reads say what to do next.
         let mut member: Option<KeyValue> = None;
         for _ in 0..JOIN_ATTEMPTS {
@@ -78,24 +78,6 @@ impl EtcdLockBackend {
         }
         self.leases.put_spare(lease);
         Ok(None)
-    }
-
-    /// A lease for a reader: a spare refreshed within the last tenth of `ttl`, a stale spare
-    /// refreshed first, or a new one.
-    async fn reader_lease(&self, ttl: Duration, secs: i64) -> Result<LeaseSlot> {
-        let (spare, refresh) = self.lease_for(ttl, secs).await?;
-        if !refresh {
-            return Ok(spare);
-        }
-        let sent = Instant::now();
-        match self.leases.keep_alive(spare.id).await? {
-            Ok(()) => Ok(LeaseSlot {
-                alive_from: sent,
-                ..spare
-            }),
-            Err(e) if is_lease_not_found(&e) => self.leases.grant(secs).await,
-            Err(e) => Err(self.shared.error(e, "granting a reader")),
-        }
     }
 
     /// One transaction starting a new phase with this reader.
@@ -129,13 +111,7 @@ impl EtcdLockBackend {
         if !response.succeeded() {
             return self.seen_from(&response, "granting a reader").map(Err);
         }
-        self.seen.set_counter(
-            key,
-            CounterSeen {
-                last: token.get(),
-                mod_revision: revision,
-            },
-        );
+        self.seen.wrote(key, token.get(), revision);
         Ok(Ok(self.granted(key, reader, (fence, ttl), lease, revision)))
     }
 
