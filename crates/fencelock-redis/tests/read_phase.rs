@@ -11,6 +11,8 @@ use std::time::Duration;
 use fencelock_core::{LockBackend, LockKey, OwnerId};
 use fencelock_redis::{RedisClusterConfig, RedisConfig, redis};
 use fencelock_testkit::redis::RedisServer;
+
+mod stats;
 use fencelock_testkit::redis_cluster::RedisCluster;
 use tokio::time::{Instant, sleep};
 
@@ -246,26 +248,6 @@ async fn cluster_phase_ends_with_its_last_live_reader() {
     phase_ends_with_its_last_live_reader(backend).await;
 }
 
-/// How many scripts the server has run (`EVALSHA` and `EVAL` calls).
-async fn scripts_run(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .unwrap();
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
-
 /// On one server: `wait_for_release` on a key held by readers waits for them (it does not
 /// return at once as for a free key, which would make a waiting writer spin), and returns
 /// as soon as the last reader leaves (the release publishes), long before the readers' ttl
@@ -321,12 +303,12 @@ async fn waiters_wait_for_the_phase_and_wake_when_it_ends() {
         .await
         .unwrap()
         .unwrap();
-    let before = scripts_run(&mut raw).await;
+    let before = stats::script_calls(&mut raw).await;
     let locker = fencelock_core::Locker::new(backend.clone());
     let started = Instant::now();
     let writer = locker.lock("wake").ttl(LONG).wait(LONG).await.unwrap();
     assert!(started.elapsed() < LONG / 3, "{:?}", started.elapsed());
-    let asked = scripts_run(&mut raw).await - before;
+    let asked = stats::script_calls(&mut raw).await - before;
     assert!(
         asked < 200,
         "a waiting writer ran {asked} scripts in 1.5 s: a busy loop"

@@ -12,6 +12,8 @@ use fencelock_core::{
 use fencelock_redis::{RedisConfig, Redlock, RedlockConfig};
 use fencelock_testkit::proxy::FaultProxy;
 use fencelock_testkit::redis::{RedisOptions, RedisServer};
+
+mod stats;
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(30);
@@ -490,28 +492,6 @@ async fn first_node_down_at_connect_leaves_the_lock_working() {
     assert!(redlock.release(&lease).await.unwrap());
 }
 
-/// The scripts (`EVALSHA`, or `EVAL` after a `NOSCRIPT`) `server` has run.
-async fn scripts_run(server: &RedisServer) -> u64 {
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    info.lines()
-        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
-        .filter_map(|line| {
-            line.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_sets_off_one_try_per_process_not_one_per_waiter() {
     let servers = spawn_nodes(3, &RedisOptions::default());
@@ -536,7 +516,8 @@ async fn a_release_sets_off_one_try_per_process_not_one_per_waiter() {
     }
     // Every request has failed a try and waits (their pauses grow to the default's 500 ms).
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let before = scripts_run(&servers[0]).await;
+    let mut admin = stats::admin(&servers[0]).await;
+    let before = stats::script_calls(&mut admin).await;
     assert!(redlock.release(&held).await.unwrap());
     for task in tasks {
         tokio::time::timeout(Duration::from_secs(120), task)
@@ -544,7 +525,7 @@ async fn a_release_sets_off_one_try_per_process_not_one_per_waiter() {
             .expect("the waiters were not all granted")
             .unwrap();
     }
-    let ran = scripts_run(&servers[0]).await - before;
+    let ran = stats::script_calls(&mut admin).await - before;
     // Each grant is one acquire and one release on the node. A release woke every waiting
     // request of the process, each sending a try (16 + 15 + ... refused tries, about 150
     // scripts more); with one request watching, a release sets off one try, and the others

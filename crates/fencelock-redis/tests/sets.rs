@@ -10,6 +10,9 @@ use std::time::Duration;
 use fencelock_core::{FencingToken, LockBackend, LockKey, Locker, OwnerId};
 use fencelock_redis::{RedisConfig, RedisLockBackend};
 use fencelock_testkit::redis::RedisServer;
+
+mod stats;
+use stats::{admin, script_calls};
 use tokio::time::sleep;
 
 const TTL: Duration = Duration::from_secs(30);
@@ -27,30 +30,6 @@ fn keys(names: &[&str]) -> Vec<LockKey> {
         .iter()
         .map(|name| LockKey::new(*name).unwrap())
         .collect()
-}
-
-/// Script calls (`EVALSHA` and `EVAL`) the server ran since its stats were last reset.
-async fn script_calls(admin: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(admin)
-        .await
-        .unwrap();
-    info.lines()
-        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
-        .filter_map(|line| {
-            let calls = line.split("calls=").nth(1)?;
-            calls.split(',').next()?.parse::<u64>().ok()
-        })
-        .sum()
-}
-
-async fn admin(server: &RedisServer) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

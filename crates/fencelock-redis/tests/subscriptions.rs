@@ -9,6 +9,9 @@ use std::time::Duration;
 use fencelock_core::{LockGuard, Locker};
 use fencelock_redis::{RedisConfig, RedisLockBackend};
 use fencelock_testkit::redis::RedisServer;
+
+mod stats;
+use stats::{admin, calls};
 use tokio::time::{Instant, sleep};
 
 const TTL: Duration = Duration::from_secs(30);
@@ -21,31 +24,6 @@ async fn connect(server: &RedisServer) -> RedisLockBackend {
         .connect()
         .await
         .expect("connect")
-}
-
-async fn admin(server: &RedisServer) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
-}
-
-/// The calls of `command` the server ran since its stats were last reset.
-async fn calls(admin: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(admin)
-        .await
-        .unwrap();
-    let prefix = format!("cmdstat_{command}:");
-    info.lines()
-        .filter(|line| line.starts_with(&prefix))
-        .filter_map(|line| {
-            let calls = line.split("calls=").nth(1)?;
-            calls.split(',').next()?.parse::<u64>().ok()
-        })
-        .sum()
 }
 
 /// The channels of this test's prefix that some connection is subscribed to.
@@ -110,7 +88,7 @@ async fn waiters_on_many_keys_share_subscribe_round_trips() {
         })
         .collect();
     until_subscribed(&mut admin, KEYS).await;
-    let subscribes = calls(&mut admin, "subscribe").await;
+    let subscribes = calls(&mut admin, &["subscribe"]).await;
     assert!(
         subscribes <= (KEYS / 2) as u64,
         "{subscribes} SUBSCRIBE commands for {KEYS} channels whose waiters came at once"
