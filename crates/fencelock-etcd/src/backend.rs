@@ -346,7 +346,9 @@ impl LockBackend for EtcdLockBackend {
                 last: lease.token.get(),
                 mod_revision: held.granted_at,
             };
-            let released = self.release_handing_off(lease, held, next, counter).await?;
+            let released = self
+                .release_handing_off(lease, held.create_revision, next, counter)
+                .await?;
             self.after_release(held.clone(), released && *no_renewal);
             return Ok(released);
         }

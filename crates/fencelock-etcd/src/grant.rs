@@ -12,11 +12,11 @@ use tokio::time::Instant;
 
 use crate::backend::EtcdLockBackend;
 use crate::error::{BACKEND, is_lease_not_found, protocol};
-use crate::handoff::{Handed, Successor, behind_of, handed_to};
+use crate::handoff::{Handed, behind_of, handed_to};
 use crate::keys::{counter_value, holder_value};
 use crate::leases::LeaseSlot;
 use crate::reply::{Applied, applied, counter_seen};
-use crate::seen::{CounterSeen, HeldBy};
+use crate::seen::{CounterSeen, HeldBy, Successor};
 
 /// Where a grant stands with respect to the key's queue of waiters (see `queue.rs`).
 #[derive(Debug, Clone, Copy)]

@@ -20,22 +20,8 @@ use fencelock_core::{FencingToken, Lease, LockKey, OwnerId, Result};
 
 use crate::backend::EtcdLockBackend;
 use crate::keys::{counter_value, holder_value, parse_holder};
-use crate::leases::Held;
 use crate::reply::{Applied, applied};
-use crate::seen::CounterSeen;
-
-/// The queued waiter behind a grant, as last seen: whom its release hands the lock to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Successor {
-    /// Its place's key.
-    pub(crate) place: Vec<u8>,
-    /// Its place's create revision (its arrival).
-    pub(crate) created: i64,
-    /// The place lease the handed grant goes on.
-    pub(crate) lease: i64,
-    /// The waiter, owner of the handed grant.
-    pub(crate) waiter: OwnerId,
-}
+use crate::seen::{CounterSeen, Successor};
 
 /// A grant the release of the previous holder wrote for a waiter: the lock key's
 /// `<waiter>:<token>` on the waiter's place lease.
@@ -90,13 +76,14 @@ impl EtcdLockBackend {
         })
     }
 
-    /// Releases `lease` (the grant `held` of this backend) by handing the lock to `next`, or,
-    /// when that waiter is no longer the head (or anything else moved), by the plain release.
-    /// `Ok(true)` when the grant's lock key was handed over or deleted.
+    /// Releases `lease` (a grant of this backend, its lock key created at `create_revision`) by
+    /// handing the lock to `next`, or, when that waiter is no longer the head (or anything else
+    /// moved), by the plain release. `Ok(true)` when the grant's lock key was handed over or
+    /// deleted.
     pub(crate) async fn release_handing_off(
         &self,
         lease: &Lease,
-        held: &Held,
+        create_revision: i64,
         next: &Successor,
         counter: CounterSeen,
     ) -> Result<bool> {
@@ -109,7 +96,7 @@ impl EtcdLockBackend {
                 CompareOp::Equal,
                 holder_value(lease.owner, lease.token),
             ),
-            Compare::create_revision(lock.clone(), CompareOp::Equal, held.create_revision),
+            Compare::create_revision(lock.clone(), CompareOp::Equal, create_revision),
         ];
         let mut compares = ours.to_vec();
         compares.extend([

@@ -23,7 +23,7 @@ use fencelock_core::{LockKey, OwnerId, Result};
 use tokio::time::Instant;
 
 use crate::cluster::Shared;
-use crate::handoff::Successor;
+use crate::seen::Successor;
 
 /// Spares kept per ttl; more are revoked.
 const SPARES_PER_TTL: usize = 16;

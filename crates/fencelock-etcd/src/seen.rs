@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use fencelock_core::{Error, FencingToken, LockKey, Result};
+use fencelock_core::{Error, FencingToken, LockKey, OwnerId, Result};
 
 use crate::error::BACKEND;
 
@@ -35,6 +35,19 @@ impl CounterSeen {
                 source: None,
             })
     }
+}
+
+/// The queued waiter behind a grant, as last seen: whom its release hands the lock to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Successor {
+    /// Its place's key.
+    pub(crate) place: Vec<u8>,
+    /// Its place's create revision (its arrival).
+    pub(crate) created: i64,
+    /// The place lease the handed grant goes on.
+    pub(crate) lease: i64,
+    /// The waiter, owner of the handed grant.
+    pub(crate) waiter: OwnerId,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
