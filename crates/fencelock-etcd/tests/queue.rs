@@ -108,6 +108,34 @@ fn waiter_with(
     })
 }
 
+/// Queues `waiters` `Locker` requests on `key` one after another (each in place before the
+/// next starts), with the watchdog on or off; with the order they are granted in.
+async fn queue_up(
+    cluster: &EtcdCluster,
+    locker: &Locker,
+    key: &LockKey,
+    waiters: usize,
+    watchdog: bool,
+) -> (Vec<tokio::task::JoinHandle<()>>, Arc<Mutex<Vec<usize>>>) {
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for index in 0..waiters {
+        tasks.push(waiter_with(locker, key, index, &order, watchdog));
+        until_places(cluster, key, i64::try_from(index).unwrap() + 1).await;
+    }
+    (tasks, order)
+}
+
+/// Waits for every task, at most [`PATIENCE`] each.
+async fn all_granted(tasks: Vec<tokio::task::JoinHandle<()>>) {
+    for task in tasks {
+        timeout(PATIENCE, task)
+            .await
+            .expect("the queued waiters were not all granted")
+            .unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_waiters_write_nothing_and_each_release_grants_one() {
     let server = common::spawn(1).await;
@@ -117,13 +145,8 @@ async fn queued_waiters_write_nothing_and_each_release_grants_one() {
     let key = key("quiet");
     let held = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
     let locker = Locker::new(backend.clone());
-    let order = Arc::new(Mutex::new(Vec::new()));
     let waiters = 8;
-    let mut tasks = Vec::new();
-    for index in 0..waiters {
-        tasks.push(waiter(&locker, &key, index, &order));
-        until_places(&cluster, &key, i64::try_from(index).unwrap() + 1).await;
-    }
+    let (tasks, order) = queue_up(&cluster, &locker, &key, waiters, false).await;
     // Every waiter is queued; over several refresh intervals they keep their places with
     // keep-alives and reads, none of which is a Raft proposal. Waiters that retried the
     // grant would propose a transaction each on every try (at least every 500 ms).
@@ -140,12 +163,7 @@ async fn queued_waiters_write_nothing_and_each_release_grants_one() {
     );
     let before = proposals_committed(&server, 0).await;
     assert!(backend.release(&held).await.unwrap());
-    for task in tasks {
-        timeout(PATIENCE, task)
-            .await
-            .expect("the queued waiters were not all granted")
-            .unwrap();
-    }
+    all_granted(tasks).await;
     let drained = proposals_committed(&server, 0).await - before;
     assert_eq!(*order.lock().unwrap(), (0..waiters).collect::<Vec<_>>());
     // One release of the holder, then a grant and a release per waiter: a release is
@@ -166,27 +184,17 @@ async fn a_release_hands_the_lock_to_the_waiter_behind_in_one_write() {
     let key = key("handed");
     let held = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
     let locker = Locker::new(backend.clone());
-    let order = Arc::new(Mutex::new(Vec::new()));
     let waiters = 8;
-    let mut tasks = Vec::new();
-    for index in 0..waiters {
-        // The watchdog on, as by default: a handed grant is held as it is, on the place
-        // lease the waiter kept alive, and each waiter releases long before its first renewal.
-        tasks.push(waiter_with(&locker, &key, index, &order, true));
-        until_places(&cluster, &key, i64::try_from(index).unwrap() + 1).await;
-    }
+    // The watchdog on, as by default: a handed grant is held as it is, on the place lease the
+    // waiter kept alive, and each waiter releases long before its first renewal.
+    let (tasks, order) = queue_up(&cluster, &locker, &key, waiters, true).await;
     let token_before = backend.inspect(&key).await.unwrap().last_token.unwrap();
     let before = proposals_committed(&server, 0).await;
     // The first holder was granted with no queue behind it, so its release deletes the lock
     // key; the head's grant (a transaction at its place) reads the waiter behind it, and from
     // then on each release writes the next waiter's grant itself.
     assert!(backend.release(&held).await.unwrap());
-    for task in tasks {
-        timeout(PATIENCE, task)
-            .await
-            .expect("the queued waiters were not all granted")
-            .unwrap();
-    }
+    all_granted(tasks).await;
     let drained = proposals_committed(&server, 0).await - before;
     assert_eq!(*order.lock().unwrap(), (0..waiters).collect::<Vec<_>>());
     let info = backend.inspect(&key).await.unwrap();
