@@ -63,11 +63,7 @@ impl EtcdLockBackend {
     /// The waiter whose place `kv` is, under the queue of `key`; `None` for a key that is not
     /// a place of that queue or a place on no lease.
     pub(crate) fn successor_of(&self, key: &LockKey, kv: &KeyValue) -> Option<Successor> {
-        let waiter = kv
-            .key()
-            .strip_prefix(self.shared.keys.queue(key).as_slice())
-            .and_then(|rest| std::str::from_utf8(rest).ok())
-            .and_then(|rest| rest.parse::<OwnerId>().ok())?;
+        let waiter = self.shared.keys.waiter_of(key, kv.key())?;
         (kv.lease() != 0).then(|| Successor {
             place: kv.key().to_vec(),
             created: kv.create_revision(),

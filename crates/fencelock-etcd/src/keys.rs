@@ -91,6 +91,13 @@ impl Keys {
         name
     }
 
+    /// The waiter whose place in the queue of `key` is `name` ([`place`](Self::place)); `None`
+    /// for a name that is not one.
+    pub(crate) fn waiter_of(&self, key: &LockKey, name: &[u8]) -> Option<OwnerId> {
+        let rest = name.strip_prefix(self.queue(key).as_slice())?;
+        std::str::from_utf8(rest).ok()?.parse().ok()
+    }
+
     /// The key's token counter.
     pub(crate) fn counter(&self, key: &LockKey) -> Vec<u8> {
         self.key(TOKEN, key.as_str())
@@ -242,6 +249,23 @@ mod tests {
                 assert!(!keys.place(&other, reader).starts_with(&keys.readers(&one)));
             }
         }
+    }
+
+    #[test]
+    fn a_place_names_its_waiter_and_no_other_key_does() {
+        let keys = Keys::new("p");
+        let (a, ab) = (LockKey::new("a").unwrap(), LockKey::new("a/b").unwrap());
+        let waiter = OwnerId::random();
+        assert_eq!(keys.waiter_of(&a, &keys.place(&a, waiter)), Some(waiter));
+        // Another key's place, the queue itself, a reader key, the lock key: none.
+        assert_eq!(keys.waiter_of(&a, &keys.place(&ab, waiter)), None);
+        assert_eq!(keys.waiter_of(&ab, &keys.place(&a, waiter)), None);
+        assert_eq!(keys.waiter_of(&a, &keys.queue(&a)), None);
+        assert_eq!(keys.waiter_of(&a, &keys.reader(&a, waiter)), None);
+        assert_eq!(keys.waiter_of(&a, &keys.lock(&a)), None);
+        let mut longer = keys.place(&a, waiter);
+        longer.extend_from_slice(b"/x");
+        assert_eq!(keys.waiter_of(&a, &longer), None);
     }
 
     #[test]
