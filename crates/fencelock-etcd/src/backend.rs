@@ -17,7 +17,7 @@ use crate::cluster::Shared;
 use crate::error::{BACKEND, is_lease_not_found, protocol};
 use crate::grant::{Grant, InLine, first_under_prefix};
 use crate::keys::{counter_value, holder_value, parse_counter, parse_holder};
-use crate::leases::{LeaseSlot, Leases};
+use crate::leases::{Held, LeaseSlot, Leases};
 use crate::queue::Queue;
 use crate::reply::{Applied, applied, counter_seen, lost_reason, reads};
 use crate::seen::{CounterSeen, HeldBy, Seen};
@@ -112,16 +112,16 @@ impl EtcdLockBackend {
 
     /// Moves the lock of `lease` to a lease of `secs` seconds (a spare, else a new one), if it
     /// still carries this grant. The old lease carries nothing any more: it is revoked, or,
-    /// when it is `tracked` (the lease this process recorded for the grant) and this is the
-    /// grant's only renewal in flight, it goes to the spares (a handed grant's place lease,
-    /// taken up for its ttl).
+    /// when it is the lease of `tracked` (the grant as this process recorded it) and this is
+    /// the grant's only renewal in flight, it goes back to a pool as after a release (a handed
+    /// grant's place lease, taken up for its ttl).
     async fn reattach(
         &self,
         lease: &Lease,
         ttl: Duration,
         secs: i64,
         old: Option<i64>,
-        tracked: Option<LeaseSlot>,
+        tracked: Option<&Held>,
     ) -> Result<Lease> {
         let fresh = self.lease_refreshed(ttl, secs, "extending").await?;
         let lock = self.shared.keys.lock(&lease.key);
@@ -153,14 +153,14 @@ impl EtcdLockBackend {
             .moved(&lease.key, lease.owner, fresh, create_revision);
         // After `moved`, a renewal that starts uses `fresh`; one that started before is
         // counted, so a sole renewal means nobody can refresh the old lease any more.
-        let reusable = tracked.filter(|slot| {
-            previous == Some(slot.id) && self.leases.sole_renewal(&lease.key, lease.owner)
+        let reusable = tracked.filter(|held| {
+            previous == Some(held.lease.id) && self.leases.sole_renewal(&lease.key, lease.owner)
         });
         let mut gone: Vec<i64> = previous.into_iter().chain(old).collect();
         gone.dedup();
         for id in gone {
             match reusable {
-                Some(slot) if slot.id == id => self.spare(slot),
+                Some(held) if held.lease.id == id => self.after_release(held.clone(), true),
                 _ if id != 0 && id != fresh.id => self.leases.revoke_in_background(id),
                 _ => {}
             }
@@ -173,25 +173,14 @@ impl EtcdLockBackend {
     }
 
     /// After a release: the lease of `held` goes back to a pool when `reusable`, else it is
-    /// revoked. A lease of the place ttl (a grant handed to a waiter is on its place lease)
-    /// goes to the queue's pool, where the next waiter to enter takes it: a lease that carries
-    /// nothing serves either use, and waiters that hand the lock down the queue then need no
-    /// new lease per turn.
-    fn after_release(&self, held: crate::leases::Held, reusable: bool) {
-        if reusable {
-            self.spare(held.lease);
+    /// revoked. A handed grant's lease is a place lease: it goes back to the queue's pool,
+    /// where the next waiter to enter takes it, so waiters that hand the lock down the queue
+    /// need no new lease per turn; any other goes to the grants' spares.
+    fn after_release(&self, held: Held, reusable: bool) {
+        if reusable && held.made.on_place_lease {
+            self.queue.spare_place_lease(held.lease);
         } else {
             self.leases.after_release(held, reusable);
-        }
-    }
-
-    /// Keeps a lease that carries nothing for later use: one of the place ttl in the queue's
-    /// pool, any other among the grants' spares.
-    fn spare(&self, lease: LeaseSlot) {
-        if lease.secs == self.queue.timing.secs {
-            self.queue.spare_place_lease(lease);
-        } else {
-            self.leases.put_spare(lease);
         }
     }
 
@@ -279,7 +268,7 @@ impl LockBackend for EtcdLockBackend {
         let result = async {
             if held.lease.secs != secs {
                 return self
-                    .reattach(lease, ttl, secs, Some(held.lease.id), Some(held.lease))
+                    .reattach(lease, ttl, secs, Some(held.lease.id), Some(&held))
                     .await
                     .map(|l| (l, None));
             }
@@ -338,16 +327,16 @@ impl LockBackend for EtcdLockBackend {
         let forgotten = self.leases.forget(&lease.key, lease.owner);
         if let Some((held, no_renewal)) = &forgotten
             && let Some(next) = &held.next
-            && held.granted_at > 0
+            && held.made.granted_at > 0
         {
             // The counter as this grant wrote it: while the grant holds, nobody else grants,
             // so a later write of it (`advance_token`) is the only way the compare fails.
             let counter = CounterSeen {
                 last: lease.token.get(),
-                mod_revision: held.granted_at,
+                mod_revision: held.made.granted_at,
             };
             let released = self
-                .release_handing_off(lease, held.create_revision, next, counter)
+                .release_handing_off(lease, held.made.create_revision, next, counter)
                 .await?;
             self.after_release(held.clone(), released && *no_renewal);
             return Ok(released);
@@ -362,7 +351,7 @@ impl LockBackend for EtcdLockBackend {
             compares.push(Compare::create_revision(
                 lock.clone(),
                 CompareOp::Equal,
-                held.create_revision,
+                held.made.create_revision,
             ));
         }
         let txn = Txn::new()

@@ -14,7 +14,7 @@ use crate::backend::EtcdLockBackend;
 use crate::error::{BACKEND, is_lease_not_found, protocol};
 use crate::handoff::{Handed, behind_of, handed_to};
 use crate::keys::{counter_value, holder_value};
-use crate::leases::LeaseSlot;
+use crate::leases::{LeaseSlot, Made};
 use crate::reply::{Applied, applied, counter_seen};
 use crate::seen::{CounterSeen, HeldBy, Successor};
 
@@ -216,7 +216,7 @@ impl EtcdLockBackend {
                 InLine::Alone | InLine::Enter { .. } => None,
             };
             self.leases
-                .track(key, owner, lease, (revision, revision), next);
+                .track(key, owner, lease, Made::at(revision), next);
             return Ok(Grant::Granted(Lease {
                 key: key.clone(),
                 owner,

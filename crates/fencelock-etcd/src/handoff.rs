@@ -5,9 +5,9 @@
 //! The release puts the lock key with the next waiter's `<waiter>:<token>` on the waiter's
 //! **place lease**, bumps the counter and deletes the place, *if* the lock key is still the
 //! releaser's grant, that place still exists with the create revision seen, no place is older,
-//! no reader key exists and the counter is at the revision this process saw; *else* it is the
-//! plain release (a nested transaction that deletes the lock key if it is still the grant's),
-//! and the waiters take it from there as before. The waiter sees its grant on the lock key's
+//! no reader key exists and the counter is at the revision the releaser's grant wrote it;
+//! *else* it is the plain release (a nested transaction that deletes the lock key if it is
+//! still the grant's), and the waiters take it from there as before. The waiter sees its grant on the lock key's
 //! watch (or its next look, or its next try) and takes it up as the core's `wait_for_grant`
 //! says: the grant lives on the place lease, which the waiter kept alive, so a waiter that
 //! vanished holds it for one place ttl at most.

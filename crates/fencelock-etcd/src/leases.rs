@@ -48,14 +48,33 @@ impl LeaseSlot {
     }
 }
 
+/// How a tracked grant was made, for its release.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Made {
+    /// The revision that created the lock key.
+    pub(crate) create_revision: i64,
+    /// The revision of the grant: the counter was written at it (0: not known).
+    pub(crate) granted_at: i64,
+    /// Whether the lock is on the waiter's place lease (a grant a release handed over).
+    pub(crate) on_place_lease: bool,
+}
+
+impl Made {
+    /// A grant by this process's own transaction, which created the lock key at `revision`.
+    pub(crate) fn at(revision: i64) -> Self {
+        Made {
+            create_revision: revision,
+            granted_at: revision,
+            on_place_lease: false,
+        }
+    }
+}
+
 /// A grant this backend made (or was handed) and has not released.
 #[derive(Debug, Clone)]
 pub(crate) struct Held {
     pub(crate) lease: LeaseSlot,
-    /// The revision that created the lock key.
-    pub(crate) create_revision: i64,
-    /// The revision of the grant (the counter was written at it; 0: not known).
-    pub(crate) granted_at: i64,
+    pub(crate) made: Made,
     /// The queued waiter behind this grant when it was made, if one was seen: its release
     /// hands the lock to that waiter (`handoff.rs`).
     pub(crate) next: Option<Successor>,
@@ -182,14 +201,14 @@ impl Leases {
         });
     }
 
-    /// Records a new grant of `key` by `owner`, made at revision `granted_at` on a lock key
-    /// created at `create_revision`, with the waiter seen queued behind it.
+    /// Records a new grant of `key` by `owner`, made as `made` says, with the waiter seen
+    /// queued behind it.
     pub(crate) fn track(
         &self,
         key: &LockKey,
         owner: OwnerId,
         lease: LeaseSlot,
-        (create_revision, granted_at): (i64, i64),
+        made: Made,
         next: Option<Successor>,
     ) {
         let mut grants = lock(&self.grants);
@@ -198,8 +217,7 @@ impl Leases {
                 (key.clone(), owner),
                 Held {
                     lease,
-                    create_revision,
-                    granted_at,
+                    made,
                     next,
                     extending: 0,
                 },
@@ -247,14 +265,20 @@ impl Leases {
         let mut grants = lock(&self.grants);
         let full = grants.len() >= TRACKED_GRANTS;
         match grants.get_mut(&(key.clone(), owner)) {
-            Some(held) => held.lease = lease,
+            Some(held) => {
+                held.lease = lease;
+                held.made.on_place_lease = false;
+            }
             None if !full => {
                 grants.insert(
                     (key.clone(), owner),
                     Held {
                         lease,
-                        create_revision,
-                        granted_at: 0,
+                        made: Made {
+                            create_revision,
+                            granted_at: 0,
+                            on_place_lease: false,
+                        },
                         next: None,
                         extending: 0,
                     },

@@ -28,7 +28,7 @@ use crate::cluster::Shared;
 use crate::error::{is_lease_not_found, protocol};
 use crate::grant::{Grant, InLine, Refusal, ahead_of, first_under_prefix, ranges};
 use crate::handoff::{Handed, behind_of, handed_to};
-use crate::leases::{LeaseSlot, Leases};
+use crate::leases::{LeaseSlot, Leases, Made};
 use crate::reply::{Applied, applied};
 use crate::seen::HeldBy;
 
@@ -116,7 +116,7 @@ impl Queue {
         }
     }
 
-    /// Keeps a lease of the place ttl that carries nothing for the next waiter's place.
+    /// Keeps a place lease that carries nothing any more for the next waiter's place.
     pub(crate) fn spare_place_lease(&self, lease: LeaseSlot) {
         self.leases.put_spare(lease);
     }
@@ -434,7 +434,11 @@ impl EtcdLockBackend {
             key,
             waiter,
             place.lease,
-            (handed.create_revision, handed.revision),
+            Made {
+                create_revision: handed.create_revision,
+                granted_at: handed.revision,
+                on_place_lease: true,
+            },
             place.seen.behind.clone(),
         );
         let place_ttl = Duration::from_secs(place.lease.secs.unsigned_abs());
@@ -458,16 +462,17 @@ impl EtcdLockBackend {
         max: Duration,
     ) -> Result<Option<Lease>> {
         self.wait_turn(key, waiter, max).await?;
-        let place = self.queue.places().get(&(key.clone(), waiter)).cloned();
-        match place {
-            Some(place) => match place.seen.handed {
-                Some(handed) => match self.take_handed(key, ttl, waiter, &place, handed) {
-                    Turn::Granted(lease) => Ok(Some(lease)),
-                    Turn::Waiting | Turn::Lost => Ok(None),
-                },
-                None => Ok(None),
-            },
-            None => Ok(None),
+        let handed = self
+            .queue
+            .places()
+            .get(&(key.clone(), waiter))
+            .and_then(|place| Some((place.clone(), place.seen.handed?)));
+        let Some((place, handed)) = handed else {
+            return Ok(None);
+        };
+        match self.take_handed(key, ttl, waiter, &place, handed) {
+            Turn::Granted(lease) => Ok(Some(lease)),
+            Turn::Waiting | Turn::Lost => Ok(None),
         }
     }
 

@@ -13,7 +13,7 @@ use crate::backend::{EtcdLockBackend, GRANT_ATTEMPTS};
 use crate::error::{BACKEND, is_lease_not_found, protocol};
 use crate::grant::{first_under_prefix, ranges};
 use crate::keys::{counter_value, holder_value};
-use crate::leases::LeaseSlot;
+use crate::leases::{LeaseSlot, Made};
 use crate::reply::{Applied, applied, counter_seen};
 use crate::seen::{CounterSeen, HeldBy};
 
@@ -271,7 +271,7 @@ impl EtcdLockBackend {
             for ((key, token), (slot, _)) in keys.iter().zip(tokens).zip(slots) {
                 self.seen.wrote(key, token.get(), revision);
                 self.leases
-                    .track(key, owner, slot, (revision, revision), None);
+                    .track(key, owner, slot, Made::at(revision), None);
                 leases.push(Lease {
                     key: key.clone(),
                     owner,

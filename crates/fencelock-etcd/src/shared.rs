@@ -25,7 +25,7 @@ use crate::backend::EtcdLockBackend;
 use crate::error::is_lease_not_found;
 use crate::grant::first_under_prefix;
 use crate::keys::{counter_value, holder_value, parse_holder};
-use crate::leases::LeaseSlot;
+use crate::leases::{LeaseSlot, Made};
 use crate::reply::{Applied, counter_seen, lost_reason, reads};
 use crate::seen::{CounterSeen, HeldBy};
 
@@ -159,7 +159,7 @@ impl EtcdLockBackend {
             self.leases.revoke_in_background(previous.lease.id);
         }
         self.leases
-            .track(key, reader, lease, (revision, revision), None);
+            .track(key, reader, lease, Made::at(revision), None);
         Lease {
             key: key.clone(),
             owner: fence.owner,
@@ -288,8 +288,17 @@ impl EtcdLockBackend {
             self.leases.revoke_in_background(id);
         }
         self.leases.forget(&lease.key, reader);
-        self.leases
-            .track(&lease.key, reader, fresh, (revision, 0), None);
+        self.leases.track(
+            &lease.key,
+            reader,
+            fresh,
+            Made {
+                create_revision: revision,
+                granted_at: 0,
+                on_place_lease: false,
+            },
+            None,
+        );
         Ok(Lease {
             ttl,
             valid_until: valid_until(fresh.alive_from, ttl),
