@@ -68,6 +68,16 @@ impl Made {
             on_place_lease: false,
         }
     }
+
+    /// A grant whose lock key was created at `create_revision`, by a grant this record does
+    /// not know the revision of (a renewal found it, or moved it).
+    pub(crate) fn created_at(create_revision: i64) -> Self {
+        Made {
+            create_revision,
+            granted_at: 0,
+            on_place_lease: false,
+        }
+    }
 }
 
 /// A grant this backend made (or was handed) and has not released.
@@ -274,11 +284,7 @@ impl Leases {
                     (key.clone(), owner),
                     Held {
                         lease,
-                        made: Made {
-                            create_revision,
-                            granted_at: 0,
-                            on_place_lease: false,
-                        },
+                        made: Made::created_at(create_revision),
                         next: None,
                         extending: 0,
                     },

@@ -288,17 +288,8 @@ impl EtcdLockBackend {
             self.leases.revoke_in_background(id);
         }
         self.leases.forget(&lease.key, reader);
-        self.leases.track(
-            &lease.key,
-            reader,
-            fresh,
-            Made {
-                create_revision: revision,
-                granted_at: 0,
-                on_place_lease: false,
-            },
-            None,
-        );
+        self.leases
+            .track(&lease.key, reader, fresh, Made::created_at(revision), None);
         Ok(Lease {
             ttl,
             valid_until: valid_until(fresh.alive_from, ttl),
