@@ -136,6 +136,20 @@ async fn all_granted(tasks: Vec<tokio::task::JoinHandle<()>>) {
     }
 }
 
+/// Releases `held`, with `tasks` queued behind it, and waits until each was granted and
+/// released in turn: the proposals member 0 saw committed meanwhile.
+async fn hand_down(
+    server: &Arc<EtcdServer>,
+    backend: &impl LockBackend,
+    held: &fencelock_core::Lease,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+) -> u64 {
+    let before = proposals_committed(server, 0).await;
+    assert!(backend.release(held).await.unwrap());
+    all_granted(tasks).await;
+    proposals_committed(server, 0).await - before
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_waiters_write_nothing_and_each_release_grants_one() {
     let server = common::spawn(1).await;
@@ -161,10 +175,7 @@ async fn queued_waiters_write_nothing_and_each_release_grants_one() {
         backend.try_acquire(&key, TTL).await.unwrap().is_none(),
         "a plain try took a lock waited for"
     );
-    let before = proposals_committed(&server, 0).await;
-    assert!(backend.release(&held).await.unwrap());
-    all_granted(tasks).await;
-    let drained = proposals_committed(&server, 0).await - before;
+    let drained = hand_down(&server, &backend, &held, tasks).await;
     assert_eq!(*order.lock().unwrap(), (0..waiters).collect::<Vec<_>>());
     // One release of the holder, then a grant and a release per waiter: a release is
     // followed by the head's grant alone (slack for lease housekeeping in the background).
@@ -189,13 +200,10 @@ async fn a_release_hands_the_lock_to_the_waiter_behind_in_one_write() {
     // waiter kept alive, and each waiter releases long before its first renewal.
     let (tasks, order) = queue_up(&cluster, &locker, &key, waiters, true).await;
     let token_before = backend.inspect(&key).await.unwrap().last_token.unwrap();
-    let before = proposals_committed(&server, 0).await;
     // The first holder was granted with no queue behind it, so its release deletes the lock
     // key; the head's grant (a transaction at its place) reads the waiter behind it, and from
     // then on each release writes the next waiter's grant itself.
-    assert!(backend.release(&held).await.unwrap());
-    all_granted(tasks).await;
-    let drained = proposals_committed(&server, 0).await - before;
+    let drained = hand_down(&server, &backend, &held, tasks).await;
     assert_eq!(*order.lock().unwrap(), (0..waiters).collect::<Vec<_>>());
     let info = backend.inspect(&key).await.unwrap();
     assert!(
