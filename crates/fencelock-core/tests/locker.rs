@@ -28,8 +28,9 @@ impl LockBackend for Polling {
     fn name(&self) -> &'static str {
         "polling"
     }
+    /// Not fair: it forwards no queue, so its waiters back off between tries.
     fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+        self.inner.capabilities().with_fair(false)
     }
     async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
         self.tries.fetch_add(1, Ordering::SeqCst);

@@ -8,13 +8,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fencelock_core::{
     Capabilities, Error, Fence, FencingToken, Lease, LockBackend, LockInfo, LockKey, LockKinds,
-    LostReason, OwnerId, ReadPhase, Result, TimeAuthority, TokenGuarantee, WakeUp, valid_until,
-    validate_floor, validate_ttl,
+    LostReason, OwnerId, QueueEntry, QueueRole, ReadPhase, Result, TimeAuthority, TokenGuarantee,
+    WakeUp, valid_until, validate_floor, validate_ttl,
 };
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::BACKEND;
+use crate::queue::{HANDOFF_TTL, Queue, TURN_REFRESH};
 use crate::shards::Shards;
 
 /// The longest ttl the memory backend accepts: one year.
@@ -26,7 +27,10 @@ struct Entry {
     /// The read phase: readers that overlap share its token and owner.
     readers: Option<Readers>,
     last_token: u64,
+    /// Wakes the requests that wait for any release ([`LockBackend::wait_for_release`]).
     released: Arc<Notify>,
+    /// The queued requests, granted in arrival order.
+    queue: Queue,
 }
 
 #[derive(Debug)]
@@ -67,6 +71,37 @@ impl Entry {
         let writer = self.live_holder(now).map(|h| h.expires_at);
         let readers = self.live_readers(now).map(|(_, until)| until);
         writer.max(readers)
+    }
+
+    /// Whether a try that does not queue must leave the key alone at `now`: it is held, or a
+    /// live queued waiter comes first.
+    fn blocked(&self, now: Instant) -> bool {
+        self.held_until(now).is_some() || self.queue.head(now).is_some()
+    }
+
+    /// Grants a free lock to the first live queued waiter, for the shorter of its ttl and
+    /// [`HANDOFF_TTL`], and wakes that waiter alone: the step a try of that waiter would take,
+    /// taken for it. A counter with no token left grants nothing and wakes the waiter, whose
+    /// own try then reports it.
+    fn hand_off(&mut self, now: Instant) {
+        if self.held_until(now).is_some() {
+            return;
+        }
+        let Some(place) = self.queue.pop_head(now) else {
+            return;
+        };
+        let Ok(token) = self.next_token() else {
+            place.turn.notify_one();
+            self.queue.put_back(place);
+            return;
+        };
+        self.readers = None;
+        self.holder = Some(Holder {
+            owner: place.waiter,
+            token,
+            expires_at: now + place.ttl.min(HANDOFF_TTL),
+        });
+        place.turn.notify_one();
     }
 
     /// The next token, recorded as the last one.
@@ -133,8 +168,71 @@ impl MemoryLockBackend {
         for shard in self.entries.all() {
             for entry in shard.values() {
                 entry.released.notify_waiters();
+                entry.queue.wake_all();
             }
         }
+    }
+
+    /// Sleeps until the lock is handed to `waiter` or may be free for its try, at most `max`
+    /// and [`TURN_REFRESH`] (so its next try keeps its place). The handed grant, with the
+    /// time it was read, when the lock is `waiter`'s.
+    async fn wait_turn(
+        &self,
+        key: &LockKey,
+        waiter: OwnerId,
+        max: Duration,
+    ) -> Result<Option<(Holder, Instant)>> {
+        self.open()?;
+        let handed = |shard: &crate::shards::Guard<'_, Entry>, now: Instant| {
+            shard
+                .get(key)
+                .and_then(|entry| entry.live_holder(now))
+                .filter(|h| h.owner == waiter)
+        };
+        let started = Instant::now();
+        let (turn, until) = {
+            let shard = self.entries.lock(key);
+            if let Some(holder) = handed(&shard, started) {
+                return Ok(Some((holder, started)));
+            }
+            let Some(entry) = shard.get(key) else {
+                return Ok(None);
+            };
+            // Not queued (its place lapsed, or it never tried): the next try queues it.
+            let Some((turn, lapses_at)) = entry.queue.turn_of(waiter, started) else {
+                return Ok(None);
+            };
+            let free_at = match entry.held_until(started) {
+                Some(until) => until,
+                // Free, and first: the next try takes it.
+                None if entry
+                    .queue
+                    .head(started)
+                    .is_some_and(|h| h.waiter == waiter) =>
+                {
+                    return Ok(None);
+                }
+                // Free, kept for the head: it lapses if that waiter vanished.
+                None => entry
+                    .queue
+                    .head(started)
+                    .map_or(started, |head| head.lapses_at),
+            };
+            let until = [free_at, lapses_at, started + TURN_REFRESH]
+                .into_iter()
+                .chain(started.checked_add(max))
+                .min()
+                .unwrap_or(started);
+            (turn, until)
+        };
+        tokio::select! {
+            _ = turn.notified() => {}
+            _ = tokio::time::sleep_until(until) => {}
+        }
+        self.open()?;
+        let now = Instant::now();
+        let shard = self.entries.lock(key);
+        Ok(handed(&shard, now).map(|holder| (holder, now)))
     }
 
     fn open(&self) -> Result<()> {
@@ -172,6 +270,7 @@ impl LockBackend for MemoryLockBackend {
         )
         .with_kinds(LockKinds::GENERIC.with_shared())
         .with_atomic_sets(true)
+        .with_fair(true)
     }
 
     async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
@@ -184,7 +283,7 @@ impl LockBackend for MemoryLockBackend {
             Some(entry) => entry,
             None => shard.entry(key.clone()).or_default(),
         };
-        if entry.held_until(now).is_some() {
+        if entry.blocked(now) {
             return Ok(None);
         }
         let token = entry.next_token()?;
@@ -220,7 +319,7 @@ impl LockBackend for MemoryLockBackend {
         let (mut shards, of_key) = self.entries.lock_many(keys);
         for (key, &shard) in keys.iter().zip(&of_key) {
             let entry = shards[shard].get(key);
-            if entry.is_some_and(|entry| entry.held_until(now).is_some()) {
+            if entry.is_some_and(|entry| entry.blocked(now)) {
                 return Ok(None);
             }
             // A counter at its end refuses the set before any key of it is granted.
@@ -288,6 +387,7 @@ impl LockBackend for MemoryLockBackend {
         }
         let was_live = entry.live_holder(now).is_some();
         entry.holder = None;
+        entry.hand_off(now);
         entry.released.notify_waiters();
         Ok(was_live)
     }
@@ -309,7 +409,12 @@ impl LockBackend for MemoryLockBackend {
         let expires_at = {
             let now = Instant::now();
             let shard = self.entries.lock(key);
-            match shard.get(key).and_then(|e| e.held_until(now)) {
+            // A free lock kept for a queued waiter stays so until that waiter's place lapses.
+            let blocked = shard.get(key).and_then(|e| {
+                e.held_until(now)
+                    .or_else(|| e.queue.head(now).map(|place| place.lapses_at))
+            });
+            match blocked {
                 Some(until) => until,
                 None => return Ok(()),
             }
@@ -321,6 +426,108 @@ impl LockBackend for MemoryLockBackend {
             _ = notified => {}
             _ = tokio::time::sleep_until(until) => {}
         }
+        Ok(())
+    }
+
+    /// Grants only when the lock is free and the queue is empty or headed by `waiter`; a
+    /// refused try keeps the waiter's place. A lock handed to `waiter` is taken up here,
+    /// renewed for `ttl`.
+    async fn try_acquire_queued(
+        &self,
+        key: &LockKey,
+        ttl: Duration,
+        waiter: OwnerId,
+    ) -> Result<Option<Lease>> {
+        validate_ttl(ttl, &self.capabilities())?;
+        self.open()?;
+        let now = Instant::now();
+        let mut shard = self.entries.lock(key);
+        let entry = match shard.get_mut(key) {
+            Some(entry) => entry,
+            None => shard.entry(key.clone()).or_default(),
+        };
+        entry.queue.forget_lapsed(now);
+        if let Some(holder) = entry.holder.as_mut().filter(|h| h.expires_at > now) {
+            if holder.owner != waiter {
+                entry.queue.keep(waiter, ttl, now);
+                return Ok(None);
+            }
+            // Handed to this waiter by a release: its grant, held for the whole ttl from now.
+            holder.expires_at = now + ttl;
+            return Ok(Some(Lease {
+                key: key.clone(),
+                owner: waiter,
+                token: holder.token,
+                ttl,
+                valid_until: valid_until(now, ttl),
+            }));
+        }
+        let first = entry
+            .queue
+            .head(now)
+            .is_none_or(|head| head.waiter == waiter);
+        if entry.live_readers(now).is_some() || !first {
+            entry.queue.keep(waiter, ttl, now);
+            // A free lock whose head has not come for it yet is handed to that head now.
+            entry.hand_off(now);
+            return Ok(None);
+        }
+        let token = entry.next_token()?;
+        entry.queue.remove(waiter);
+        entry.readers = None;
+        entry.holder = Some(Holder {
+            owner: waiter,
+            token,
+            expires_at: now + ttl,
+        });
+        Ok(Some(Lease {
+            key: key.clone(),
+            owner: waiter,
+            token,
+            ttl,
+            valid_until: valid_until(now, ttl),
+        }))
+    }
+
+    async fn wait_for_turn(&self, key: &LockKey, waiter: OwnerId, max: Duration) -> Result<()> {
+        self.wait_turn(key, waiter, max).await.map(|_| ())
+    }
+
+    async fn wait_for_grant(
+        &self,
+        key: &LockKey,
+        waiter: OwnerId,
+        ttl: Duration,
+        max: Duration,
+    ) -> Result<Option<Lease>> {
+        let Some((holder, now)) = self.wait_turn(key, waiter, max).await? else {
+            return Ok(None);
+        };
+        Ok(Some(Lease {
+            key: key.clone(),
+            owner: waiter,
+            token: holder.token,
+            ttl,
+            // Granted for the hand-off ttl, of which this much is left.
+            valid_until: valid_until(now, holder.expires_at - now),
+        }))
+    }
+
+    /// Takes `waiter`'s place out of the queue; a lock handed to it is handed on, and a free
+    /// lock it headed the queue for goes to the next waiter.
+    async fn leave_queue(&self, key: &LockKey, waiter: OwnerId) -> Result<()> {
+        self.open()?;
+        let now = Instant::now();
+        let mut shard = self.entries.lock(key);
+        let Some(entry) = shard.get_mut(key) else {
+            return Ok(());
+        };
+        entry.queue.remove(waiter);
+        if entry.holder.is_some_and(|h| h.owner == waiter) {
+            entry.holder = None;
+            entry.released.notify_waiters();
+        }
+        entry.hand_off(now);
         Ok(())
     }
 
@@ -343,6 +550,44 @@ impl LockBackend for MemoryLockBackend {
             last_token: entry.and_then(|e| FencingToken::new(e.last_token)),
             unfenced_holder: None,
         })
+    }
+
+    async fn inspect_queue(&self, key: &LockKey) -> Result<Option<Vec<QueueEntry>>> {
+        self.open()?;
+        let now = Instant::now();
+        let shard = self.entries.lock(key);
+        let Some(entry) = shard.get(key) else {
+            return Ok(Some(Vec::new()));
+        };
+        let mut queue = Vec::new();
+        if let Some(h) = entry.live_holder(now) {
+            queue.push(QueueEntry {
+                owner: h.owner,
+                role: QueueRole::Holder,
+                token: Some(h.token),
+                remaining: h.expires_at - now,
+            });
+        } else if let Some((readers, _)) = entry.live_readers(now) {
+            queue.extend(
+                readers
+                    .expiries
+                    .iter()
+                    .filter(|(_, until)| **until > now)
+                    .map(|(reader, until)| QueueEntry {
+                        owner: *reader,
+                        role: QueueRole::Reader,
+                        token: Some(readers.fence.token),
+                        remaining: *until - now,
+                    }),
+            );
+        }
+        queue.extend(entry.queue.live(now).map(|place| QueueEntry {
+            owner: place.waiter,
+            role: QueueRole::Waiting,
+            token: None,
+            remaining: place.lapses_at - now,
+        }));
+        Ok(Some(queue))
     }
 
     async fn try_acquire_shared(
@@ -426,6 +671,7 @@ impl LockBackend for MemoryLockBackend {
             .is_some_and(|until| until > now);
         if readers.live_until(now).is_none() {
             entry.readers = None;
+            entry.hand_off(now);
             entry.released.notify_waiters();
         }
         Ok(was_live)

@@ -5,6 +5,7 @@
 mod backend;
 mod baseline;
 mod config;
+mod queue;
 mod shards;
 mod storage;
 
