@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fencelock_core::{
     Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, Locker, LostReason,
-    Result,
+    Result, Semaphore,
 };
 use fencelock_memory::MemoryLockBackend;
 use tokio::time::{Instant, sleep};
@@ -270,5 +270,52 @@ async fn a_locker_takes_any_backend() {
         );
         last = Some(guard.token());
         guard.release().await.unwrap();
+    }
+}
+
+/// A semaphore's waiter listens to 16 of its slots at most and finds a permit freed in any
+/// other slot with its next try, after a backoff pause (500 ms at most). The semaphore's
+/// wrapper once passed on a fair backend's `fair`, without its queue: its requests then slept
+/// on the watched slots for their whole wait, and missed a permit freed elsewhere. Eight
+/// rounds of 64 slots: a request that sleeps on its watched slots alone finds all eight
+/// permits in time with a chance of 1 in 4^8.
+#[tokio::test(start_paused = true)]
+async fn a_permit_freed_in_an_unwatched_slot_is_found_within_a_backoff_pause() {
+    let locker = Locker::new(MemoryLockBackend::new());
+    let semaphore = Semaphore::new(&locker, "many-slots", 64).unwrap();
+    let ttl = Duration::from_secs(3600);
+    let mut held = Vec::new();
+    for _ in 0..semaphore.permits() {
+        held.push(
+            semaphore
+                .acquire()
+                .ttl(ttl)
+                .wait(Duration::ZERO)
+                .await
+                .unwrap(),
+        );
+    }
+    for _ in 0..8 {
+        let waiter = tokio::spawn({
+            let semaphore = semaphore.clone();
+            async move {
+                semaphore
+                    .acquire()
+                    .ttl(ttl)
+                    .wait(Duration::from_secs(60))
+                    .await
+            }
+        });
+        sleep(Duration::from_millis(100)).await;
+        let freed = held.remove(0);
+        let released_at = Instant::now();
+        assert!(freed.release().await.unwrap());
+        let permit = waiter.await.unwrap().unwrap();
+        let waited = released_at.elapsed();
+        assert!(
+            waited <= Duration::from_millis(600),
+            "a freed permit was found {waited:?} after its release"
+        );
+        held.push(permit);
     }
 }

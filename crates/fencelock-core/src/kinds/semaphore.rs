@@ -256,8 +256,14 @@ impl LockBackend for Slots {
     }
 
     fn capabilities(&self) -> Capabilities {
-        // A set in one step is the inner backend's exclusive grant, not this kind's.
-        self.inner.capabilities().with_atomic_sets(false)
+        // A set in one step is the inner backend's exclusive grant, not this kind's; and a
+        // permit is taken by plain tries of its slots, which hold no place in any queue, so
+        // its request waits with backoff pauses (which also bound how long a permit freed
+        // in a slot it does not watch goes unseen), not as a fair backend's queued waiter.
+        self.inner
+            .capabilities()
+            .with_atomic_sets(false)
+            .with_fair(false)
     }
 
     async fn try_acquire(&self, _key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
