@@ -90,18 +90,28 @@ impl Entry {
         let Some(place) = self.queue.pop_head(now) else {
             return;
         };
-        let Ok(token) = self.next_token() else {
+        if self
+            .grant(place.waiter, place.ttl.min(HANDOFF_TTL), now)
+            .is_err()
+        {
             place.turn.notify_one();
             self.queue.put_back(place);
             return;
-        };
+        }
+        place.turn.notify_one();
+    }
+
+    /// Makes `owner` the holder for `ttl` from `now` with the key's next token, ending any read
+    /// phase: the one way a lock is granted (a try, a set, a hand-off).
+    fn grant(&mut self, owner: OwnerId, ttl: Duration, now: Instant) -> Result<FencingToken> {
+        let token = self.next_token()?;
         self.readers = None;
         self.holder = Some(Holder {
-            owner: place.waiter,
+            owner,
             token,
-            expires_at: now + place.ttl.min(HANDOFF_TTL),
+            expires_at: now + ttl,
         });
-        place.turn.notify_one();
+        Ok(token)
     }
 
     /// The next token, recorded as the last one.
@@ -247,6 +257,17 @@ impl MemoryLockBackend {
     }
 }
 
+/// A grant of `token` to `owner` made at `now` for `ttl`.
+fn lease(key: &LockKey, owner: OwnerId, token: FencingToken, ttl: Duration, now: Instant) -> Lease {
+    Lease {
+        key: key.clone(),
+        owner,
+        token,
+        ttl,
+        valid_until: valid_until(now, ttl),
+    }
+}
+
 fn exhausted() -> Error {
     Error::Backend {
         backend: BACKEND,
@@ -277,30 +298,14 @@ impl LockBackend for MemoryLockBackend {
         validate_ttl(ttl, &self.capabilities())?;
         self.open()?;
         let now = Instant::now();
-        let mut shard = self.entries.lock(key);
-        // Look up before `entry`, which would clone the key on every call.
-        let entry = match shard.get_mut(key) {
-            Some(entry) => entry,
-            None => shard.entry(key.clone()).or_default(),
-        };
-        if entry.blocked(now) {
-            return Ok(None);
-        }
-        let token = entry.next_token()?;
-        let owner = OwnerId::random();
-        entry.readers = None;
-        entry.holder = Some(Holder {
-            owner,
-            token,
-            expires_at: now + ttl,
-        });
-        Ok(Some(Lease {
-            key: key.clone(),
-            owner,
-            token,
-            ttl,
-            valid_until: valid_until(now, ttl),
-        }))
+        self.entries.update(key, |entry| {
+            if entry.blocked(now) {
+                return Ok(None);
+            }
+            let owner = OwnerId::random();
+            let token = entry.grant(owner, ttl, now)?;
+            Ok(Some(lease(key, owner, token, ttl, now)))
+        })
     }
 
     /// Every key or none, under the locks of all their shards at once: nothing else sees a
@@ -331,20 +336,8 @@ impl LockBackend for MemoryLockBackend {
         let mut leases = Vec::with_capacity(keys.len());
         for (key, &shard) in keys.iter().zip(&of_key) {
             let entry = shards[shard].entry(key.clone()).or_default();
-            let token = entry.next_token()?;
-            entry.readers = None;
-            entry.holder = Some(Holder {
-                owner,
-                token,
-                expires_at: now + ttl,
-            });
-            leases.push(Lease {
-                key: key.clone(),
-                owner,
-                token,
-                ttl,
-                valid_until: valid_until(now, ttl),
-            });
+            let token = entry.grant(owner, ttl, now)?;
+            leases.push(lease(key, owner, token, ttl, now));
         }
         Ok(Some(leases))
     }
@@ -441,52 +434,32 @@ impl LockBackend for MemoryLockBackend {
         validate_ttl(ttl, &self.capabilities())?;
         self.open()?;
         let now = Instant::now();
-        let mut shard = self.entries.lock(key);
-        let entry = match shard.get_mut(key) {
-            Some(entry) => entry,
-            None => shard.entry(key.clone()).or_default(),
-        };
-        entry.queue.forget_lapsed(now);
-        if let Some(holder) = entry.holder.as_mut().filter(|h| h.expires_at > now) {
-            if holder.owner != waiter {
+        self.entries.update(key, |entry| {
+            entry.queue.forget_lapsed(now);
+            if let Some(holder) = entry.holder.as_mut().filter(|h| h.expires_at > now) {
+                if holder.owner != waiter {
+                    entry.queue.keep(waiter, ttl, now);
+                    return Ok(None);
+                }
+                // Handed to this waiter by a release: its grant, held for the whole ttl from
+                // now.
+                holder.expires_at = now + ttl;
+                return Ok(Some(lease(key, waiter, holder.token, ttl, now)));
+            }
+            let first = entry
+                .queue
+                .head(now)
+                .is_none_or(|head| head.waiter == waiter);
+            if entry.live_readers(now).is_some() || !first {
                 entry.queue.keep(waiter, ttl, now);
+                // A free lock whose head has not come for it yet is handed to that head now.
+                entry.hand_off(now);
                 return Ok(None);
             }
-            // Handed to this waiter by a release: its grant, held for the whole ttl from now.
-            holder.expires_at = now + ttl;
-            return Ok(Some(Lease {
-                key: key.clone(),
-                owner: waiter,
-                token: holder.token,
-                ttl,
-                valid_until: valid_until(now, ttl),
-            }));
-        }
-        let first = entry
-            .queue
-            .head(now)
-            .is_none_or(|head| head.waiter == waiter);
-        if entry.live_readers(now).is_some() || !first {
-            entry.queue.keep(waiter, ttl, now);
-            // A free lock whose head has not come for it yet is handed to that head now.
-            entry.hand_off(now);
-            return Ok(None);
-        }
-        let token = entry.next_token()?;
-        entry.queue.remove(waiter);
-        entry.readers = None;
-        entry.holder = Some(Holder {
-            owner: waiter,
-            token,
-            expires_at: now + ttl,
-        });
-        Ok(Some(Lease {
-            key: key.clone(),
-            owner: waiter,
-            token,
-            ttl,
-            valid_until: valid_until(now, ttl),
-        }))
+            let token = entry.grant(waiter, ttl, now)?;
+            entry.queue.remove(waiter);
+            Ok(Some(lease(key, waiter, token, ttl, now)))
+        })
     }
 
     async fn wait_for_turn(&self, key: &LockKey, waiter: OwnerId, max: Duration) -> Result<()> {
@@ -503,13 +476,11 @@ impl LockBackend for MemoryLockBackend {
         let Some((holder, now)) = self.wait_turn(key, waiter, max).await? else {
             return Ok(None);
         };
+        // Granted for the hand-off ttl, of which this much is left.
+        let left = valid_until(now, holder.expires_at - now);
         Ok(Some(Lease {
-            key: key.clone(),
-            owner: waiter,
-            token: holder.token,
-            ttl,
-            // Granted for the hand-off ttl, of which this much is left.
-            valid_until: valid_until(now, holder.expires_at - now),
+            valid_until: left,
+            ..lease(key, waiter, holder.token, ttl, now)
         }))
     }
 
@@ -599,35 +570,27 @@ impl LockBackend for MemoryLockBackend {
         validate_ttl(ttl, &self.capabilities())?;
         self.open()?;
         let now = Instant::now();
-        let mut shard = self.entries.lock(key);
-        let entry = match shard.get_mut(key) {
-            Some(entry) => entry,
-            None => shard.entry(key.clone()).or_default(),
-        };
-        if entry.live_holder(now).is_some() {
-            return Ok(None);
-        }
-        if entry.live_readers(now).is_none() {
-            // The first reader of a phase: a new token, a new shared owner.
-            let token = entry.next_token()?;
-            entry.holder = None;
-            entry.readers = Some(Readers {
-                fence: Fence::new(token, OwnerId::random()),
-                expiries: HashMap::new(),
-            });
-        }
-        let Some(readers) = entry.readers.as_mut() else {
-            unreachable!("a read phase was found live or started just above");
-        };
-        readers.expiries.retain(|_, until| *until > now);
-        readers.expiries.insert(reader, now + ttl);
-        Ok(Some(Lease {
-            key: key.clone(),
-            owner: readers.fence.owner,
-            token: readers.fence.token,
-            ttl,
-            valid_until: valid_until(now, ttl),
-        }))
+        self.entries.update(key, |entry| {
+            if entry.live_holder(now).is_some() {
+                return Ok(None);
+            }
+            if entry.live_readers(now).is_none() {
+                // The first reader of a phase: a new token, a new shared owner.
+                let token = entry.next_token()?;
+                entry.holder = None;
+                entry.readers = Some(Readers {
+                    fence: Fence::new(token, OwnerId::random()),
+                    expiries: HashMap::new(),
+                });
+            }
+            let Some(readers) = entry.readers.as_mut() else {
+                unreachable!("a read phase was found live or started just above");
+            };
+            readers.expiries.retain(|_, until| *until > now);
+            readers.expiries.insert(reader, now + ttl);
+            let fence = readers.fence;
+            Ok(Some(lease(key, fence.owner, fence.token, ttl, now)))
+        })
     }
 
     async fn extend_shared(&self, lease: &Lease, reader: OwnerId, ttl: Duration) -> Result<Lease> {

@@ -41,6 +41,20 @@ impl<V> Shards<V> {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Runs `f` on the value of `key` (a default one made if missing) under its shard's lock.
+    /// Looks the key up before inserting, which would clone it on every call.
+    pub(crate) fn update<R>(&self, key: &LockKey, f: impl FnOnce(&mut V) -> R) -> R
+    where
+        V: Default,
+    {
+        let mut shard = self.lock(key);
+        let value = match shard.get_mut(key) {
+            Some(value) => value,
+            None => shard.entry(key.clone()).or_default(),
+        };
+        f(value)
+    }
+
     /// Locks the shards of every key of `keys` at once, each shard once, in the shards' own
     /// order (as [`all`](Self::all) does, so two callers never wait for each other in a
     /// circle); with, for each key, the position of its shard's guard.
