@@ -6,6 +6,11 @@
 -- (each queued try sets it a place ttl ahead) and the ttl it asks for. A free lock goes only
 -- to the first live place of its key (or anyone when no place is live); the release hands
 -- the lock to that place's waiter in the same transaction and notifies it by name.
+-- A waiter that leaves keeps its row for a place ttl, marked `gone`: a try of its request
+-- still in flight (sent on another connection before the request was dropped, and run after
+-- the leave) is then refused and queues nothing, instead of taking a place that would keep a
+-- free lock from everyone for a place ttl. A gone row is no place: it is never the head and
+-- never keeps a lock.
 -- UNLOGGED like every table a grant writes: a crash empties it with the leases, and waiters
 -- queue again at their next try.
 CREATE SEQUENCE fencelock_lease_arrivals;
@@ -16,6 +21,7 @@ CREATE UNLOGGED TABLE fencelock_lease_places (
     arrival   bigint      NOT NULL,
     lapses_at timestamptz NOT NULL,
     ttl_us    float8      NOT NULL,
+    gone      boolean     NOT NULL DEFAULT false,
     PRIMARY KEY (key, waiter)
 );
 CREATE INDEX fencelock_lease_places_order ON fencelock_lease_places (key, arrival);
@@ -52,7 +58,7 @@ BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
     IF NOT EXISTS (
         SELECT 1 FROM fencelock_lease_places p
-         WHERE p.key = p_key AND p.lapses_at > clock_timestamp()
+         WHERE p.key = p_key AND p.lapses_at > clock_timestamp() AND NOT p.gone
     ) THEN
         DELETE FROM fencelock_leases l
          WHERE l.key = p_key AND l.owner = p_owner AND l.token = p_token
@@ -70,7 +76,7 @@ BEGIN
     DELETE FROM fencelock_lease_places p
      WHERE p.key = p_key AND p.lapses_at <= clock_timestamp();
     SELECT p.waiter, p.ttl_us INTO head FROM fencelock_lease_places p
-     WHERE p.key = p_key ORDER BY p.arrival LIMIT 1 FOR UPDATE;
+     WHERE p.key = p_key AND NOT p.gone ORDER BY p.arrival LIMIT 1 FOR UPDATE;
     IF FOUND AND epoch_live IS NOT NULL THEN
         UPDATE fencelock_counters c
            SET last_token = fencelock_next_token(c.last_token, epoch_live)
@@ -130,6 +136,15 @@ BEGIN
         RETURN QUERY SELECT NULL::bigint, epoch_live, false, serves, NULL::bigint;
         RETURN;
     END IF;
+    -- A try of a waiter that left (in flight when its request was dropped): nothing.
+    IF EXISTS (
+        SELECT 1 FROM fencelock_lease_places p
+         WHERE p.key = p_key AND p.waiter = p_waiter AND p.gone
+           AND p.lapses_at > clock_timestamp()
+    ) THEN
+        RETURN QUERY SELECT NULL::bigint, epoch_live, false, serves, NULL::bigint;
+        RETURN;
+    END IF;
     -- The lock handed to this waiter by a release: take it up for the waiter's ttl.
     UPDATE fencelock_leases l
        SET expires_at = clock_timestamp() + p_ttl_us * interval '1 microsecond'
@@ -143,7 +158,7 @@ BEGIN
     DELETE FROM fencelock_lease_places p
      WHERE p.key = p_key AND p.lapses_at <= clock_timestamp();
     SELECT p.waiter INTO head FROM fencelock_lease_places p
-     WHERE p.key = p_key ORDER BY p.arrival LIMIT 1;
+     WHERE p.key = p_key AND NOT p.gone ORDER BY p.arrival LIMIT 1;
     SELECT GREATEST(0, extract(epoch FROM l.expires_at - clock_timestamp()) * 1000000)::bigint
       INTO left_us
       FROM fencelock_leases l WHERE l.key = p_key AND l.expires_at > clock_timestamp();
@@ -190,22 +205,28 @@ BEGIN
     VALUES (p_key, p_waiter, nextval('fencelock_lease_arrivals'),
             clock_timestamp() + p_place_us * interval '1 microsecond', p_ttl_us)
     ON CONFLICT (key, waiter) DO UPDATE
-        SET lapses_at = EXCLUDED.lapses_at, ttl_us = EXCLUDED.ttl_us;
+        SET lapses_at = EXCLUDED.lapses_at, ttl_us = EXCLUDED.ttl_us, gone = false;
     RETURN QUERY SELECT NULL::bigint, epoch_live, false, serves, left_us;
 END
 $$;
 
--- Gives up waiter `p_waiter`'s place in `p_key`'s queue, and a lock handed to it (freed as a
--- release frees it: handed on to the next place). Looked for before and after the place is
--- removed, so a hand-off that committed in between is freed too. When the lock is free and
--- kept for nobody any more, the key's waiters are woken to try.
-CREATE FUNCTION fencelock_lease_leave(p_key text, p_waiter bytea, p_handoff_us float8)
-RETURNS void
+-- Gives up waiter `p_waiter`'s place in `p_key`'s queue (its row kept `gone` for
+-- `p_place_us`, see the table), and a lock handed to it (freed as a release frees it: handed
+-- on to the next place). Looked for before and after the place is given up, so a hand-off
+-- that committed in between is freed too. When the waiter had a place and the lock is free,
+-- the key's waiters are woken to try (the lock may have been kept for this one).
+CREATE FUNCTION fencelock_lease_leave(
+    p_key        text,
+    p_waiter     bytea,
+    p_handoff_us float8,
+    p_place_us   float8
+) RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
     handed bigint;
+    placed boolean;
 BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
     SELECT l.token INTO handed FROM fencelock_leases l
@@ -213,18 +234,24 @@ BEGIN
     IF FOUND THEN
         PERFORM fencelock_lease_free(p_key, p_waiter, handed, p_handoff_us);
     END IF;
-    DELETE FROM fencelock_lease_places p WHERE p.key = p_key AND p.waiter = p_waiter;
+    placed := EXISTS (
+        SELECT 1 FROM fencelock_lease_places p
+         WHERE p.key = p_key AND p.waiter = p_waiter AND NOT p.gone
+           AND p.lapses_at > clock_timestamp()
+    );
+    INSERT INTO fencelock_lease_places AS p (key, waiter, arrival, lapses_at, ttl_us, gone)
+    VALUES (p_key, p_waiter, nextval('fencelock_lease_arrivals'),
+            clock_timestamp() + p_place_us * interval '1 microsecond', 0, true)
+    ON CONFLICT (key, waiter) DO UPDATE SET lapses_at = EXCLUDED.lapses_at, gone = true;
+    SELECT l.token INTO handed FROM fencelock_leases l
+     WHERE l.key = p_key AND l.owner = p_waiter;
     IF FOUND THEN
-        SELECT l.token INTO handed FROM fencelock_leases l
-         WHERE l.key = p_key AND l.owner = p_waiter;
-        IF FOUND THEN
-            PERFORM fencelock_lease_free(p_key, p_waiter, handed, p_handoff_us);
-        ELSIF NOT EXISTS (
-            SELECT 1 FROM fencelock_leases l
-             WHERE l.key = p_key AND l.expires_at > clock_timestamp()
-        ) THEN
-            PERFORM pg_notify('fencelock_' || current_schema(), p_key);
-        END IF;
+        PERFORM fencelock_lease_free(p_key, p_waiter, handed, p_handoff_us);
+    ELSIF placed AND NOT EXISTS (
+        SELECT 1 FROM fencelock_leases l
+         WHERE l.key = p_key AND l.expires_at > clock_timestamp()
+    ) THEN
+        PERFORM pg_notify('fencelock_' || current_schema(), p_key);
     END IF;
 END
 $$;

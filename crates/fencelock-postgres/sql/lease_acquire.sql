@@ -36,7 +36,7 @@ WITH bounded AS (
      )
        AND NOT EXISTS (
          SELECT 1 FROM {schema}.fencelock_lease_places p
-          WHERE p.key = $1 AND p.lapses_at > clock_timestamp()
+          WHERE p.key = $1 AND p.lapses_at > clock_timestamp() AND NOT p.gone
      )
 ), counter AS (
     INSERT INTO {schema}.fencelock_counters AS c (key, last_token)

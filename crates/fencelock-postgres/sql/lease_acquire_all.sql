@@ -14,7 +14,7 @@ SELECT s.tokens,
            AS bound
   FROM (SELECT EXISTS (
            SELECT 1 FROM {schema}.fencelock_lease_places p
-            WHERE p.key = ANY ($1) AND p.lapses_at > clock_timestamp()
+            WHERE p.key = ANY ($1) AND p.lapses_at > clock_timestamp() AND NOT p.gone
        ) AS queued) q
   LEFT JOIN LATERAL (
       SELECT f.tokens, f.live, f.exhausted, f.bound

@@ -549,6 +549,7 @@ impl LockBackend for PgLeaseBackend {
                     Arg::Text(key.as_str()),
                     Arg::Bytea(&owner_bytes(waiter)),
                     Arg::Float8(micros(HANDOFF_TTL)),
+                    Arg::Float8(micros(PLACE_TTL)),
                 ],
             ),
         )
