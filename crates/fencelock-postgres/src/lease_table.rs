@@ -282,7 +282,9 @@ impl LockBackend for PgLeaseBackend {
         .with_locks_survive_restart(true)
         .with_kinds(LockKinds::GENERIC.with_shared())
         .with_atomic_sets(true)
-        .with_fair(true)
+        // Fair where a release can wake the waiter it hands the lock to by name; through a
+        // transaction pooler (no LISTEN) waiters poll, and none queues.
+        .with_fair(wake_up == WakeUp::Notify)
     }
 
     async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
