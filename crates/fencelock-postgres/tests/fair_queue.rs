@@ -267,3 +267,38 @@ async fn leaving_with_a_handed_lock_hands_it_on() {
     assert!(backend.release(&lease).await.unwrap());
     assert_eq!(places(&db, &key).await, 0);
 }
+
+/// A queued try after the volatile tables were lost (a crash, a failover) starts a new epoch
+/// as a plain grant does: its token is above every token granted before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_try_after_lost_volatile_state_starts_a_new_epoch() {
+    let (_schema, db) = common::database().await;
+    let backend = db.lease_backend();
+    let key = key("queued-epoch", &db);
+    let first = backend
+        .try_acquire_queued(&key, TTL, OwnerId::random())
+        .await
+        .unwrap()
+        .expect("a queued try was refused a free lock");
+    let s = db.schema();
+    sqlx::query(&format!(
+        "TRUNCATE \"{s}\".fencelock_epoch_live, \"{s}\".fencelock_counters, \
+         \"{s}\".fencelock_leases, \"{s}\".fencelock_lease_readers, \
+         \"{s}\".fencelock_lease_places"
+    ))
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let second = backend
+        .try_acquire_queued(&key, TTL, OwnerId::random())
+        .await
+        .unwrap()
+        .expect("a queued try was refused after the volatile state was lost");
+    assert!(second.token > first.token);
+    assert!(
+        second.token.get() >> 32 > first.token.get() >> 32,
+        "no new epoch"
+    );
+    assert!(!backend.release(&first).await.unwrap());
+    assert!(backend.release(&second).await.unwrap());
+}
