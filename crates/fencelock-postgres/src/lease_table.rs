@@ -122,6 +122,24 @@ impl PgLeaseBackend {
     where
         T: for<'r> FromRow<'r, PgRow> + Send + Unpin + 'static,
     {
+        Ok(self
+            .grant_or_refusal(protocol, statement, args, columns)
+            .await?
+            .ok())
+    }
+
+    /// [`grant`](Self::grant), answering a refusal with the refusing row (`None` when a row
+    /// lock outlasted the statement's wait), and when it was received.
+    pub(super) async fn grant_or_refusal<T>(
+        &self,
+        protocol: Protocol,
+        statement: &Sql,
+        args: &[Arg<'_>],
+        columns: fn(&T) -> (GrantRow, Option<&str>),
+    ) -> Result<std::result::Result<(FencingToken, T, Instant), Option<(T, Instant)>>>
+    where
+        T: for<'r> FromRow<'r, PgRow> + Send + Unpin + 'static,
+    {
         for _ in 0..epoch::TRIES {
             let sent_at = Instant::now();
             let outcome = tokio::time::timeout(
@@ -134,22 +152,23 @@ impl PgLeaseBackend {
                 // Behind a transaction's (or a slow grant's) row lock on this key: held.
                 Ok(Err(e)) if sqlstate(&e).as_deref() == Some(LOCK_NOT_AVAILABLE) => {
                     tracing::debug!(outcome = "row locked", "not acquired");
-                    return Ok(None);
+                    return Ok(Err(None));
                 }
                 Ok(Err(e)) => return Err(map_sqlx_error(BACKEND, e)),
                 Err(_) => return Err(timed_out(BACKEND, self.timeout())),
             };
+            let received_at = Instant::now();
             let ((token, live, exhausted), bound) = columns(&row);
             // Before anything else: with another mechanism the statement granted nothing.
             self.db.check_bound(PgBackendKind::Lease, bound)?;
             match Grant::from_columns(token, live, exhausted) {
                 Grant::Token(token) => {
                     let token = FencingToken::from_backend(BACKEND, token)?;
-                    return Ok(Some((token, row, sent_at)));
+                    return Ok(Ok((token, row, sent_at)));
                 }
                 Grant::Refused => {
                     tracing::debug!(outcome = "held", "not acquired");
-                    return Ok(None);
+                    return Ok(Err(Some((row, received_at))));
                 }
                 Grant::NewEpoch(seen) => {
                     epoch::start_new(&self.db, BACKEND, protocol, self.db.pool(), seen).await?;
@@ -488,15 +507,26 @@ impl LockBackend for PgLeaseBackend {
                 Arg::Float8(micros(PLACE_TTL)),
             ];
             let granted = self
-                .grant(
+                .grant_or_refusal(
                     protocol,
                     &self.db.sql().lease_acquire_queued,
                     &args,
                     |row: &QueuedRow| ((row.0, row.1, row.2), row.3.as_deref()),
                 )
                 .await?;
-            let Some((token, _, sent_at)) = granted else {
-                return Ok(None);
+            let (token, sent_at) = match granted {
+                Ok((token, _, sent_at)) => (token, sent_at),
+                Err(refusal) => {
+                    // Wake by the holder's deadline: an expiry sends no notification. Counted
+                    // from the answer, which the server sent after it read its clock.
+                    let left = refusal.and_then(|((.., held_us), received_at)| {
+                        remaining(held_us).map(|left| received_at + left)
+                    });
+                    if let Some(wakeups) = wakeups {
+                        wakeups.held_until(waiter, left);
+                    }
+                    return Ok(None);
+                }
             };
             if let Some(wakeups) = wakeups {
                 wakeups.dequeue(waiter);

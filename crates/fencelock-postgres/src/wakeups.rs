@@ -28,6 +28,8 @@ struct Queued {
     handed: bool,
     /// When its last try registered it.
     touched: Instant,
+    /// When the holder its last refused try saw runs out, if one held the lock.
+    holder_until: Option<Instant>,
 }
 
 /// How long a queued waiter stays registered without trying: far past the place ttl (2 s)
@@ -111,8 +113,17 @@ impl Wakeups {
                 notify: Arc::new(Notify::new()),
                 handed: false,
                 touched: now,
+                holder_until: None,
             },
         );
+    }
+
+    /// Records when the holder that refused queued waiter `waiter` runs out (`None`: the
+    /// lock is free but kept for another waiter), so its wait ends by then.
+    pub(crate) fn held_until(&self, waiter: OwnerId, until: Option<Instant>) {
+        if let Some(queued) = lock(&self.queues).queued.get_mut(&waiter) {
+            queued.holder_until = until;
+        }
     }
 
     /// Forgets queued waiter `waiter` (granted, or gone).
@@ -124,16 +135,22 @@ impl Wakeups {
     /// said the lock was handed to it (and clears that mark). A waiter not registered returns
     /// at once.
     pub(crate) async fn turn(&self, waiter: OwnerId, max: Duration) -> bool {
-        let notify = match lock(&self.queues).queued.get_mut(&waiter) {
+        let (notify, holder_until) = match lock(&self.queues).queued.get_mut(&waiter) {
             Some(queued) if queued.handed => {
                 queued.handed = false;
                 return true;
             }
-            Some(queued) => queued.notify.clone(),
+            Some(queued) => (queued.notify.clone(), queued.holder_until),
             None => return false,
         };
+        let now = Instant::now();
+        let mut until = now + max;
+        if let Some(holder_until) = holder_until {
+            // Just past the holder's end, so the next try finds it expired.
+            until = until.min(holder_until.max(now) + Duration::from_millis(1));
+        }
         // A wake-up sent before this wait is kept as the `Notify`'s permit.
-        let _ = tokio::time::timeout(max, notify.notified()).await;
+        let _ = tokio::time::timeout_at(until, notify.notified()).await;
         let mut queues = lock(&self.queues);
         match queues.queued.get_mut(&waiter) {
             Some(queued) => std::mem::take(&mut queued.handed),
