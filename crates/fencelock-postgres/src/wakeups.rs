@@ -56,11 +56,13 @@ fn handed_to(payload: &str) -> Option<OwnerId> {
 
 /// Release notifications of one schema. The listening task ends when this is dropped.
 ///
-/// A release wakes **one** waiter of its key in this process (the one that waited longest):
-/// only one of them can take the lock, and waking all of them would send every one to the
-/// server for a try that fails. If the woken waiter gives up without taking the lock, the others
-/// still wake at their own deadline; when the listening connection is lost, every waiter wakes,
-/// since a release may have been missed.
+/// A hand-off to a queued waiter (a payload naming it) wakes that waiter only. A key's payload
+/// (a release that handed to nobody) wakes the key's queued waiters, whose server-side queue
+/// decides which one is granted, and **one** other waiter of its key in this process (the one
+/// that waited longest): only one of them can take the lock, and waking all of them would send
+/// every one to the server for a try that fails. If the woken waiter gives up without taking
+/// the lock, the others still wake at their own deadline; when the listening connection is
+/// lost, every waiter wakes, since a release or a hand-off may have been missed.
 pub(crate) struct Wakeups {
     queues: Arc<Queues>,
     task: JoinHandle<()>,
