@@ -3,6 +3,8 @@
 -- ON CONFLICT ... WHERE re-checks expiry against the latest committed row, so two racing
 -- acquirers can never both be granted; the loser of such a race may leave a gap in the
 -- key's token sequence (tokens still strictly increase).
+-- A free lock with a live queued waiter (fencelock_lease_places, migration 14) is kept for the
+-- first of them: this try, which does not queue, sees it as held.
 -- `free` is a plain read first: while the lock is held, a try neither locks the counter row
 -- nor writes anything, so many waiters retrying a held lock do not queue on that row lock.
 -- Every table written here is UNLOGGED: the commit waits for no WAL flush (DESIGN 5.3).
@@ -31,6 +33,10 @@ WITH bounded AS (
        AND NOT EXISTS (
          SELECT 1 FROM {schema}.fencelock_leases l
           WHERE l.key = $1 AND l.expires_at > clock_timestamp()
+     )
+       AND NOT EXISTS (
+         SELECT 1 FROM {schema}.fencelock_lease_places p
+          WHERE p.key = $1 AND p.lapses_at > clock_timestamp() AND NOT p.gone
      )
 ), counter AS (
     INSERT INTO {schema}.fencelock_counters AS c (key, last_token)

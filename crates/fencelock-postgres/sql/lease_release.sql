@@ -1,13 +1,9 @@
--- $1 key, $2 owner, $3 token. Deletes only this owner's row; the delete trigger notifies
--- waiters. Returns whether the lease was still live.
--- The commit does not wait for its WAL flush: the lease table is UNLOGGED (a crash empties
--- it, this release with it), and synchronous_commit is off for this transaction only in case
--- the table is ever logged again; tokens live in fencelock_counters, which release never
--- touches.
-WITH async_commit AS (
-    SELECT set_config('synchronous_commit', 'off', true)
-)
-DELETE FROM {schema}.fencelock_leases
- WHERE key = $1 AND owner = $2 AND token = $3
-   AND EXISTS (SELECT 1 FROM async_commit)
-RETURNING expires_at > clock_timestamp() AS live
+-- $1 key, $2 owner, $3 token, $4 the hand-off ttl in microseconds.
+-- Frees only this owner's row (fencelock_lease_free, migration 14): handed in the same
+-- transaction to the key's first live queued waiter, notified by name, or deleted when none
+-- waits (the delete trigger notifies the key's waiters). Returns whether the lease was still
+-- live, NULL when it was not held.
+-- The commit does not wait for its WAL flush: every table it writes is UNLOGGED (a crash
+-- empties them, this release with them), and synchronous_commit is off for this transaction
+-- only in case one is ever logged again; the durable epoch is never touched.
+SELECT {schema}.fencelock_lease_free($1, $2, $3, $4) AS live

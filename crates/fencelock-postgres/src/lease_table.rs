@@ -28,6 +28,16 @@ const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 /// concurrent grant. Past it the try reports the key held, and nothing is left waiting on the
 /// server.
 const LEASE_LOCK_WAIT: Duration = Duration::from_millis(500);
+/// How long a queued waiter's place lives after its last try (DESIGN.md 5.3, "Fair
+/// hand-off"): a waiter tries at least every [`TURN_REFRESH`], so only a waiter that vanished
+/// (or is paused far longer) loses its place.
+pub(super) const PLACE_TTL: Duration = Duration::from_secs(2);
+/// The longest a queued waiter sleeps between tries, well inside [`PLACE_TTL`].
+pub(super) const TURN_REFRESH: Duration = Duration::from_millis(500);
+/// The longest a lock handed to a waiter by a release lives before the waiter takes it up
+/// (shorter when the waiter asked for a shorter ttl): a waiter that vanished keeps the lock
+/// from the others for no longer.
+pub(super) const HANDOFF_TTL: Duration = Duration::from_secs(2);
 /// SQLSTATE of a lock wait cut short by `lock_timeout`.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
 
@@ -112,6 +122,24 @@ impl PgLeaseBackend {
     where
         T: for<'r> FromRow<'r, PgRow> + Send + Unpin + 'static,
     {
+        Ok(self
+            .grant_or_refusal(protocol, statement, args, columns)
+            .await?
+            .ok())
+    }
+
+    /// [`grant`](Self::grant), answering a refusal with the refusing row (`None` when a row
+    /// lock outlasted the statement's wait), and when it was received.
+    pub(super) async fn grant_or_refusal<T>(
+        &self,
+        protocol: Protocol,
+        statement: &Sql,
+        args: &[Arg<'_>],
+        columns: fn(&T) -> (GrantRow, Option<&str>),
+    ) -> Result<std::result::Result<(FencingToken, T, Instant), Option<(T, Instant)>>>
+    where
+        T: for<'r> FromRow<'r, PgRow> + Send + Unpin + 'static,
+    {
         for _ in 0..epoch::TRIES {
             let sent_at = Instant::now();
             let outcome = tokio::time::timeout(
@@ -124,22 +152,23 @@ impl PgLeaseBackend {
                 // Behind a transaction's (or a slow grant's) row lock on this key: held.
                 Ok(Err(e)) if sqlstate(&e).as_deref() == Some(LOCK_NOT_AVAILABLE) => {
                     tracing::debug!(outcome = "row locked", "not acquired");
-                    return Ok(None);
+                    return Ok(Err(None));
                 }
                 Ok(Err(e)) => return Err(map_sqlx_error(BACKEND, e)),
                 Err(_) => return Err(timed_out(BACKEND, self.timeout())),
             };
+            let received_at = Instant::now();
             let ((token, live, exhausted), bound) = columns(&row);
             // Before anything else: with another mechanism the statement granted nothing.
             self.db.check_bound(PgBackendKind::Lease, bound)?;
             match Grant::from_columns(token, live, exhausted) {
                 Grant::Token(token) => {
                     let token = FencingToken::from_backend(BACKEND, token)?;
-                    return Ok(Some((token, row, sent_at)));
+                    return Ok(Ok((token, row, sent_at)));
                 }
                 Grant::Refused => {
                     tracing::debug!(outcome = "held", "not acquired");
-                    return Ok(None);
+                    return Ok(Err(Some((row, received_at))));
                 }
                 Grant::NewEpoch(seen) => {
                     epoch::start_new(&self.db, BACKEND, protocol, self.db.pool(), seen).await?;
@@ -228,6 +257,9 @@ type GrantRow = (Option<i64>, Option<i64>, bool);
 /// A row of `lease_acquire`: token, live epoch, `exhausted`, and the schema's mechanism.
 type AcquireRow = (Option<i64>, Option<i64>, bool, Option<String>);
 
+/// A row of `lease_acquire_queued`: as [`AcquireRow`], then the holder's time left in µs.
+type QueuedRow = (Option<i64>, Option<i64>, bool, Option<String>, Option<i64>);
+
 /// A lease renewed by an extend statement's `(extended, superseded)` row, or why not.
 pub(super) fn renewed(
     lease: &Lease,
@@ -269,6 +301,9 @@ impl LockBackend for PgLeaseBackend {
         .with_locks_survive_restart(true)
         .with_kinds(LockKinds::GENERIC.with_shared())
         .with_atomic_sets(true)
+        // Fair where a release can wake the waiter it hands the lock to by name; through a
+        // transaction pooler (no LISTEN) waiters poll, and none queues.
+        .with_fair(wake_up == WakeUp::Notify)
     }
 
     async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
@@ -408,13 +443,14 @@ impl LockBackend for PgLeaseBackend {
             let live: Option<bool> = timed(
                 BACKEND,
                 self.timeout(),
-                self.db.sql().lease_release.scalar_optional(
+                self.db.sql().lease_release.scalar_one(
                     protocol,
                     self.db.pool(),
                     &[
                         Arg::Text(lease.key.as_str()),
                         Arg::Bytea(&owner_bytes(lease.owner)),
                         Arg::Int8(token),
+                        Arg::Float8(micros(HANDOFF_TTL)),
                     ],
                 ),
             )
@@ -439,6 +475,117 @@ impl LockBackend for PgLeaseBackend {
             Some(mut waiter) => waiter.released(bound).await,
             None => tokio::time::sleep(bound).await,
         }
+        Ok(())
+    }
+
+    async fn try_acquire_queued(
+        &self,
+        key: &LockKey,
+        ttl: Duration,
+        waiter: OwnerId,
+    ) -> Result<Option<Lease>> {
+        validate_ttl(ttl, &self.capabilities())?;
+        let span =
+            tracing::debug_span!("fencelock.pg.acquire_queued", backend = BACKEND, key = %key);
+        async {
+            let protocol = self.db.protocol().await?;
+            // Registered before the try, so a hand-off right after it wakes this waiter.
+            let wakeups = match protocol {
+                Protocol::Simple => None,
+                _ => self.db.wakeups(BACKEND).await.ok(),
+            };
+            if let Some(wakeups) = wakeups {
+                wakeups.enqueue(key, waiter);
+            }
+            let waiter_bytes = owner_bytes(waiter);
+            let lock_wait = millis_setting(self.lock_wait());
+            let args = [
+                Arg::Text(key.as_str()),
+                Arg::Bytea(&waiter_bytes),
+                Arg::Float8(micros(ttl)),
+                Arg::Text(&lock_wait),
+                Arg::Float8(micros(PLACE_TTL)),
+            ];
+            let granted = self
+                .grant_or_refusal(
+                    protocol,
+                    &self.db.sql().lease_acquire_queued,
+                    &args,
+                    |row: &QueuedRow| ((row.0, row.1, row.2), row.3.as_deref()),
+                )
+                .await?;
+            let (token, sent_at) = match granted {
+                Ok((token, _, sent_at)) => (token, sent_at),
+                Err(refusal) => {
+                    // Wake by the holder's deadline: an expiry sends no notification. Counted
+                    // from the answer, which the server sent after it read its clock.
+                    let left = refusal.and_then(|((.., held_us), received_at)| {
+                        remaining(held_us).map(|left| received_at + left)
+                    });
+                    if let Some(wakeups) = wakeups {
+                        wakeups.held_until(waiter, left);
+                    }
+                    return Ok(None);
+                }
+            };
+            if let Some(wakeups) = wakeups {
+                wakeups.dequeue(waiter);
+            }
+            tracing::debug!(token = token.get(), outcome = "granted", "acquired");
+            // Granted, or a lock handed to this waiter renewed, by this statement: its
+            // lease runs `ttl` from a moment after `sent_at`.
+            Ok(Some(Lease {
+                key: key.clone(),
+                owner: waiter,
+                token,
+                ttl,
+                valid_until: valid_until(sent_at, ttl),
+            }))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn wait_for_turn(&self, key: &LockKey, waiter: OwnerId, max: Duration) -> Result<()> {
+        self.turn(key, waiter, max).await.map(|_| ())
+    }
+
+    async fn wait_for_grant(
+        &self,
+        key: &LockKey,
+        waiter: OwnerId,
+        ttl: Duration,
+        max: Duration,
+    ) -> Result<Option<Lease>> {
+        if !self.turn(key, waiter, max).await? {
+            return Ok(None);
+        }
+        // Handed the lock: the queued try takes it up for the waiter's ttl in one statement.
+        self.try_acquire_queued(key, ttl, waiter).await
+    }
+
+    async fn leave_queue(&self, key: &LockKey, waiter: OwnerId) -> Result<()> {
+        let protocol = self.db.protocol().await?;
+        if protocol != Protocol::Simple
+            && let Ok(wakeups) = self.db.wakeups(BACKEND).await
+        {
+            wakeups.dequeue(waiter);
+        }
+        timed(
+            BACKEND,
+            self.timeout(),
+            self.db.sql().lease_leave.execute(
+                protocol,
+                self.db.pool(),
+                &[
+                    Arg::Text(key.as_str()),
+                    Arg::Bytea(&owner_bytes(waiter)),
+                    Arg::Float8(micros(HANDOFF_TTL)),
+                    Arg::Float8(micros(PLACE_TTL)),
+                ],
+            ),
+        )
+        .await?;
         Ok(())
     }
 
@@ -480,6 +627,28 @@ impl LockBackend for PgLeaseBackend {
 
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
         advance_token(&self.db, BACKEND, key, floor).await
+    }
+}
+
+impl PgLeaseBackend {
+    /// Sleeps until queued waiter `waiter` of `key` is woken (a release handed it the lock,
+    /// or freed the key handing to nobody), or [`TURN_REFRESH`] or `max` passed, whichever is
+    /// first; without notifications (behind a transaction pooler) it just sleeps that long.
+    /// Returns whether the wake-up said the lock was handed to this waiter.
+    async fn turn(&self, key: &LockKey, waiter: OwnerId, max: Duration) -> Result<bool> {
+        let bound = max.min(TURN_REFRESH);
+        let protocol = self.db.protocol().await?;
+        let wakeups = match protocol {
+            Protocol::Simple => None,
+            _ => self.db.wakeups(BACKEND).await.ok(),
+        };
+        let Some(wakeups) = wakeups else {
+            tokio::time::sleep(bound).await;
+            return Ok(false);
+        };
+        let span =
+            tracing::debug_span!("fencelock.pg.wait_for_turn", backend = BACKEND, key = %key);
+        Ok(wakeups.turn(waiter, bound).instrument(span).await)
     }
 }
 

@@ -1,31 +1,68 @@
-//! One shared `LISTEN` per database; each release wakes one waiter of its key.
+//! One shared `LISTEN` per database; each release wakes one waiter of its key, and a lock
+//! handed to a queued waiter wakes that waiter only.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use fencelock_core::{LockKey, Result};
+use fencelock_core::{LockKey, OwnerId, Result};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::error::timed;
 
-/// The waiters of this process, one queue per key being waited for.
-type Queues = Mutex<HashMap<Arc<str>, Arc<Notify>>>;
+/// The waiters of this process: one queue per key being waited for, and the queued waiters
+/// of a fair backend, each by its waiter id.
+#[derive(Default)]
+struct Registry {
+    keys: HashMap<Arc<str>, Arc<Notify>>,
+    queued: HashMap<OwnerId, Queued>,
+}
 
-fn lock(queues: &Queues) -> MutexGuard<'_, HashMap<Arc<str>, Arc<Notify>>> {
-    // Every critical section leaves the map valid, so a poisoned lock is still consistent.
+/// A queued waiter: its key, its wake-up, and whether a release handed it the lock.
+struct Queued {
+    key: Arc<str>,
+    notify: Arc<Notify>,
+    handed: bool,
+    /// When its last try registered it.
+    touched: Instant,
+    /// When the holder its last refused try saw runs out, if one held the lock.
+    holder_until: Option<Instant>,
+}
+
+/// How long a queued waiter stays registered without trying: far past the place ttl (2 s)
+/// after which the server forgets its place anyway.
+const FORGET_AFTER: Duration = Duration::from_secs(30);
+
+type Queues = Mutex<Registry>;
+
+fn lock(queues: &Queues) -> MutexGuard<'_, Registry> {
+    // Every critical section leaves the maps valid, so a poisoned lock is still consistent.
     queues.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The payload of a hand-off names the waiter: a tab, then its id in 32 hex digits
+/// (`fencelock_handed_payload`, migration 14). No key holds a control character, so no
+/// key's payload starts with a tab.
+fn handed_to(payload: &str) -> Option<OwnerId> {
+    let hex = payload.strip_prefix('\t')?;
+    if hex.len() != 32 {
+        return None;
+    }
+    u128::from_str_radix(hex, 16).ok().map(OwnerId::from_u128)
 }
 
 /// Release notifications of one schema. The listening task ends when this is dropped.
 ///
-/// A release wakes **one** waiter of its key in this process (the one that waited longest):
-/// only one of them can take the lock, and waking all of them would send every one to the
-/// server for a try that fails. If the woken waiter gives up without taking the lock, the others
-/// still wake at their own deadline; when the listening connection is lost, every waiter wakes,
-/// since a release may have been missed.
+/// A hand-off to a queued waiter (a payload naming it) wakes that waiter only. A key's payload
+/// (a release that handed to nobody) wakes the key's queued waiters, whose server-side queue
+/// decides which one is granted, and **one** other waiter of its key in this process (the one
+/// that waited longest): only one of them can take the lock, and waking all of them would send
+/// every one to the server for a try that fails. If the woken waiter gives up without taking
+/// the lock, the others still wake at their own deadline; when the listening connection is
+/// lost, every waiter wakes, since a release or a hand-off may have been missed.
 pub(crate) struct Wakeups {
     queues: Arc<Queues>,
     task: JoinHandle<()>,
@@ -56,9 +93,77 @@ impl Wakeups {
         Ok(Wakeups { queues, task })
     }
 
+    /// Registers queued waiter `waiter` of `key` (again: nothing changes for one registered),
+    /// so a hand-off to it, or a release of its key that hands to nobody, wakes it from now on.
+    pub(crate) fn enqueue(&self, key: &LockKey, waiter: OwnerId) {
+        let now = Instant::now();
+        let mut registry = lock(&self.queues);
+        if let Some(queued) = registry.queued.get_mut(&waiter) {
+            queued.touched = now;
+            return;
+        }
+        // A waiter that stopped trying without leaving (a caller of the raw trait that never
+        // came back) is forgotten once it is far past its place ttl; one that comes back is
+        // registered again by its next try.
+        registry
+            .queued
+            .retain(|_, queued| now.duration_since(queued.touched) < FORGET_AFTER);
+        registry.queued.insert(
+            waiter,
+            Queued {
+                key: Arc::from(key.as_str()),
+                notify: Arc::new(Notify::new()),
+                handed: false,
+                touched: now,
+                holder_until: None,
+            },
+        );
+    }
+
+    /// Records when the holder that refused queued waiter `waiter` runs out (`None`: the
+    /// lock is free but kept for another waiter), so its wait ends by then.
+    pub(crate) fn held_until(&self, waiter: OwnerId, until: Option<Instant>) {
+        if let Some(queued) = lock(&self.queues).queued.get_mut(&waiter) {
+            queued.holder_until = until;
+        }
+    }
+
+    /// Forgets queued waiter `waiter` (granted, or gone).
+    pub(crate) fn dequeue(&self, waiter: OwnerId) {
+        lock(&self.queues).queued.remove(&waiter);
+    }
+
+    /// Waits until queued waiter `waiter` is woken, or `max`. Returns whether the wake-up
+    /// said the lock was handed to it (and clears that mark). A waiter not registered returns
+    /// at once.
+    pub(crate) async fn turn(&self, waiter: OwnerId, max: Duration) -> bool {
+        let (notify, holder_until) = match lock(&self.queues).queued.get_mut(&waiter) {
+            Some(queued) if queued.handed => {
+                queued.handed = false;
+                return true;
+            }
+            Some(queued) => (queued.notify.clone(), queued.holder_until),
+            None => return false,
+        };
+        let now = Instant::now();
+        let mut until = now + max;
+        if let Some(holder_until) = holder_until {
+            // Just past the holder's end, so the next try finds it expired.
+            until = until.min(holder_until.max(now) + Duration::from_millis(1));
+        }
+        // A wake-up sent before this wait is kept as the `Notify`'s permit.
+        let _ = tokio::time::timeout_at(until, notify.notified()).await;
+        let mut queues = lock(&self.queues);
+        match queues.queued.get_mut(&waiter) {
+            Some(queued) => std::mem::take(&mut queued.handed),
+            None => false,
+        }
+    }
+
     /// A waiter for the next release of `key`, registered from now on.
     pub(crate) fn subscribe(&self, key: &LockKey) -> Waiter {
         let notify = lock(&self.queues)
+            .keys
             .entry(Arc::from(key.as_str()))
             .or_default()
             .clone();
@@ -73,13 +178,7 @@ impl Wakeups {
 async fn forward(mut listener: PgListener, queues: Arc<Queues>) {
     loop {
         match listener.try_recv().await {
-            Ok(Some(notification)) => {
-                if let Some(queue) = lock(&queues).get(notification.payload()) {
-                    // Stored as a permit when nobody is parked yet, so a waiter between
-                    // subscribing and parking still sees it.
-                    queue.notify_one();
-                }
-            }
+            Ok(Some(notification)) => deliver(&queues, notification.payload()),
             Ok(None) => {
                 // The connection was lost; the next call reconnects and listens again.
                 wake_everyone(&queues);
@@ -93,9 +192,40 @@ async fn forward(mut listener: PgListener, queues: Arc<Queues>) {
     }
 }
 
+/// Wakes the waiters a payload names. Each `notify_one` is stored as a permit when nobody is
+/// parked yet, so a waiter between registering and parking still sees it.
+fn deliver(queues: &Queues, payload: &str) {
+    let mut registry = lock(queues);
+    if let Some(waiter) = handed_to(payload) {
+        // Only the waiter the lock was handed to, in whichever process it waits.
+        if let Some(queued) = registry.queued.get_mut(&waiter) {
+            queued.handed = true;
+            queued.notify.notify_one();
+        }
+        return;
+    }
+    if let Some(queue) = registry.keys.get(payload) {
+        queue.notify_one();
+    }
+    // A release that handed to nobody (no live place when it ran), a read phase's end, a
+    // transaction's claim ending, a waiter leaving a free lock: the key's queued waiters try,
+    // and the first of the server's queue is granted.
+    for queued in registry.queued.values() {
+        if *queued.key == *payload {
+            queued.notify.notify_one();
+        }
+    }
+}
+
 fn wake_everyone(queues: &Queues) {
-    for queue in lock(queues).values() {
+    let registry = lock(queues);
+    for queue in registry.keys.values() {
         queue.notify_waiters();
+    }
+    // A hand-off may have been missed: queued waiters try again (their try finds a lock
+    // handed to them).
+    for queued in registry.queued.values() {
+        queued.notify.notify_one();
     }
 }
 
@@ -136,7 +266,7 @@ impl Drop for Waiter {
         let mut queues = lock(&self.queues);
         // The map's reference and ours: nobody else waits for this key, so forget the queue.
         if Arc::strong_count(&self.notify) == 2 {
-            queues.remove(&self.key);
+            queues.keys.remove(&self.key);
         }
     }
 }

@@ -284,6 +284,7 @@ async fn a_reader_grant_starts_new_epochs() {
             format!(
                 "TRUNCATE \"{s}\".fencelock_epoch_live, \"{s}\".fencelock_counters, \
                  \"{s}\".fencelock_leases, \"{s}\".fencelock_lease_readers, \
+                 \"{s}\".fencelock_lease_places, \
                  \"{s}\".fencelock_advisory_holders"
             )
             .as_str(),

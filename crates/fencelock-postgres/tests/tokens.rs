@@ -137,6 +137,7 @@ async fn lose_volatile_state(db: &PgDatabase) {
             format!(
                 "TRUNCATE \"{s}\".fencelock_epoch_live, \"{s}\".fencelock_counters, \
                  \"{s}\".fencelock_leases, \"{s}\".fencelock_lease_readers, \
+                 \"{s}\".fencelock_lease_places, \
                  \"{s}\".fencelock_advisory_holders, \"{s}\".fencelock_advisory_phases, \
                  \"{s}\".fencelock_advisory_readers"
             )

@@ -1,0 +1,304 @@
+//! The lease backend's fair queue (DESIGN 5.3, *Fair hand-off*), beyond the conformance
+//! suite's arrival-order property: a release hands the lock to the first queued waiter in its
+//! own statement, with the next token, and notifies that waiter alone; a free lock kept for
+//! the queue's head is refused to plain tries and sets; a lock handed to a waiter that
+//! vanished lapses after the hand-off ttl and goes to the next waiter.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencelock_core::{FencingToken, LockBackend, LockKey, Locker, OwnerId};
+use fencelock_postgres::PgDatabase;
+use sqlx::postgres::PgListener;
+use tokio::sync::mpsc;
+use tokio::time::{Instant, sleep, timeout};
+
+const TTL: Duration = Duration::from_secs(30);
+/// How long anything the tests wait for may take on a loaded machine before they fail.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn key(name: &str, db: &PgDatabase) -> LockKey {
+    LockKey::new(format!("{name}/{}", db.schema())).unwrap()
+}
+
+/// Live places of `key` in the queue table.
+async fn places(db: &PgDatabase, key: &LockKey) -> i64 {
+    let sql = format!(
+        "SELECT count(*) FROM \"{}\".fencelock_lease_places \
+          WHERE key = $1 AND lapses_at > clock_timestamp() AND NOT gone",
+        db.schema()
+    );
+    sqlx::query_scalar(&sql)
+        .bind(key.as_str())
+        .fetch_one(db.pool())
+        .await
+        .expect("reading the queue table")
+}
+
+/// Waits until `key` has `count` live places.
+async fn until_places(db: &PgDatabase, key: &LockKey, count: i64) {
+    let deadline = Instant::now() + PATIENCE;
+    while places(db, key).await != count {
+        assert!(
+            Instant::now() < deadline,
+            "the queue of {key} never reached {count} places"
+        );
+        sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn next(token: FencingToken) -> FencingToken {
+    FencingToken::new(token.get() + 1).unwrap()
+}
+
+/// Eight waiters queued on one key are handed it down in arrival order: each release (the
+/// first holder's, then each waiter's) has already given the lock to the next waiter when it
+/// returns, with the very next token (no grant was tried and lost in between, which would
+/// leave a gap), and sends one notification, naming that waiter and no key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_waiters_are_handed_one_key_down_in_arrival_order() {
+    let (_schema, db) = common::database().await;
+    let backend = Arc::new(db.lease_backend());
+    let key = key("hand-down", &db);
+    let holder = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+    let locker = Locker::new(backend.clone());
+    let (granted, mut grants) = mpsc::unbounded_channel();
+    for place in 0..8 {
+        let (locker, waited, granted) = (locker.clone(), key.clone(), granted.clone());
+        tokio::spawn(async move {
+            let guard = locker
+                .lock(waited.as_str())
+                .ttl(TTL)
+                .wait(PATIENCE * 2)
+                .await
+                .expect("a queued waiter was not granted");
+            granted.send((place, guard)).unwrap();
+        });
+        until_places(&db, &key, place + 1).await;
+    }
+    let mut listener = PgListener::connect_with(db.pool()).await.unwrap();
+    listener
+        .listen(&format!("fencelock_{}", db.schema()))
+        .await
+        .unwrap();
+
+    let mut token = holder.token;
+    assert!(backend.release(&holder).await.unwrap());
+    for place in 0..8 {
+        // Handed by the release itself: held by the next waiter, with the next token.
+        let info = backend.inspect(&key).await.unwrap();
+        let handed = info.holder.expect("the release left the lock free");
+        assert_eq!(handed.token, next(token), "waiter {place}'s token");
+        let notification = timeout(PATIENCE, listener.recv())
+            .await
+            .expect("no notification of the hand-off")
+            .unwrap();
+        assert_eq!(
+            notification.payload(),
+            format!("\t{:032x}", handed.owner.as_u128()),
+            "the hand-off to waiter {place} notified someone else"
+        );
+        let (granted_place, guard) = timeout(PATIENCE, grants.recv())
+            .await
+            .expect("the handed waiter never took the lock up")
+            .unwrap();
+        assert_eq!(granted_place, place, "granted out of arrival order");
+        assert_eq!(guard.fence().token, handed.token);
+        assert_eq!(guard.fence().owner, handed.owner);
+        assert_eq!(places(&db, &key).await, 7 - place);
+        token = handed.token;
+        assert!(guard.release().await.unwrap());
+    }
+    // The last release found nobody queued: the key is free and its waiters (none) woken by
+    // its name.
+    let notification = timeout(PATIENCE, listener.recv()).await.unwrap().unwrap();
+    assert_eq!(notification.payload(), key.as_str());
+    assert!(backend.inspect(&key).await.unwrap().holder.is_none());
+    // Nothing else was sent: one notification per release.
+    assert!(
+        timeout(Duration::from_millis(200), listener.recv())
+            .await
+            .is_err(),
+        "a release sent more than one notification"
+    );
+}
+
+/// A lock handed to a waiter that queued with a raw queued try and never came back lapses
+/// after the hand-off ttl (not the waiter's 30 s), and the waiter behind it is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_handed_to_a_vanished_waiter_lapses_to_the_next() {
+    let (_schema, db) = common::database().await;
+    let backend = Arc::new(db.lease_backend());
+    let key = key("vanished", &db);
+    let holder = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+    let vanished = OwnerId::random();
+    assert!(
+        backend
+            .try_acquire_queued(&key, TTL, vanished)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    until_places(&db, &key, 1).await;
+    let locker = Locker::new(backend.clone());
+    let next_waiter = {
+        let key = key.clone();
+        tokio::spawn(async move {
+            locker
+                .lock(key.as_str())
+                .ttl(TTL)
+                .wait(PATIENCE)
+                .await
+                .expect("the waiter behind a vanished one was not granted")
+        })
+    };
+    until_places(&db, &key, 2).await;
+    let released_at = Instant::now();
+    assert!(backend.release(&holder).await.unwrap());
+    let info = backend.inspect(&key).await.unwrap();
+    let handed = info.holder.expect("the release left the lock free");
+    assert_eq!(handed.owner, vanished, "handed to the wrong waiter");
+    assert_eq!(handed.token, next(holder.token));
+    assert!(
+        info.remaining.unwrap() <= Duration::from_secs(2),
+        "a handed lock lives the hand-off ttl, not the waiter's ttl: {:?}",
+        info.remaining
+    );
+    let guard = timeout(PATIENCE, next_waiter)
+        .await
+        .expect("the next waiter was never granted")
+        .unwrap();
+    assert_eq!(guard.fence().token, next(handed.token));
+    // Not before the handed lock lapsed by the server's clock (2 s after the release).
+    assert!(released_at.elapsed() >= Duration::from_secs(2));
+    assert!(guard.release().await.unwrap());
+}
+
+/// A free lock kept for the head of its queue is held to everyone else: a plain try, a set of
+/// keys and a queued waiter behind the head are refused, and the head is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_free_lock_is_kept_for_the_head_of_its_queue() {
+    let (_schema, db) = common::database().await;
+    let backend = db.lease_backend();
+    let key = key("kept", &db);
+    let other = LockKey::new(format!("{key}/other")).unwrap();
+    let holder = backend
+        .try_acquire(&key, Duration::from_millis(100))
+        .await
+        .unwrap()
+        .unwrap();
+    let (head, behind) = (OwnerId::random(), OwnerId::random());
+    for waiter in [head, behind] {
+        assert!(
+            backend
+                .try_acquire_queued(&key, TTL, waiter)
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+    // The holder's lease runs out without a release: the lock is free, and kept.
+    let deadline = Instant::now() + PATIENCE;
+    while backend.inspect(&key).await.unwrap().holder.is_some() {
+        assert!(Instant::now() < deadline, "the holder never expired");
+        sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        backend
+            .try_acquire_queued(&key, TTL, behind)
+            .await
+            .unwrap()
+            .is_none(),
+        "the waiter behind the head took the lock"
+    );
+    assert!(backend.try_acquire(&key, TTL).await.unwrap().is_none());
+    let mut set = [key.clone(), other.clone()];
+    set.sort();
+    assert!(backend.try_acquire_all(&set, TTL).await.unwrap().is_none());
+    let lease = backend
+        .try_acquire_queued(&key, TTL, head)
+        .await
+        .unwrap()
+        .expect("the head of the queue was refused a free lock");
+    assert_eq!(lease.owner, head);
+    assert!(lease.token > holder.token);
+    // The head leaves nothing behind; the waiter behind leaves its place, and the key is
+    // free to a plain try once released.
+    backend.leave_queue(&key, behind).await.unwrap();
+    assert_eq!(places(&db, &key).await, 0);
+    assert!(backend.release(&lease).await.unwrap());
+    assert!(backend.try_acquire(&key, TTL).await.unwrap().is_some());
+}
+
+/// A waiter that leaves the queue after the lock was handed to it gives the lock up: it is
+/// handed on to the next waiter at once, never left to lapse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaving_with_a_handed_lock_hands_it_on() {
+    let (_schema, db) = common::database().await;
+    let backend = db.lease_backend();
+    let key = key("leave-handed", &db);
+    let holder = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+    let (first, second) = (OwnerId::random(), OwnerId::random());
+    for waiter in [first, second] {
+        assert!(
+            backend
+                .try_acquire_queued(&key, TTL, waiter)
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+    assert!(backend.release(&holder).await.unwrap());
+    let handed = backend.inspect(&key).await.unwrap().holder.unwrap();
+    assert_eq!(handed.owner, first);
+    backend.leave_queue(&key, first).await.unwrap();
+    let handed_on = backend.inspect(&key).await.unwrap().holder.unwrap();
+    assert_eq!(handed_on.owner, second);
+    assert_eq!(handed_on.token, next(handed.token));
+    let lease = backend
+        .try_acquire_queued(&key, TTL, second)
+        .await
+        .unwrap()
+        .expect("the waiter handed the lock could not take it up");
+    assert_eq!(lease.token, handed_on.token);
+    assert!(backend.release(&lease).await.unwrap());
+    assert_eq!(places(&db, &key).await, 0);
+}
+
+/// A queued try after the volatile tables were lost (a crash, a failover) starts a new epoch
+/// as a plain grant does: its token is above every token granted before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_try_after_lost_volatile_state_starts_a_new_epoch() {
+    let (_schema, db) = common::database().await;
+    let backend = db.lease_backend();
+    let key = key("queued-epoch", &db);
+    let first = backend
+        .try_acquire_queued(&key, TTL, OwnerId::random())
+        .await
+        .unwrap()
+        .expect("a queued try was refused a free lock");
+    let s = db.schema();
+    sqlx::query(&format!(
+        "TRUNCATE \"{s}\".fencelock_epoch_live, \"{s}\".fencelock_counters, \
+         \"{s}\".fencelock_leases, \"{s}\".fencelock_lease_readers, \
+         \"{s}\".fencelock_lease_places"
+    ))
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let second = backend
+        .try_acquire_queued(&key, TTL, OwnerId::random())
+        .await
+        .unwrap()
+        .expect("a queued try was refused after the volatile state was lost");
+    assert!(second.token > first.token);
+    assert!(
+        second.token.get() >> 32 > first.token.get() >> 32,
+        "no new epoch"
+    );
+    assert!(!backend.release(&first).await.unwrap());
+    assert!(backend.release(&second).await.unwrap());
+}
