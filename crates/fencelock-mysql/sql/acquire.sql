@@ -1,26 +1,26 @@
 -- CALL {prefix}acquire_v6(key, name, owner, ttl_us, idle_s, kill_wait_s, waiter, place_us,
 --                         busy_wait_s)
 --
--- acquire_v5 behind the key's queue of waiters (queue_head_v1, DESIGN section 5.4, *Fair
--- hand-off*). First the queue: a queued try (waiter not NULL) keeps its waiter's place for
--- place_us more microseconds; then, while a live waiter other than this try's is first in
--- line, the try is refused without looking at the lock (a plain try, waiter NULL, so sees a
--- free lock as held while anyone is queued). Only the first live waiter, or anyone when nobody
--- waits, goes on to the grant, which is acquire_v5's (except that a queued try waits up to
--- busy_wait_s for a holder without a lease, as a reader's grant does: the watchers of other
--- waiters take the lock for an instant when it is let go):
+-- First the key's queue of waiters (queue_head_v1, DESIGN section 5.4, *Fair hand-off*): a
+-- queued try (waiter not NULL) keeps its waiter's place for place_us more microseconds; then,
+-- while a live waiter other than this try's is first in line, the try is refused without
+-- looking at the lock (so a plain try, waiter NULL, sees a free lock as held while anyone is
+-- queued). Only the first live waiter, or anyone when nobody waits, goes on to the grant
+-- (acquire_v5's steps, which follow).
 -- Takes GET_LOCK(name) for this session if it is free, or if it is held by a fencelock session
 -- whose lease ran out on the server's clock, which it claims and ends with KILL first
--- (take_lock_v1, the same step as a reader's grant, called only when the lock is not free; a
--- holder without a lease is not waited for).
+-- (take_lock_v1, the same step as a reader's grant, called only when the lock is not free). A
+-- holder without a lease is not waited for by a plain try, and for up to busy_wait_s seconds
+-- by a queued one: the watcher sessions of waiters (wait_v5) hold the lock for an instant
+-- when it is let go.
 -- Holding the lock, it is still refused (and let go at once) while a reader of the key's read
 -- phase is live on the server's clock: readers take GET_LOCK only for their grant, so no
 -- reader can join or start a phase between this check and the end of this lease.
 -- On a grant: takes the key's next token (next_token_v2: a MEMORY row, no log flush; a durable
--- commit only when the volatile state was lost), records the lease until now + ttl_us, and arms wait_timeout = idle_s (whole seconds >= the ttl), so that the
--- server itself ends the session of a holder that goes silent.
+-- commit only when the volatile state was lost), records the lease until now + ttl_us, arms
+-- wait_timeout = idle_s (whole seconds >= the ttl), so that the server itself ends the session
+-- of a holder that goes silent, and takes the waiter's place out of the queue.
 -- Returns one row: granted (0 or 1), token (NULL unless granted), session (CONNECTION_ID()).
--- A grant takes the waiter's place out of the queue.
 CREATE PROCEDURE {prefix}acquire_v6(
     IN p_key VARBINARY(512),
     IN p_name VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,

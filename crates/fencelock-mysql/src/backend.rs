@@ -217,6 +217,9 @@ impl LockBackend for MySqlLockBackend {
         ttl: Duration,
         waiter: OwnerId,
     ) -> Result<Option<Lease>> {
+        // Registered before the try, so a release right after it that names this waiter
+        // wakes its next wait.
+        self.wakeups.turn(&lock_name(key), waiter);
         let granted = self.acquire(key, ttl, Some(waiter)).await?;
         if granted.is_some() {
             self.wakeups.forget(waiter);
