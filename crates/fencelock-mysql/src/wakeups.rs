@@ -156,6 +156,13 @@ impl Wakeups {
             .is_some_and(|turn| turn.name == name)
     }
 
+    /// Whether a queued waiter of `name` other than `waiter` is registered in this process.
+    fn others_queued(&self, name: &str, waiter: OwnerId) -> bool {
+        self.turns()
+            .iter()
+            .any(|(other, turn)| *other != waiter && turn.name == name)
+    }
+
     /// Wakes the queued waiters of `name` that `next` lets try.
     pub(crate) fn wake_turn(&self, name: &str, next: Next) {
         let turns = self.turns();
@@ -194,8 +201,9 @@ impl Wakeups {
 /// time the lock may be free it wakes the waiters that do not queue and, when the first queued
 /// waiter is this process's, that one; then it watches that waiter's turn (or another
 /// process's waiter's) until the lock was taken and let go again, or the queue's head changed.
-/// It stops when no waiter is left, or when nobody is queued on the server any more (then
-/// every waiter of the key tries, and one that is refused starts a watcher again).
+/// It stops when no waiter is left, when it woke the last queued waiter of this process, or
+/// when nobody is queued on the server any more (then every waiter of the key tries, and one
+/// that is refused starts a watcher again).
 pub(crate) async fn watch_key(
     db: MySqlDatabase,
     wakeups: Weak<Wakeups>,
@@ -263,6 +271,11 @@ async fn watch_until_free(
                 // place, for as long as this process has waiters of the key.
                 if wakeups.is_ours(name, waiter) {
                     wakeups.wake_turn(name, Next::Waiter(waiter));
+                    if !wakeups.others_queued(name, waiter) {
+                        // Nobody here waits behind it: a waiter that queues later starts a
+                        // watcher of its own, and the session goes back to the pool now.
+                        break;
+                    }
                 }
                 skip = Some(waiter);
             }
