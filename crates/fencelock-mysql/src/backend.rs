@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use fencelock_core::{
     Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LockKinds,
-    LostReason, OwnerId, ReadPhase, Result, TimeAuthority, WakeUp, async_trait, valid_until,
-    validate_floor, validate_ttl,
+    LostReason, OwnerId, QueueEntry, QueueRole, ReadPhase, Result, TimeAuthority, WakeUp,
+    async_trait, valid_until, validate_floor, validate_ttl,
 };
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::codec::{idle_seconds, micros, owner_bytes, token_from, token_param};
+use crate::codec::{idle_seconds, micros, owner_bytes, owner_from, token_from, token_param};
 use crate::database::MySqlDatabase;
 use crate::epoch;
 use crate::error::{BACKEND, protocol, timed};
@@ -454,6 +454,43 @@ impl LockBackend for MySqlLockBackend {
             last_token: state.map(|state| state.last_token),
             unfenced_holder,
         })
+    }
+
+    async fn inspect_queue(&self, key: &LockKey) -> Result<Option<Vec<QueueEntry>>> {
+        let holder = self.key_state(key).await?.and_then(|state| state.lease);
+        let bytes = key.as_str().as_bytes();
+        let rows: Vec<(i64, Vec<u8>, Option<i64>, i64)> = timed(
+            self.timeout(),
+            sqlx::query_as(&self.db.sql().inspect_queue)
+                .bind(bytes)
+                .bind(bytes)
+                .fetch_all(self.db.pool()),
+        )
+        .await?;
+        let left = |us: i64| Duration::from_micros(us.max(0).unsigned_abs());
+        let mut entries = Vec::with_capacity(rows.len() + 1);
+        if let Some((fence, remaining)) = holder {
+            entries.push(QueueEntry {
+                owner: fence.owner,
+                role: QueueRole::Holder,
+                token: Some(fence.token),
+                remaining,
+            });
+        }
+        for (kind, who, token, left_us) in rows {
+            let role = match kind {
+                0 => QueueRole::Reader,
+                1 => QueueRole::Waiting,
+                other => return Err(protocol(format!("queue entry of kind {other}"))),
+            };
+            entries.push(QueueEntry {
+                owner: owner_from(&who)?,
+                role,
+                token: token.map(token_from).transpose()?,
+                remaining: left(left_us),
+            });
+        }
+        Ok(Some(entries))
     }
 
     async fn try_acquire_shared(

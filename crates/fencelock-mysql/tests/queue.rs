@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fencelock_core::{
-    Capabilities, FencingToken, Lease, LockBackend, LockInfo, LockKey, Locker, OwnerId, Result,
-    async_trait,
+    Capabilities, FencingToken, Lease, LockBackend, LockInfo, LockKey, Locker, OwnerId, QueueRole,
+    Result, async_trait,
 };
 use fencelock_mysql::MySqlLockBackend;
 use tokio::time::{Instant, sleep};
@@ -301,4 +301,46 @@ async fn a_waiter_that_leaves_lets_the_next_one_in() {
         .expect("the waiter behind one that left was refused a free lock");
     assert!(granted.token > held.token);
     assert!(backend.release(&granted).await.unwrap());
+}
+
+/// `inspect_queue` lists the holder, then the queued waiters in arrival order, each with the
+/// time before its place lapses; a waiter that left is gone from the list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_queue_lists_the_holder_then_the_waiters_in_arrival_order() {
+    let (db, _cleanup) = common::database("list").await;
+    let backend = db.lock_backend();
+    let key = key("list");
+    assert_eq!(backend.inspect_queue(&key).await.unwrap(), Some(Vec::new()));
+    let held = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+    let waiters = [OwnerId::random(), OwnerId::random(), OwnerId::random()];
+    for waiter in waiters {
+        assert!(
+            backend
+                .try_acquire_queued(&key, TTL, waiter)
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+    backend.leave_queue(&key, waiters[1]).await.unwrap();
+    let queue = backend.inspect_queue(&key).await.unwrap().unwrap();
+    let listed: Vec<_> = queue
+        .iter()
+        .map(|entry| (entry.owner, entry.role))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            (held.owner, QueueRole::Holder),
+            (waiters[0], QueueRole::Waiting),
+            (waiters[2], QueueRole::Waiting),
+        ]
+    );
+    assert_eq!(queue[0].token, Some(held.token));
+    for entry in &queue[1..] {
+        assert_eq!(entry.token, None);
+        // The place ttl (2 s) bounds the time left.
+        assert!(entry.remaining <= Duration::from_secs(2), "{entry:?}");
+    }
+    assert!(backend.release(&held).await.unwrap());
 }
