@@ -6,19 +6,19 @@ use std::time::Duration;
 
 use fencelock_core::{
     Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LockKinds,
-    LostReason, OwnerId, ReadPhase, Result, TimeAuthority, WakeUp, async_trait, valid_until,
-    validate_floor, validate_ttl,
+    LostReason, OwnerId, QueueEntry, QueueRole, ReadPhase, Result, TimeAuthority, WakeUp,
+    async_trait, valid_until, validate_floor, validate_ttl,
 };
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::codec::{idle_seconds, micros, owner_bytes, token_from, token_param};
+use crate::codec::{idle_seconds, micros, owner_bytes, owner_from, token_from, token_param};
 use crate::database::MySqlDatabase;
 use crate::epoch;
 use crate::error::{BACKEND, protocol, timed};
 use crate::lock_name::lock_name;
 use crate::session::{Holder, Session, Sessions};
-use crate::wakeups::{Wakeups, watch_key};
+use crate::wakeups::{Next, PLACE_TTL, TURN_REFRESH, Wakeups, watch_key};
 
 mod read_phase;
 
@@ -28,6 +28,10 @@ const MAX_TTL: Duration = Duration::from_secs(31_536_000);
 
 /// How long an acquire waits, on the server, for a session it ended with KILL to let go.
 const KILL_WAIT: Duration = Duration::from_millis(500);
+
+/// How long a queued try waits, on the server, for a holder of the lock without a lease: the
+/// watcher sessions of waiters (`wait_v5`) hold it for an instant after each release.
+const BUSY_WAIT: Duration = Duration::from_millis(50);
 
 /// Room, beyond the operation time-out, for a grant that starts a new token epoch: the wait
 /// for another session starting one (at most 10 s on the server) and a durable commit.
@@ -116,30 +120,23 @@ impl MySqlLockBackend {
     fn timeout(&self) -> Duration {
         self.db.operation_timeout()
     }
-}
 
-#[async_trait]
-impl LockBackend for MySqlLockBackend {
-    fn name(&self) -> &'static str {
-        BACKEND
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::new(
-            self.db.tokens(),
-            TimeAuthority::Server,
-            WakeUp::Notify,
-            MAX_TTL,
-        )
-        .with_locks_survive_restart(false)
-        .with_kinds(LockKinds::GENERIC.with_shared())
-    }
-
-    async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
+    /// A try, queued as `waiter` or not (`None`): one `acquire_v6` call.
+    async fn acquire(
+        &self,
+        key: &LockKey,
+        ttl: Duration,
+        waiter: Option<OwnerId>,
+    ) -> Result<Option<Lease>> {
         validate_ttl(ttl, &self.capabilities())?;
         self.sessions.sweep_abandoned();
         let name = lock_name(key);
-        let span = tracing::debug_span!("fencelock.mysql.acquire", backend = BACKEND, key = %key);
+        let span = tracing::debug_span!(
+            "fencelock.mysql.acquire",
+            backend = BACKEND,
+            key = %key,
+            queued = waiter.is_some()
+        );
         async {
             let owner = OwnerId::random();
             let conn = timed(self.timeout(), self.db.sessions().acquire()).await?;
@@ -148,7 +145,7 @@ impl LockBackend for MySqlLockBackend {
             let mut holder = Holder::new(conn);
             let sent_at = Instant::now();
             let rows: Vec<(i64, Option<i64>, i64)> = timed(
-                self.timeout() + KILL_WAIT + EPOCH_WAIT,
+                self.timeout() + KILL_WAIT + BUSY_WAIT + EPOCH_WAIT,
                 sqlx::query_as(&self.db.sql().acquire)
                     .bind(key.as_str().as_bytes())
                     .bind(&name)
@@ -156,6 +153,9 @@ impl LockBackend for MySqlLockBackend {
                     .bind(micros(ttl))
                     .bind(idle_seconds(ttl))
                     .bind(KILL_WAIT.as_secs_f64())
+                    .bind(waiter.map(|waiter| owner_bytes(waiter).to_vec()))
+                    .bind(waiter.map(|_| micros(PLACE_TTL)))
+                    .bind(BUSY_WAIT.as_secs_f64())
                     .fetch_all(holder.conn()?),
             )
             .await?;
@@ -186,6 +186,96 @@ impl LockBackend for MySqlLockBackend {
         }
         .instrument(span)
         .await
+    }
+}
+
+#[async_trait]
+impl LockBackend for MySqlLockBackend {
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(
+            self.db.tokens(),
+            TimeAuthority::Server,
+            WakeUp::Notify,
+            MAX_TTL,
+        )
+        .with_locks_survive_restart(false)
+        .with_kinds(LockKinds::GENERIC.with_shared())
+        .with_fair(true)
+    }
+
+    async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
+        self.acquire(key, ttl, None).await
+    }
+
+    async fn try_acquire_queued(
+        &self,
+        key: &LockKey,
+        ttl: Duration,
+        waiter: OwnerId,
+    ) -> Result<Option<Lease>> {
+        // Registered before the try, so a release right after it that names this waiter
+        // wakes its next wait.
+        self.wakeups.turn(&lock_name(key), waiter);
+        let granted = self.acquire(key, ttl, Some(waiter)).await?;
+        if granted.is_some() {
+            self.wakeups.forget(waiter);
+        }
+        Ok(granted)
+    }
+
+    async fn wait_for_turn(&self, key: &LockKey, waiter: OwnerId, max: Duration) -> Result<()> {
+        if max.is_zero() {
+            return Ok(());
+        }
+        let name = lock_name(key);
+        // Registered before the watcher can start, so its wake-up cannot be missed; one sent
+        // since the waiter's last try is kept, and this wait returns at once.
+        let turn = self.wakeups.turn(&name, waiter);
+        let watch = self.wakeups.watch(&name);
+        if watch.claim() {
+            tokio::spawn(watch_key(
+                self.db.clone(),
+                Arc::downgrade(&self.wakeups),
+                key.clone(),
+                name,
+                Arc::downgrade(&watch),
+            ));
+        }
+        // Back in time for the next try to keep the place.
+        let _ = tokio::time::timeout(max.min(TURN_REFRESH), turn.notified()).await;
+        drop(watch);
+        Ok(())
+    }
+
+    async fn leave_queue(&self, key: &LockKey, waiter: OwnerId) -> Result<()> {
+        self.wakeups.forget(waiter);
+        let name = lock_name(key);
+        let rows: Vec<(i64, Option<Vec<u8>>, i64)> = timed(
+            self.timeout(),
+            sqlx::query_as(&self.db.sql().leave)
+                .bind(key.as_str().as_bytes())
+                .bind(&name)
+                .bind(&owner_bytes(waiter)[..])
+                .fetch_all(self.db.pool()),
+        )
+        .await?;
+        match rows.as_slice() {
+            [(had, head, free)] => {
+                tracing::debug!(had = *had == 1, "left the queue");
+                if *free == 1 {
+                    // The lock is free: the waiter that is first now may be the one that was
+                    // behind the leaver, so it is its turn.
+                    self.wakeups
+                        .wake_turn(&name, Next::from_head(head.as_deref())?);
+                }
+                Ok(())
+            }
+            _ => Err(protocol(format!("leave answered {rows:?}"))),
+        }
     }
 
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
@@ -264,7 +354,7 @@ impl LockBackend for MySqlLockBackend {
                 return Ok(false);
             };
             let name = lock_name(&lease.key);
-            let outcome: Result<Vec<(i64, i64)>> = async {
+            let outcome: Result<Vec<(i64, i64, Option<Vec<u8>>)>> = async {
                 timed(
                     self.timeout(),
                     sqlx::query_as(&self.db.sql().release)
@@ -277,15 +367,21 @@ impl LockBackend for MySqlLockBackend {
                 .await
             }
             .await;
+            // Whose turn it is once the lock is let go: unknown when the call failed.
+            let mut next = Next::Anyone;
             let released = match outcome {
                 Ok(rows) => match rows.as_slice() {
-                    [(1, 1)] => {
+                    [(1, 1, head)] => {
+                        next = Next::from_head(head.as_deref()).unwrap_or(Next::Anyone);
                         holder.give_back();
                         true
                     }
                     // Expired on the server, or no longer this session's: closing the
                     // connection (dropping `holder`) makes sure it holds nothing.
-                    [_] => false,
+                    [(_, _, head)] => {
+                        next = Next::from_head(head.as_deref()).unwrap_or(Next::Anyone);
+                        false
+                    }
                     _ => return Err(protocol(format!("release answered {rows:?}"))),
                 },
                 // The session ended on its own (time-out, KILL): the lock went with it.
@@ -295,7 +391,7 @@ impl LockBackend for MySqlLockBackend {
                 // Dropping `holder` closes the session, which lets go of the lock.
                 Err(error) => return Err(error),
             };
-            self.wakeups.released(&name);
+            self.wakeups.released(&name, next);
             tracing::debug!(released, "released");
             Ok(released)
         }
@@ -316,6 +412,7 @@ impl LockBackend for MySqlLockBackend {
         if watch.claim() {
             tokio::spawn(watch_key(
                 self.db.clone(),
+                Arc::downgrade(&self.wakeups),
                 key.clone(),
                 name,
                 Arc::downgrade(&watch),
@@ -357,6 +454,43 @@ impl LockBackend for MySqlLockBackend {
             last_token: state.map(|state| state.last_token),
             unfenced_holder,
         })
+    }
+
+    async fn inspect_queue(&self, key: &LockKey) -> Result<Option<Vec<QueueEntry>>> {
+        let holder = self.key_state(key).await?.and_then(|state| state.lease);
+        let bytes = key.as_str().as_bytes();
+        let rows: Vec<(i64, Vec<u8>, Option<i64>, i64)> = timed(
+            self.timeout(),
+            sqlx::query_as(&self.db.sql().inspect_queue)
+                .bind(bytes)
+                .bind(bytes)
+                .fetch_all(self.db.pool()),
+        )
+        .await?;
+        let left = |us: i64| Duration::from_micros(us.max(0).unsigned_abs());
+        let mut entries = Vec::with_capacity(rows.len() + 1);
+        if let Some((fence, remaining)) = holder {
+            entries.push(QueueEntry {
+                owner: fence.owner,
+                role: QueueRole::Holder,
+                token: Some(fence.token),
+                remaining,
+            });
+        }
+        for (kind, who, token, left_us) in rows {
+            let role = match kind {
+                0 => QueueRole::Reader,
+                1 => QueueRole::Waiting,
+                other => return Err(protocol(format!("queue entry of kind {other}"))),
+            };
+            entries.push(QueueEntry {
+                owner: owner_from(&who)?,
+                role,
+                token: token.map(token_from).transpose()?,
+                remaining: left(left_us),
+            });
+        }
+        Ok(Some(entries))
     }
 
     async fn try_acquire_shared(

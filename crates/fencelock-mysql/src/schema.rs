@@ -50,6 +50,11 @@ const TABLES: &[Table] = &[
         key: Some("lock_key"),
     },
     Table {
+        name: "queue",
+        create: include_str!("../sql/queue_table.sql"),
+        key: Some("lock_key"),
+    },
+    Table {
         name: "storage",
         create: include_str!("../sql/storage_table.sql"),
         key: Some("resource"),
@@ -71,10 +76,12 @@ const PROCEDURES: &[(&str, &str)] = &[
     ("next_token_v2", include_str!("../sql/next_token.sql")),
     ("install_epoch_v1", include_str!("../sql/install_epoch.sql")),
     ("take_lock_v1", include_str!("../sql/take_lock.sql")),
-    ("acquire_v5", include_str!("../sql/acquire.sql")),
+    ("queue_head_v1", include_str!("../sql/queue_head.sql")),
+    ("acquire_v6", include_str!("../sql/acquire.sql")),
     ("extend_v2", include_str!("../sql/extend.sql")),
-    ("release_v2", include_str!("../sql/release.sql")),
-    ("wait_v4", include_str!("../sql/wait.sql")),
+    ("release_v3", include_str!("../sql/release.sql")),
+    ("wait_v5", include_str!("../sql/wait.sql")),
+    ("leave_v1", include_str!("../sql/leave.sql")),
     (
         "acquire_shared_v3",
         include_str!("../sql/acquire_shared.sql"),
@@ -95,15 +102,18 @@ const RETIRED: &[&str] = &[
     "acquire_v2",
     "acquire_v3",
     "acquire_v4",
+    "acquire_v5",
     "acquire_shared_v1",
     "acquire_shared_v2",
     "advance_token_v1",
     "extend_v1",
     "next_token_v1",
     "release_v1",
+    "release_v2",
     "wait_v1",
     "wait_v2",
     "wait_v3",
+    "wait_v4",
 ];
 
 /// Every statement fencelock runs, for one prefix.
@@ -114,11 +124,13 @@ pub(crate) struct Statements {
     pub(crate) extend: String,
     pub(crate) release: String,
     pub(crate) wait: String,
+    pub(crate) leave: String,
     pub(crate) acquire_shared: String,
     pub(crate) extend_shared: String,
     pub(crate) release_shared: String,
     pub(crate) advance_token: String,
     pub(crate) inspect: String,
+    pub(crate) inspect_queue: String,
     pub(crate) storage_apply: String,
     pub(crate) storage_peek: String,
     pub(crate) admit: String,
@@ -136,15 +148,17 @@ impl Statements {
         };
         Ok(Statements {
             prefix: prefix.to_owned(),
-            acquire: call("acquire_v5", 6),
+            acquire: call("acquire_v6", 9),
             extend: call("extend_v2", 6),
-            release: call("release_v2", 4),
-            wait: call("wait_v4", 4),
+            release: call("release_v3", 4),
+            wait: call("wait_v5", 5),
+            leave: call("leave_v1", 3),
             acquire_shared: call("acquire_shared_v3", 7),
             extend_shared: call("extend_shared_v1", 5),
             release_shared: call("release_shared_v1", 4),
             advance_token: call("advance_token_v2", 2),
             inspect: fill(include_str!("../sql/inspect.sql"), prefix),
+            inspect_queue: fill(include_str!("../sql/inspect_queue.sql"), prefix),
             storage_apply: call("storage_apply_v1", 6),
             storage_peek: fill(include_str!("../sql/storage_peek.sql"), prefix),
             admit: call("admit_v1", 4),
@@ -258,7 +272,10 @@ mod tests {
             let filled = fill(sql, "p_");
             assert!(!filled.contains('{'), "{filled}");
         }
-        assert_eq!(statements.acquire, "CALL p_acquire_v5(?, ?, ?, ?, ?, ?)");
+        assert_eq!(
+            statements.acquire,
+            "CALL p_acquire_v6(?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        );
         let longest = "p".repeat(crate::config::MAX_PREFIX_LEN);
         for name in Statements::new(&longest).unwrap().object_names() {
             assert!(name.len() <= 64, "{name} is longer than 64 characters");

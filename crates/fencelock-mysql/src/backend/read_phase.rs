@@ -17,6 +17,7 @@ use crate::codec::{fence_from, micros, owner_bytes, token_from, token_param};
 use crate::error::{BACKEND, protocol, timed};
 use crate::lock_name::lock_name;
 use crate::session::Holder;
+use crate::wakeups::Next;
 
 /// How long a reader's grant waits for the key's `GET_LOCK` while it is held by no fencelock
 /// lease: another reader's grant or a writer's acquire under way (each a matter of a moment),
@@ -172,7 +173,9 @@ impl MySqlLockBackend {
             };
             // Waiters of this process look again; those of other processes see the phase end
             // when their watcher next looks at the readers.
-            self.wakeups.released(&lock_name(&lease.key));
+            // A reader's release says nothing of the writers' queue: every queued waiter of
+            // this process tries, and the server grants only the first.
+            self.wakeups.released(&lock_name(&lease.key), Next::Anyone);
             tracing::debug!(released, "reader released");
             Ok(released)
         }

@@ -1,0 +1,346 @@
+//! The fair queue of the `GET_LOCK` backend on the real server (DESIGN 4.0.1, 5.4, *Fair
+//! hand-off*): waiters are granted in arrival order, within one process and across two, a
+//! release wakes only the first waiter, and a waiter that vanished keeps a free lock from the
+//! others for its place ttl at most.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fencelock_core::{
+    Capabilities, FencingToken, Lease, LockBackend, LockInfo, LockKey, Locker, OwnerId, QueueRole,
+    Result, async_trait,
+};
+use fencelock_mysql::MySqlLockBackend;
+use tokio::time::{Instant, sleep};
+
+const TTL: Duration = Duration::from_secs(30);
+
+/// How long a queued waiter goes on trying at most between two tries (the backend's
+/// `TURN_REFRESH`): each try a waiter sends besides its first and the one it is woken for.
+const TURN_REFRESH: Duration = Duration::from_millis(500);
+
+fn key(name: &str) -> LockKey {
+    LockKey::new(format!("queue/{name}/{}", OwnerId::random())).unwrap()
+}
+
+/// A backend counting every try a request sent (queued or not) once the server answered it.
+/// A wrapper around the real backend, in the process, not a server of its own.
+#[derive(Debug)]
+struct Counting {
+    inner: MySqlLockBackend,
+    tries: AtomicUsize,
+}
+
+impl Counting {
+    fn new(inner: MySqlLockBackend) -> Arc<Self> {
+        Arc::new(Counting {
+            inner,
+            tries: AtomicUsize::new(0),
+        })
+    }
+
+    fn tries(&self) -> usize {
+        self.tries.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl LockBackend for Counting {
+    fn name(&self) -> &'static str {
+        "counting"
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
+        let outcome = self.inner.try_acquire(key, ttl).await;
+        self.tries.fetch_add(1, Ordering::SeqCst);
+        outcome
+    }
+    async fn try_acquire_queued(
+        &self,
+        key: &LockKey,
+        ttl: Duration,
+        waiter: OwnerId,
+    ) -> Result<Option<Lease>> {
+        let outcome = self.inner.try_acquire_queued(key, ttl, waiter).await;
+        self.tries.fetch_add(1, Ordering::SeqCst);
+        outcome
+    }
+    async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {
+        self.inner.wait_for_release(key, max).await
+    }
+    async fn wait_for_turn(&self, key: &LockKey, waiter: OwnerId, max: Duration) -> Result<()> {
+        self.inner.wait_for_turn(key, waiter, max).await
+    }
+    async fn wait_for_grant(
+        &self,
+        key: &LockKey,
+        waiter: OwnerId,
+        ttl: Duration,
+        max: Duration,
+    ) -> Result<Option<Lease>> {
+        self.inner.wait_for_grant(key, waiter, ttl, max).await
+    }
+    async fn leave_queue(&self, key: &LockKey, waiter: OwnerId) -> Result<()> {
+        self.inner.leave_queue(key, waiter).await
+    }
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        self.inner.extend(lease, ttl).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.inner.release(lease).await
+    }
+    async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
+        self.inner.inspect(key).await
+    }
+    async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
+        self.inner.advance_token(key, floor).await
+    }
+}
+
+/// Waits (without a bound: the test's own time-out ends a hang) until `backends` have sent
+/// `tries` tries between them.
+async fn until_tries(backends: &[Arc<Counting>], tries: usize) {
+    while backends.iter().map(|b| b.tries()).sum::<usize>() < tries {
+        sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Eight waiters queue one after the other behind a holder, waiter `i` on `backends[i %
+/// backends.len()]` (one backend is one process's: its own wake-ups and watcher); the
+/// holder's release starts the hand-down, and each waiter releases as soon as it is granted.
+/// Checks that they are granted in arrival order with increasing tokens, and that each
+/// release woke the next waiter alone: every waiter sent its first try, the one it was woken
+/// for, and at most one more per `TURN_REFRESH` it waited (the tries that keep its place).
+/// When every release woke every waiter, the seven releases after the first would have cost
+/// 7 + 6 + ... + 1 = 28 tries more.
+async fn hand_down(tag: &str, processes: usize) {
+    let (db, _cleanup) = common::database(tag).await;
+    let backends: Vec<Arc<Counting>> = (0..processes)
+        .map(|_| Counting::new(MySqlLockBackend::new(&db)))
+        .collect();
+    assert!(
+        backends[0].capabilities().fair,
+        "the GET_LOCK backend does not say it is fair"
+    );
+    let key = key(tag);
+    let held = backends[0]
+        .inner
+        .try_acquire(&key, TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for place in 0..8 {
+        let locker = Locker::new(backends[place % processes].clone());
+        let (key, order) = (key.clone(), order.clone());
+        waiters.push(tokio::spawn(async move {
+            let guard = locker
+                .lock(key.as_str())
+                .ttl(TTL)
+                .wait(Duration::from_secs(120))
+                .await
+                .unwrap();
+            order.lock().unwrap().push((place, guard.token()));
+            assert!(guard.release().await.unwrap());
+        }));
+        // The waiter's first try was refused, and queued it, before the next one arrives.
+        until_tries(&backends, place + 1).await;
+    }
+    let queued_at = Instant::now();
+    let queued_tries: usize = backends.iter().map(|b| b.tries()).sum();
+    let released_at = Instant::now();
+    assert!(backends[0].inner.release(&held).await.unwrap());
+    for waiter in waiters {
+        waiter.await.unwrap();
+    }
+    let elapsed = queued_at.elapsed();
+    let order = order.lock().unwrap().clone();
+    let places: Vec<_> = order.iter().map(|(place, _)| *place).collect();
+    assert_eq!(
+        places,
+        (0..8).collect::<Vec<_>>(),
+        "granted out of arrival order"
+    );
+    assert!(
+        order.windows(2).all(|pair| pair[0].1 < pair[1].1),
+        "tokens do not increase along the queue: {order:?}"
+    );
+    assert!(order[0].1 > held.token);
+    // Each waiter: the try it is woken for, and one per TURN_REFRESH it waited at most.
+    let refreshes = usize::try_from(elapsed.as_millis() / TURN_REFRESH.as_millis()).unwrap() + 1;
+    let tries: usize = backends.iter().map(|b| b.tries()).sum::<usize>() - queued_tries;
+    let bound = 8 + 8 * refreshes;
+    assert!(
+        tries <= bound,
+        "{tries} tries after the first release for 8 grants handed down the queue in \
+         {:?} (at most {bound}: each waiter woken once)",
+        released_at.elapsed()
+    );
+}
+
+/// One process's waiters: the release wakes the next one through the process's own
+/// wake-ups.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_one_process_are_granted_in_arrival_order_each_woken_once() {
+    hand_down("order1", 1).await;
+}
+
+/// Two processes' waiters, alternating: a release wakes the next waiter in the other process
+/// through that process's watcher, which keeps watching while the turn is a waiter's of the
+/// releasing process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_two_processes_are_granted_in_arrival_order_each_woken_once() {
+    hand_down("order2", 2).await;
+}
+
+/// A waiter that queued and then vanished (it never tries again, and never leaves) keeps the
+/// free lock from everyone else until its place lapses (2 s after its last try on the
+/// server's clock): a plain try is refused meanwhile, and the waiter queued behind it is
+/// granted once the place lapsed, with a later token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_waiter_keeps_a_free_lock_for_its_place_ttl_at_most() {
+    let (db, _cleanup) = common::database("vanish").await;
+    let backend = Arc::new(db.lock_backend());
+    let key = key("vanished");
+    let held = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+    let vanished = OwnerId::random();
+    let vanished_sent_at = Instant::now();
+    assert!(
+        backend
+            .try_acquire_queued(&key, TTL, vanished)
+            .await
+            .unwrap()
+            .is_none(),
+        "a queued try was granted a held lock"
+    );
+    let vanished_tried_at = Instant::now();
+    let locker = Locker::new(backend.clone());
+    let next = tokio::spawn({
+        let (locker, key) = (locker.clone(), key.clone());
+        async move {
+            let guard = locker
+                .lock(key.as_str())
+                .ttl(TTL)
+                .wait(Duration::from_secs(60))
+                .await
+                .unwrap();
+            (guard, Instant::now())
+        }
+    });
+    assert!(backend.release(&held).await.unwrap());
+
+    // The lock is free, and the vanished waiter's place still live (its ttl is 2 s; a try
+    // made later than that after its last one proves nothing and is skipped).
+    let plain = backend.try_acquire(&key, TTL).await.unwrap();
+    if vanished_sent_at.elapsed() < Duration::from_millis(1500) {
+        assert!(
+            plain.is_none(),
+            "a plain try took a free lock while a waiter was queued for it"
+        );
+    }
+    if let Some(lease) = plain {
+        backend.release(&lease).await.unwrap();
+    }
+
+    let (guard, granted_at) = next.await.unwrap();
+    assert!(guard.token() > held.token);
+    // Not before the place lapsed: 2 s on the server's clock after the vanished waiter's
+    // try, which ran on the server before `vanished_tried_at` and after that try was sent
+    // (a generous margin for a slow round trip and the clocks' rates).
+    assert!(
+        granted_at.duration_since(vanished_tried_at) >= Duration::from_millis(1000),
+        "the waiter behind a live place was granted after {:?}",
+        granted_at.duration_since(vanished_tried_at)
+    );
+    assert!(guard.release().await.unwrap());
+    // With the vanished waiter's place gone, a plain try is granted again.
+    let again = backend.try_acquire(&key, TTL).await.unwrap();
+    assert!(again.is_some(), "the queue still holds the free lock back");
+}
+
+/// A waiter that leaves the queue (its request timed out) lets the waiter behind it have a
+/// free lock at once, without waiting for the place to lapse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_leaves_lets_the_next_one_in() {
+    let (db, _cleanup) = common::database("leave").await;
+    let backend = Arc::new(db.lock_backend());
+    let key = key("leave");
+    let held = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+    let first = OwnerId::random();
+    let second = OwnerId::random();
+    for waiter in [first, second] {
+        assert!(
+            backend
+                .try_acquire_queued(&key, TTL, waiter)
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+    assert!(backend.release(&held).await.unwrap());
+    assert!(
+        backend
+            .try_acquire_queued(&key, TTL, second)
+            .await
+            .unwrap()
+            .is_none(),
+        "the second waiter overtook the first"
+    );
+    backend.leave_queue(&key, first).await.unwrap();
+    let granted = backend
+        .try_acquire_queued(&key, TTL, second)
+        .await
+        .unwrap()
+        .expect("the waiter behind one that left was refused a free lock");
+    assert!(granted.token > held.token);
+    assert!(backend.release(&granted).await.unwrap());
+}
+
+/// `inspect_queue` lists the holder, then the queued waiters in arrival order, each with the
+/// time before its place lapses; a waiter that left is gone from the list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_queue_lists_the_holder_then_the_waiters_in_arrival_order() {
+    let (db, _cleanup) = common::database("list").await;
+    let backend = db.lock_backend();
+    let key = key("list");
+    assert_eq!(backend.inspect_queue(&key).await.unwrap(), Some(Vec::new()));
+    let held = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+    let waiters = [OwnerId::random(), OwnerId::random(), OwnerId::random()];
+    for waiter in waiters {
+        assert!(
+            backend
+                .try_acquire_queued(&key, TTL, waiter)
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+    backend.leave_queue(&key, waiters[1]).await.unwrap();
+    let queue = backend.inspect_queue(&key).await.unwrap().unwrap();
+    let listed: Vec<_> = queue
+        .iter()
+        .map(|entry| (entry.owner, entry.role))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            (held.owner, QueueRole::Holder),
+            (waiters[0], QueueRole::Waiting),
+            (waiters[2], QueueRole::Waiting),
+        ]
+    );
+    assert_eq!(queue[0].token, Some(held.token));
+    for entry in &queue[1..] {
+        assert_eq!(entry.token, None);
+        // The place ttl (2 s) bounds the time left.
+        assert!(entry.remaining <= Duration::from_secs(2), "{entry:?}");
+    }
+    assert!(backend.release(&held).await.unwrap());
+}
