@@ -2,9 +2,11 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
+mod counting;
 pub mod properties;
 mod setup;
 
+pub use counting::CountingTries;
 pub use setup::{BoxFuture, Outage, Reopen, Setup};
 
 /// Expands to one `#[tokio::test]` per property of every group in [`properties`], each named

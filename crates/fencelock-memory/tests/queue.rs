@@ -3,15 +3,11 @@
 //! hand-off ttl at most. Paused tokio time, so the bounds are exact, whatever the load.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
-use fencelock_core::{
-    Capabilities, FencingToken, Lease, LockBackend, LockInfo, LockKey, Locker, OwnerId, QueueRole,
-    Result,
-};
+use fencelock_conformance::CountingTries;
+use fencelock_core::{LockBackend, LockKey, Locker, OwnerId, QueueRole};
 use fencelock_memory::MemoryLockBackend;
 use tokio::time::{Instant, sleep};
 
@@ -21,66 +17,6 @@ fn key(name: &str) -> LockKey {
     LockKey::new(name).unwrap()
 }
 
-/// The memory backend, counting every try (queued or not) a request sends.
-#[derive(Debug, Default)]
-struct Counting {
-    inner: MemoryLockBackend,
-    tries: AtomicUsize,
-}
-
-#[async_trait]
-impl LockBackend for Counting {
-    fn name(&self) -> &'static str {
-        "counting"
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
-        self.tries.fetch_add(1, Ordering::SeqCst);
-        self.inner.try_acquire(key, ttl).await
-    }
-    async fn try_acquire_queued(
-        &self,
-        key: &LockKey,
-        ttl: Duration,
-        waiter: OwnerId,
-    ) -> Result<Option<Lease>> {
-        self.tries.fetch_add(1, Ordering::SeqCst);
-        self.inner.try_acquire_queued(key, ttl, waiter).await
-    }
-    async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {
-        self.inner.wait_for_release(key, max).await
-    }
-    async fn wait_for_turn(&self, key: &LockKey, waiter: OwnerId, max: Duration) -> Result<()> {
-        self.inner.wait_for_turn(key, waiter, max).await
-    }
-    async fn wait_for_grant(
-        &self,
-        key: &LockKey,
-        waiter: OwnerId,
-        ttl: Duration,
-        max: Duration,
-    ) -> Result<Option<Lease>> {
-        self.inner.wait_for_grant(key, waiter, ttl, max).await
-    }
-    async fn leave_queue(&self, key: &LockKey, waiter: OwnerId) -> Result<()> {
-        self.inner.leave_queue(key, waiter).await
-    }
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
-        self.inner.extend(lease, ttl).await
-    }
-    async fn release(&self, lease: &Lease) -> Result<bool> {
-        self.inner.release(lease).await
-    }
-    async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
-        self.inner.inspect(key).await
-    }
-    async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
-        self.inner.advance_token(key, floor).await
-    }
-}
-
 /// Eight waiters queued one after the other behind a holder are granted in arrival order,
 /// and each release wakes only the next one: every waiter tries once, is refused and queued,
 /// and is then handed the lock. Without the queue, each release woke every waiter and the
@@ -88,9 +24,14 @@ impl LockBackend for Counting {
 /// sent 35 tries before the first release.
 #[tokio::test(start_paused = true)]
 async fn a_release_hands_the_lock_to_the_next_waiter_alone() {
-    let backend = Arc::new(Counting::default());
+    let backend = Arc::new(CountingTries::new(MemoryLockBackend::new()));
     let key = key("queue/hand-down");
-    let held = backend.inner.try_acquire(&key, TTL).await.unwrap().unwrap();
+    let held = backend
+        .inner()
+        .try_acquire(&key, TTL)
+        .await
+        .unwrap()
+        .unwrap();
     let locker = Locker::new(backend.clone());
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
@@ -109,17 +50,13 @@ async fn a_release_hands_the_lock_to_the_next_waiter_alone() {
         }));
         sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(
-        backend.tries.load(Ordering::SeqCst),
-        8,
-        "each waiter queued once"
-    );
-    let queue = backend.inner.inspect_queue(&key).await.unwrap().unwrap();
+    assert_eq!(backend.tries(), 8, "each waiter queued once");
+    let queue = backend.inner().inspect_queue(&key).await.unwrap().unwrap();
     let roles: Vec<_> = queue.iter().map(|entry| entry.role).collect();
     assert_eq!(roles[0], QueueRole::Holder);
     assert_eq!(roles[1..], [QueueRole::Waiting; 8]);
 
-    assert!(backend.inner.release(&held).await.unwrap());
+    assert!(backend.inner().release(&held).await.unwrap());
     for waiter in waiters {
         waiter.await.unwrap();
     }
@@ -134,7 +71,7 @@ async fn a_release_hands_the_lock_to_the_next_waiter_alone() {
         order.windows(2).all(|pair| pair[0].1 < pair[1].1),
         "tokens do not increase along the queue: {order:?}"
     );
-    let tries = backend.tries.load(Ordering::SeqCst);
+    let tries = backend.tries();
     assert!(
         tries <= 8,
         "{tries} tries for 8 grants handed down the queue"

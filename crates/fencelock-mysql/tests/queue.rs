@@ -6,14 +6,11 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fencelock_core::{
-    Capabilities, FencingToken, Lease, LockBackend, LockInfo, LockKey, Locker, OwnerId, QueueRole,
-    Result, async_trait,
-};
+use fencelock_conformance::CountingTries;
+use fencelock_core::{LockBackend, LockKey, Locker, OwnerId, QueueRole};
 use fencelock_mysql::MySqlLockBackend;
 use tokio::time::{Instant, sleep};
 
@@ -27,85 +24,9 @@ fn key(name: &str) -> LockKey {
     LockKey::new(format!("queue/{name}/{}", OwnerId::random())).unwrap()
 }
 
-/// A backend counting every try a request sent (queued or not) once the server answered it.
-/// A wrapper around the real backend, in the process, not a server of its own.
-#[derive(Debug)]
-struct Counting {
-    inner: MySqlLockBackend,
-    tries: AtomicUsize,
-}
-
-impl Counting {
-    fn new(inner: MySqlLockBackend) -> Arc<Self> {
-        Arc::new(Counting {
-            inner,
-            tries: AtomicUsize::new(0),
-        })
-    }
-
-    fn tries(&self) -> usize {
-        self.tries.load(Ordering::SeqCst)
-    }
-}
-
-#[async_trait]
-impl LockBackend for Counting {
-    fn name(&self) -> &'static str {
-        "counting"
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
-        let outcome = self.inner.try_acquire(key, ttl).await;
-        self.tries.fetch_add(1, Ordering::SeqCst);
-        outcome
-    }
-    async fn try_acquire_queued(
-        &self,
-        key: &LockKey,
-        ttl: Duration,
-        waiter: OwnerId,
-    ) -> Result<Option<Lease>> {
-        let outcome = self.inner.try_acquire_queued(key, ttl, waiter).await;
-        self.tries.fetch_add(1, Ordering::SeqCst);
-        outcome
-    }
-    async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {
-        self.inner.wait_for_release(key, max).await
-    }
-    async fn wait_for_turn(&self, key: &LockKey, waiter: OwnerId, max: Duration) -> Result<()> {
-        self.inner.wait_for_turn(key, waiter, max).await
-    }
-    async fn wait_for_grant(
-        &self,
-        key: &LockKey,
-        waiter: OwnerId,
-        ttl: Duration,
-        max: Duration,
-    ) -> Result<Option<Lease>> {
-        self.inner.wait_for_grant(key, waiter, ttl, max).await
-    }
-    async fn leave_queue(&self, key: &LockKey, waiter: OwnerId) -> Result<()> {
-        self.inner.leave_queue(key, waiter).await
-    }
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
-        self.inner.extend(lease, ttl).await
-    }
-    async fn release(&self, lease: &Lease) -> Result<bool> {
-        self.inner.release(lease).await
-    }
-    async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
-        self.inner.inspect(key).await
-    }
-    async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
-        self.inner.advance_token(key, floor).await
-    }
-}
-
 /// Waits (without a bound: the test's own time-out ends a hang) until `backends` have sent
 /// `tries` tries between them.
-async fn until_tries(backends: &[Arc<Counting>], tries: usize) {
+async fn until_tries(backends: &[Arc<CountingTries>], tries: usize) {
     while backends.iter().map(|b| b.tries()).sum::<usize>() < tries {
         sleep(Duration::from_millis(5)).await;
     }
@@ -121,8 +42,8 @@ async fn until_tries(backends: &[Arc<Counting>], tries: usize) {
 /// 7 + 6 + ... + 1 = 28 tries more.
 async fn hand_down(tag: &str, processes: usize) {
     let (db, _cleanup) = common::database(tag).await;
-    let backends: Vec<Arc<Counting>> = (0..processes)
-        .map(|_| Counting::new(MySqlLockBackend::new(&db)))
+    let backends: Vec<Arc<CountingTries>> = (0..processes)
+        .map(|_| Arc::new(CountingTries::new(MySqlLockBackend::new(&db))))
         .collect();
     assert!(
         backends[0].capabilities().fair,
@@ -130,7 +51,7 @@ async fn hand_down(tag: &str, processes: usize) {
     );
     let key = key(tag);
     let held = backends[0]
-        .inner
+        .inner()
         .try_acquire(&key, TTL)
         .await
         .unwrap()
@@ -156,7 +77,7 @@ async fn hand_down(tag: &str, processes: usize) {
     let queued_at = Instant::now();
     let queued_tries: usize = backends.iter().map(|b| b.tries()).sum();
     let released_at = Instant::now();
-    assert!(backends[0].inner.release(&held).await.unwrap());
+    assert!(backends[0].inner().release(&held).await.unwrap());
     for waiter in waiters {
         waiter.await.unwrap();
     }
