@@ -4,9 +4,11 @@
 
 mod counting;
 pub mod properties;
+mod queue;
 mod setup;
 
 pub use counting::CountingTries;
+pub use queue::queue_refused;
 pub use setup::{BoxFuture, Outage, Reopen, Setup};
 
 /// Expands to one `#[tokio::test]` per property of every group in [`properties`], each named

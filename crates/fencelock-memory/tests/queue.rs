@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fencelock_conformance::CountingTries;
+use fencelock_conformance::{CountingTries, queue_refused};
 use fencelock_core::{LockBackend, LockKey, Locker, OwnerId, QueueRole};
 use fencelock_memory::MemoryLockBackend;
 use tokio::time::{Instant, sleep};
@@ -87,13 +87,7 @@ async fn a_lock_handed_to_a_vanished_waiter_lapses_after_the_hand_off_ttl() {
     let key = key("queue/vanished");
     let held = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
     let vanished = OwnerId::random();
-    assert!(
-        backend
-            .try_acquire_queued(&key, TTL, vanished)
-            .await
-            .unwrap()
-            .is_none()
-    );
+    queue_refused(&*backend, &key, TTL, &[vanished]).await;
     let locker = Locker::new(backend.clone());
     let next = tokio::spawn({
         let locker = locker.clone();
@@ -140,15 +134,7 @@ async fn leaving_with_a_handed_lock_hands_it_on() {
     let key = key("queue/leave");
     let held = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
     let (first, second) = (OwnerId::random(), OwnerId::random());
-    for waiter in [first, second] {
-        assert!(
-            backend
-                .try_acquire_queued(&key, TTL, waiter)
-                .await
-                .unwrap()
-                .is_none()
-        );
-    }
+    queue_refused(&backend, &key, TTL, &[first, second]).await;
     assert!(backend.release(&held).await.unwrap());
     assert_eq!(
         backend.inspect(&key).await.unwrap().holder.unwrap().owner,
@@ -181,13 +167,7 @@ async fn a_free_lock_is_kept_for_the_head_until_its_place_lapses() {
     let short = Duration::from_millis(100);
     backend.try_acquire(&key, short).await.unwrap().unwrap();
     let head = OwnerId::random();
-    assert!(
-        backend
-            .try_acquire_queued(&key, TTL, head)
-            .await
-            .unwrap()
-            .is_none()
-    );
+    queue_refused(&backend, &key, TTL, &[head]).await;
     sleep(short * 2).await;
     assert!(backend.try_acquire(&key, TTL).await.unwrap().is_none());
     sleep(Duration::from_secs(2)).await;

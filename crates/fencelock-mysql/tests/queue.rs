@@ -9,7 +9,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fencelock_conformance::CountingTries;
+use fencelock_conformance::{CountingTries, queue_refused};
 use fencelock_core::{LockBackend, LockKey, Locker, OwnerId, QueueRole};
 use fencelock_mysql::MySqlLockBackend;
 use tokio::time::{Instant, sleep};
@@ -133,14 +133,7 @@ async fn a_vanished_waiter_keeps_a_free_lock_for_its_place_ttl_at_most() {
     let held = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
     let vanished = OwnerId::random();
     let vanished_sent_at = Instant::now();
-    assert!(
-        backend
-            .try_acquire_queued(&key, TTL, vanished)
-            .await
-            .unwrap()
-            .is_none(),
-        "a queued try was granted a held lock"
-    );
+    queue_refused(&*backend, &key, TTL, &[vanished]).await;
     let vanished_tried_at = Instant::now();
     let locker = Locker::new(backend.clone());
     let next = tokio::spawn({
@@ -196,15 +189,7 @@ async fn a_waiter_that_leaves_lets_the_next_one_in() {
     let held = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
     let first = OwnerId::random();
     let second = OwnerId::random();
-    for waiter in [first, second] {
-        assert!(
-            backend
-                .try_acquire_queued(&key, TTL, waiter)
-                .await
-                .unwrap()
-                .is_none()
-        );
-    }
+    queue_refused(&*backend, &key, TTL, &[first, second]).await;
     assert!(backend.release(&held).await.unwrap());
     assert!(
         backend
@@ -234,15 +219,7 @@ async fn inspect_queue_lists_the_holder_then_the_waiters_in_arrival_order() {
     assert_eq!(backend.inspect_queue(&key).await.unwrap(), Some(Vec::new()));
     let held = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
     let waiters = [OwnerId::random(), OwnerId::random(), OwnerId::random()];
-    for waiter in waiters {
-        assert!(
-            backend
-                .try_acquire_queued(&key, TTL, waiter)
-                .await
-                .unwrap()
-                .is_none()
-        );
-    }
+    queue_refused(&backend, &key, TTL, &waiters).await;
     backend.leave_queue(&key, waiters[1]).await.unwrap();
     let queue = backend.inspect_queue(&key).await.unwrap().unwrap();
     let listed: Vec<_> = queue

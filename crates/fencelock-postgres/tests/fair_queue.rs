@@ -10,6 +10,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fencelock_conformance::queue_refused;
 use fencelock_core::{FencingToken, LockBackend, LockKey, Locker, OwnerId};
 use fencelock_postgres::PgDatabase;
 use sqlx::postgres::PgListener;
@@ -135,13 +136,7 @@ async fn a_lock_handed_to_a_vanished_waiter_lapses_to_the_next() {
     let key = key("vanished", &db);
     let holder = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
     let vanished = OwnerId::random();
-    assert!(
-        backend
-            .try_acquire_queued(&key, TTL, vanished)
-            .await
-            .unwrap()
-            .is_none()
-    );
+    queue_refused(&*backend, &key, TTL, &[vanished]).await;
     until_places(&db, &key, 1).await;
     let locker = Locker::new(backend.clone());
     let next_waiter = {
@@ -191,15 +186,7 @@ async fn a_free_lock_is_kept_for_the_head_of_its_queue() {
         .unwrap()
         .unwrap();
     let (head, behind) = (OwnerId::random(), OwnerId::random());
-    for waiter in [head, behind] {
-        assert!(
-            backend
-                .try_acquire_queued(&key, TTL, waiter)
-                .await
-                .unwrap()
-                .is_none()
-        );
-    }
+    queue_refused(&backend, &key, TTL, &[head, behind]).await;
     // The holder's lease runs out without a release: the lock is free, and kept.
     let deadline = Instant::now() + PATIENCE;
     while backend.inspect(&key).await.unwrap().holder.is_some() {
@@ -242,15 +229,7 @@ async fn leaving_with_a_handed_lock_hands_it_on() {
     let key = key("leave-handed", &db);
     let holder = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
     let (first, second) = (OwnerId::random(), OwnerId::random());
-    for waiter in [first, second] {
-        assert!(
-            backend
-                .try_acquire_queued(&key, TTL, waiter)
-                .await
-                .unwrap()
-                .is_none()
-        );
-    }
+    queue_refused(&backend, &key, TTL, &[first, second]).await;
     assert!(backend.release(&holder).await.unwrap());
     let handed = backend.inspect(&key).await.unwrap().holder.unwrap();
     assert_eq!(handed.owner, first);
