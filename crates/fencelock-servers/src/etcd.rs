@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-pub use crate::redis::free_port;
+pub use crate::port::free_port;
 
 /// The variable that names the `etcd` binary (default: `etcd` on `PATH`).
 pub const ETCD_BIN_VAR: &str = "FENCELOCK_ETCD";

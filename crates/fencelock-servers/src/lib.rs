@@ -4,6 +4,7 @@
 
 pub mod etcd;
 pub mod moto;
+pub mod port;
 pub mod proxy;
 pub mod redis;
 pub mod set;

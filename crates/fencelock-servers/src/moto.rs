@@ -4,7 +4,9 @@
 //! (one per test binary) never outlives the tests.
 
 use std::io::{self, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
+
+use crate::port::free_port;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -104,10 +106,6 @@ fn start(program: PathBuf) -> io::Result<Moto> {
          install it with `{INSTALL}`",
         program.display()
     )))
-}
-
-fn free_port() -> io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 /// Waits (generously: the machine is loaded) until the server answers HTTP, or its log shows

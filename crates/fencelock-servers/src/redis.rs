@@ -15,7 +15,7 @@
 
 use std::fmt;
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -71,10 +71,7 @@ pub struct RedisServer {
     child: Mutex<Option<Child>>,
 }
 
-/// A port that was free a moment ago on 127.0.0.1.
-pub fn free_port() -> io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
+pub use crate::port::free_port;
 
 impl RedisServer {
     /// Starts a server without persistence or password.
@@ -245,7 +242,9 @@ impl RedisServer {
                     log.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
                 )));
             }
-            if answers_ping(self.port) {
+            // The answer must come from this child: a server of another process on the same
+            // port answers too, while this child fails to bind and exits.
+            if serving_pid(self.port, &self.options) == Some(child.id()) {
                 *self.child() = Some(child);
                 return Ok(());
             }
@@ -264,21 +263,49 @@ impl RedisServer {
 
 /// Whether a server on `port` answers PING (an authentication demand counts: it is up;
 /// `-LOADING` does not).
-fn answers_ping(port: u16) -> bool {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
-    if stream.write_all(b"PING\r\n").is_err() {
-        return false;
+/// The process id of the `redis-server` answering on `port` (`INFO server`), logging in
+/// with `options`' credentials first; `None` while nothing answers, the server is still
+/// loading its data (its `PING` is not `+PONG`), or the reply is not that.
+fn serving_pid(port: u16, options: &RedisOptions) -> Option<u32> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    let mut request = Vec::new();
+    match (&options.acl_user, &options.password) {
+        (Some((user, pass)), _) => resp_command(&mut request, &["AUTH", user, pass]),
+        (None, Some(pass)) => resp_command(&mut request, &["AUTH", pass]),
+        (None, None) => {}
     }
-    let mut reply = [0u8; 64];
-    match stream.read(&mut reply) {
-        Ok(n) if n > 0 => {
-            let reply = &reply[..n];
-            reply.starts_with(b"+PONG") || reply.starts_with(b"-NOAUTH")
+    resp_command(&mut request, &["PING"]);
+    resp_command(&mut request, &["INFO", "server"]);
+    stream.write_all(&request).ok()?;
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 4096];
+    // The INFO reply is a few KiB; read until its `process_id` line is whole.
+    while reply.len() < 64 * 1024 {
+        let n = stream.read(&mut chunk).ok()?;
+        if n == 0 {
+            return None;
         }
-        _ => false,
+        reply.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&reply);
+        let after_auth = text.strip_prefix("+OK\r\n").unwrap_or(&text);
+        if after_auth.len() >= 5 && !after_auth.starts_with("+PONG") {
+            return None;
+        }
+        if let Some(rest) = text.split("process_id:").nth(1)
+            && let Some((pid, _)) = rest.split_once("\r\n")
+        {
+            return pid.trim().parse().ok();
+        }
+    }
+    None
+}
+
+/// Appends `args` as one RESP command.
+fn resp_command(out: &mut Vec<u8>, args: &[&str]) {
+    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n{arg}\r\n", arg.len()).as_bytes());
     }
 }
 
@@ -286,5 +313,40 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         // A stopped process still dies of SIGKILL; no SIGCONT needed.
         self.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A second server started on a port another server already answers on must fail to
+    /// start, not take the first server's answer for its own.
+    #[test]
+    fn another_server_on_the_port_is_not_taken_for_this_one() {
+        for options in [
+            RedisOptions::default(),
+            RedisOptions {
+                password: Some("p4ss".into()),
+                ..RedisOptions::default()
+            },
+        ] {
+            let first = RedisServer::try_spawn_with(options.clone())
+                .expect("start redis-server (apt-get install redis-server)");
+            let second = RedisServer {
+                port: first.port(),
+                options,
+                dir: tempfile::tempdir().expect("a temporary directory"),
+                child: Mutex::new(None),
+            };
+            let error = second
+                .start()
+                .expect_err("the port is the first server's, so the second cannot start");
+            assert!(
+                error.to_string().contains("exited"),
+                "the second server's own exit is reported: {error}"
+            );
+            assert!(first.is_running());
+        }
     }
 }

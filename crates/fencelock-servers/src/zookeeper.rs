@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-pub use crate::redis::free_port;
+pub use crate::port::free_port;
 
 /// The variable that names the ZooKeeper class path (default: the Debian package's
 /// `/usr/share/java/zookeeper.jar`, whose manifest lists the jars it needs).
