@@ -186,7 +186,8 @@ impl LockBackend for Claims {
     }
 }
 
-/// Fault: claims fairness, and queues its waiters, but grants the newest one first.
+/// Fault: claims fairness, and queues its waiters, but grants the newest one first, and its
+/// tries that do not queue pass the queue by.
 #[derive(Debug, Default)]
 struct Lifo {
     inner: MemoryLockBackend,
@@ -328,6 +329,7 @@ fails!(polling_notify_claim_fails_wake_up: notify_wake_up_comes_with_the_release
 // Reopened as a new, empty backend: the counters are gone although the capabilities claim them.
 fails!(lost_counters_fail_durability: durable_tokens_survive_reopening on durable(|_| Claims { durable: true, ..Claims::default() }));
 fails!(lifo_fails_arrival_order: fair_waiters_are_granted_in_arrival_order on setup(Lifo::default(), MemoryStorage::new()));
+fails!(lifo_try_jumps_the_queue: a_try_does_not_jump_the_queue on setup(Lifo::default(), MemoryStorage::new()));
 fails!(unchecked_durability_claim_fails: durable_tokens_survive_reopening on setup(Claims { durable: true, ..Claims::default() }, MemoryStorage::new()));
 
 /// The same properties pass on the honest memory backend, so the failures above are the faults'.
@@ -347,6 +349,8 @@ mod honest_control {
         properties::storage_refuses_older_token(&honest().await).await;
         properties::extend_of_own_expired_lease_is_lease_lost(&honest().await).await;
         properties::notify_wake_up_comes_with_the_release(&honest().await).await;
+        properties::fair_waiters_are_granted_in_arrival_order(&honest().await).await;
+        properties::a_try_does_not_jump_the_queue(&honest().await).await;
         // Reopened on the same state (a clone shares the memory backend's tables).
         properties::durable_tokens_survive_reopening(&durable(Claims::clone)).await;
     }

@@ -36,6 +36,7 @@ use fencelock_core::{
 pub struct CountingTries {
     inner: Arc<dyn LockBackend>,
     tries: AtomicUsize,
+    queued: AtomicUsize,
 }
 
 impl CountingTries {
@@ -49,12 +50,18 @@ impl CountingTries {
         CountingTries {
             inner,
             tries: AtomicUsize::new(0),
+            queued: AtomicUsize::new(0),
         }
     }
 
     /// The tries answered so far.
     pub fn tries(&self) -> usize {
         self.tries.load(Ordering::SeqCst)
+    }
+
+    /// The queued tries among [`tries`](Self::tries).
+    pub fn queued_tries(&self) -> usize {
+        self.queued.load(Ordering::SeqCst)
     }
 
     /// The backend the tries go to.
@@ -95,6 +102,7 @@ impl LockBackend for CountingTries {
         waiter: OwnerId,
     ) -> Result<Option<Lease>> {
         let outcome = self.inner.try_acquire_queued(key, ttl, waiter).await;
+        self.queued.fetch_add(1, Ordering::SeqCst);
         self.tries.fetch_add(1, Ordering::SeqCst);
         outcome
     }

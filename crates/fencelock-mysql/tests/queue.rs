@@ -25,9 +25,9 @@ fn key(name: &str) -> LockKey {
 }
 
 /// Waits (without a bound: the test's own time-out ends a hang) until `backends` have sent
-/// `tries` tries between them.
-async fn until_tries(backends: &[Arc<CountingTries>], tries: usize) {
-    while backends.iter().map(|b| b.tries()).sum::<usize>() < tries {
+/// `tries` queued tries between them.
+async fn until_queued(backends: &[Arc<CountingTries>], tries: usize) {
+    while backends.iter().map(|b| b.queued_tries()).sum::<usize>() < tries {
         sleep(Duration::from_millis(5)).await;
     }
 }
@@ -71,8 +71,9 @@ async fn hand_down(tag: &str, processes: usize) {
             order.lock().unwrap().push((place, guard.token()));
             assert!(guard.release().await.unwrap());
         }));
-        // The waiter's first try was refused, and queued it, before the next one arrives.
-        until_tries(&backends, place + 1).await;
+        // The waiter's plain try was refused and its queued try queued it before the next
+        // one arrives.
+        until_queued(&backends, place + 1).await;
     }
     let queued_at = Instant::now();
     let queued_tries: usize = backends.iter().map(|b| b.tries()).sum();

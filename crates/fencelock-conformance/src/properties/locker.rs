@@ -118,6 +118,49 @@ declare_properties!(__fencelock_conformance_locker, {
         );
     }
 
+    /// On a backend that claims to be fair, a try that does not queue (`try_acquire`, as a
+    /// request with no wait budget sends) never takes a released lock from a queued waiter:
+    /// tries sent right after the release are refused, and the waiter is granted.
+    pub async fn a_try_does_not_jump_the_queue(s: &Setup) {
+        if !s.backend.capabilities().fair {
+            return;
+        }
+        let b = &*s.backend;
+        let key = key("no-jumping");
+        let held = grant(b, &key, LONG_TTL).await;
+        let locker = Locker::new(s.backend.clone());
+        let waiter = tokio::spawn(
+            locker
+                .lock(key.as_str())
+                .ttl(LONG_TTL)
+                .wait(PATIENCE * 3)
+                .into_future(),
+        );
+        // The waiter has queued, even on a loaded machine.
+        sleep(Duration::from_millis(400)).await;
+        assert!(b.release(&held).await.unwrap());
+        for _ in 0..20 {
+            if let Some(jumped) = b.try_acquire(&key, LONG_TTL).await.unwrap() {
+                panic!(
+                    "{} claims fairness, but a try that did not queue took the lock from a \
+                     queued waiter (token {})",
+                    b.name(),
+                    jumped.token
+                );
+            }
+            if waiter.is_finished() {
+                break;
+            }
+        }
+        let guard = timeout(PATIENCE, waiter)
+            .await
+            .expect("the queued waiter was not granted within 10 s of the release")
+            .unwrap()
+            .expect("the queued waiter failed");
+        assert_eq!(b.inspect(&key).await.unwrap().holder, Some(guard.fence()));
+        assert!(guard.release().await.unwrap());
+    }
+
     /// A waiter whose request was dropped (cancelled) while it waited never ends up holding
     /// the lock, and does not keep it from the waiter behind it for longer than the backend's
     /// place ttl: the next waiter is granted soon after the release.
