@@ -347,9 +347,8 @@ fn shared_backend<B: LockBackend>(backend: B) -> Arc<dyn LockBackend> {
 ///
 /// Waiting alternates tries with [`LockBackend::wait_for_release`] bounded by a backoff pause
 /// with full jitter, until the wait budget is spent ([`Error::Timeout`]). On a backend that
-/// queues its waiters ([`Capabilities::fair`](crate::Capabilities::fair)) a request whose
-/// first, plain try found the lock taken instead keeps one place in the key's queue through
-/// its further tries
+/// queues its waiters ([`Capabilities::fair`](crate::Capabilities::fair)) the request instead
+/// keeps one place in the key's queue through its tries
 /// ([`LockBackend::try_acquire_queued`]) and sleeps until its turn
 /// ([`LockBackend::wait_for_grant`]), taking up the grant when the backend handed the lock to
 /// it; a request that ends without the lock gives its place up, and such a grant with it
@@ -415,11 +414,8 @@ impl LockRequest {
             key = %key,
             ttl_ms = options.ttl.as_millis() as u64,
         );
-        // A request that waits on a fair backend queues once a plain try found the lock
-        // taken; one that tries once never does. A free lock so costs one plain try, the
-        // cheaper statement on every backend, and a plain try passes no queued waiter by
-        // (DESIGN 4.0.1).
-        let fair_wait = self.backend.capabilities().fair && !options.wait.is_zero();
+        // A request that waits on a fair backend queues; one that tries once never does.
+        let queued = self.backend.capabilities().fair && !options.wait.is_zero();
         let mut place = QueuePlace {
             backend: self.backend.clone(),
             key: key.clone(),
@@ -433,7 +429,8 @@ impl LockRequest {
             loop {
                 let outcome = if let Some(lease) = handed.take() {
                     Ok(Some(lease))
-                } else if place.taken {
+                } else if queued {
+                    place.taken = true;
                     self.backend
                         .try_acquire_queued(&key, options.ttl, place.waiter)
                         .await
@@ -456,11 +453,6 @@ impl LockRequest {
                         );
                         self.holding.granted(key.clone(), guard.lost_token());
                         return Ok(guard);
-                    }
-                    Ok(None) if fair_wait && !place.taken => {
-                        // Held: take a place in the queue at once, with no pause.
-                        place.taken = true;
-                        continue;
                     }
                     Ok(None) => {}
                     Err(e) if e.is_retryable() && before_deadline(Instant::now()) => {
@@ -485,7 +477,7 @@ impl LockRequest {
                 let left = deadline.map_or(Duration::MAX, |deadline| deadline - now);
                 let mut pause = options.backoff.pause(attempt).min(left);
                 attempt = attempt.saturating_add(1);
-                let waited = if place.taken {
+                let waited = if queued {
                     // The backend wakes the waiter at its turn, and returns in time for the
                     // next try to keep the place: no backoff between tries.
                     pause = left;
@@ -557,8 +549,7 @@ struct QueuePlace {
     backend: Arc<dyn LockBackend>,
     key: LockKey,
     waiter: OwnerId,
-    /// Whether the request queues: its tries are queued ones from now on, so the backend may
-    /// hold a place for it until a grant.
+    /// Whether a queued try was sent since the last grant, so the backend may hold a place.
     taken: bool,
 }
 
