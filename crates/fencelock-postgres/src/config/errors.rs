@@ -1,6 +1,66 @@
 //! Connect errors, classified: TLS set-up, an untrusted certificate, not PostgreSQL.
 
+use std::time::Duration;
+
 use fencelock_core::{Error, HostPort};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// [`connect_failure`], and for an error it leaves unexplained, asks the server whether it
+/// speaks PostgreSQL at all: the client may have read another server's greeting as a
+/// PostgreSQL message (without TLS no `SSLRequest` is sent, so that greeting reaches the
+/// message reader, which may wait for a length it will never get) and failed only with an
+/// end of file or a time-out. One probe, on that failure only, within `within`.
+pub(crate) async fn explain_connect_failure(
+    servers: &[HostPort],
+    error: Error,
+    within: Duration,
+) -> Error {
+    let error = connect_failure(servers, error);
+    if matches!(error, Error::InvalidConfig { .. }) {
+        return error;
+    }
+    let Some(server) = servers.first() else {
+        return error;
+    };
+    if speaks_postgres(server, within.min(Duration::from_secs(2))).await != Some(false) {
+        return error;
+    }
+    let source = match error {
+        Error::Unavailable { source, .. } | Error::Backend { source, .. } => source,
+        _ => None,
+    };
+    Error::InvalidConfig {
+        message: format!(
+            "Postgres server {server}: not a PostgreSQL server (it answered something other \
+             than the PostgreSQL protocol)"
+        ),
+        source,
+    }
+}
+
+/// Whether the server at `server` answers an `SSLRequest` as PostgreSQL (and PgBouncer) do,
+/// with one byte `S`, `N` or `E`: `Some(false)` when it answered something else, `None` when
+/// it could not be asked (unreachable, a Unix socket, silent until `within`, closed).
+async fn speaks_postgres(server: &HostPort, within: Duration) -> Option<bool> {
+    if server.host.is_empty() || server.host.starts_with('/') {
+        return None;
+    }
+    // Length 8, then the SSLRequest code 80877103.
+    const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
+    let probe = async {
+        let mut stream = TcpStream::connect((server.host.as_str(), server.port))
+            .await
+            .ok()?;
+        stream.write_all(&SSL_REQUEST).await.ok()?;
+        let mut answer = [0u8; 1];
+        match stream.read(&mut answer).await.ok()? {
+            0 => None,
+            _ => Some(matches!(answer[0], b'S' | b'N' | b'E')),
+        }
+    };
+    tokio::time::timeout(within, probe).await.ok().flatten()
+}
 
 /// Says what went wrong when connecting failed, naming the server (`host:port`, never the
 /// password). On TLS, as [`Error::InvalidConfig`] (trying again with the same URL cannot

@@ -19,7 +19,7 @@ mod schema;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use errors::connect_failure;
+pub(crate) use errors::explain_connect_failure;
 pub use options::{PgBackendKind, PgPooler};
 pub(crate) use schema::validate_schema;
 

@@ -67,7 +67,7 @@ impl PgConfig {
             },
         )?;
         let span = tracing::debug_span!("fencelock.pg.connect", schema = %db.inner.schema);
-        async {
+        let connected = async {
             if self.migrate {
                 db.migrate().await
             } else {
@@ -82,8 +82,15 @@ impl PgConfig {
             }
         }
         .instrument(span)
-        .await
-        .map_err(|e| crate::config::connect_failure(&self.hosts(), e))?;
+        .await;
+        if let Err(e) = connected {
+            return Err(crate::config::explain_connect_failure(
+                &self.hosts(),
+                e,
+                self.operation_timeout,
+            )
+            .await);
+        }
         if db.inner.backend == PgBackendKind::Advisory {
             db.advisory_allowed().await?;
         }
