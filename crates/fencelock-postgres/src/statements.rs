@@ -4,11 +4,16 @@
 //! `{schema}` with the quoted schema name once per database. Nothing fencelock runs depends on
 //! the session's `search_path`, so the application's own connections (and a transaction-mode
 //! pooler) can be used as they are, and unqualified names in the caller's SQL keep meaning
-//! the caller's tables.
+//! the caller's tables. `{lease_grant}` stands for the CTEs of `sql/lease_grant.sql`, shared by
+//! the plain and the queued lease try.
 
 use crate::config::validate_schema;
 use crate::exec::Sql;
 use fencelock_core::Result;
+
+/// The grant's CTEs, written into the plain and the queued try where they name
+/// `{lease_grant}`.
+const LEASE_GRANT: &str = include_str!("../sql/lease_grant.sql");
 
 /// Every statement, rendered for one schema.
 #[derive(Debug, Clone)]
@@ -55,6 +60,8 @@ impl Statements {
         validate_schema(schema)?;
         let quoted = quote_ident(schema);
         let render = |sql: &str| Sql::new(&sql.replace("{schema}", &quoted));
+        // The grant's CTEs, shared by the plain and the queued try.
+        let grant = |sql: &str| render(&sql.replace("{lease_grant}", LEASE_GRANT));
         Ok(Statements {
             advance_token: render(include_str!("../sql/advance_token.sql")),
             advisory_acquire: render(include_str!("../sql/advisory_acquire.sql")),
@@ -63,9 +70,9 @@ impl Statements {
             advisory_inspect: render(include_str!("../sql/advisory_inspect.sql")),
             advisory_ping: render(include_str!("../sql/advisory_ping.sql")),
             advisory_release: render(include_str!("../sql/advisory_release.sql")),
-            lease_acquire: render(include_str!("../sql/lease_acquire.sql")),
+            lease_acquire: grant(include_str!("../sql/lease_acquire.sql")),
             lease_acquire_all: render(include_str!("../sql/lease_acquire_all.sql")),
-            lease_acquire_queued: render(include_str!("../sql/lease_acquire_queued.sql")),
+            lease_acquire_queued: grant(include_str!("../sql/lease_acquire_queued.sql")),
             lease_leave: render(include_str!("../sql/lease_leave.sql")),
             lease_extend: render(include_str!("../sql/lease_extend.sql")),
             lease_inspect: render(include_str!("../sql/lease_inspect.sql")),
