@@ -7,7 +7,7 @@ use std::time::Duration;
 use fencelock_core::{Error, Locker, LostReason, WakeUp};
 use tokio::time::{Instant, sleep, timeout};
 
-use super::support::{LONG_TTL, PATIENCE, grant, key, peek};
+use super::support::{LONG_TTL, PATIENCE, grant, key, peek, spawn_waiter};
 use crate::Setup;
 
 declare_properties!(__fencelock_conformance_locker, {
@@ -129,13 +129,7 @@ declare_properties!(__fencelock_conformance_locker, {
         let key = key("no-jumping");
         let held = grant(b, &key, LONG_TTL).await;
         let locker = Locker::new(s.backend.clone());
-        let waiter = tokio::spawn(
-            locker
-                .lock(key.as_str())
-                .ttl(LONG_TTL)
-                .wait(PATIENCE * 3)
-                .into_future(),
-        );
+        let waiter = spawn_waiter(&locker, &key);
         // The waiter has queued, even on a loaded machine.
         sleep(Duration::from_millis(400)).await;
         assert!(b.release(&held).await.unwrap());
@@ -169,26 +163,14 @@ declare_properties!(__fencelock_conformance_locker, {
         let key = key("cancelled");
         let held = grant(b, &key, LONG_TTL).await;
         let locker = Locker::new(s.backend.clone());
-        let cancelled = tokio::spawn(
-            locker
-                .lock(key.as_str())
-                .ttl(LONG_TTL)
-                .wait(PATIENCE * 3)
-                .into_future(),
-        );
+        let cancelled = spawn_waiter(&locker, &key);
         sleep(Duration::from_millis(400)).await;
         cancelled.abort();
         assert!(
             cancelled.await.is_err_and(|e| e.is_cancelled()),
             "the waiter to cancel got a held lock"
         );
-        let next = tokio::spawn(
-            locker
-                .lock(key.as_str())
-                .ttl(LONG_TTL)
-                .wait(PATIENCE * 3)
-                .into_future(),
-        );
+        let next = spawn_waiter(&locker, &key);
         sleep(Duration::from_millis(400)).await;
         assert!(b.release(&held).await.unwrap());
         let guard = timeout(PATIENCE, next)

@@ -4,7 +4,11 @@
 use std::time::Duration;
 
 use crate::Setup;
-use fencelock_core::{Error, Fence, FencedStorage, Lease, LockBackend, LockKey, OwnerId, Snapshot};
+use fencelock_core::{
+    Error, Fence, FencedStorage, Lease, LockBackend, LockGuard, LockKey, Locker, OwnerId, Result,
+    Snapshot,
+};
+use tokio::task::JoinHandle;
 
 /// A ttl short enough to wait out in a test, on a backend that accepts it.
 const SHORT_TTL: Duration = Duration::from_millis(300);
@@ -35,6 +39,18 @@ fn short_ttl(backend: &dyn LockBackend) -> Duration {
 /// A key no other call uses, so properties may share a server.
 pub(super) fn key(name: &str) -> LockKey {
     LockKey::new(format!("conformance/{name}/{}", OwnerId::random())).unwrap()
+}
+
+/// A request for `key` through `locker`, for a `LONG_TTL` with a wait of three `PATIENCE`s,
+/// running in a task: a waiter to queue behind a holder.
+pub(super) fn spawn_waiter(locker: &Locker, key: &LockKey) -> JoinHandle<Result<LockGuard>> {
+    tokio::spawn(
+        locker
+            .lock(key.as_str())
+            .ttl(LONG_TTL)
+            .wait(PATIENCE * 3)
+            .into_future(),
+    )
 }
 
 pub(super) async fn grant(backend: &dyn LockBackend, key: &LockKey, ttl: Duration) -> Lease {
