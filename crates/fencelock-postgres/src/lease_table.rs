@@ -494,9 +494,17 @@ impl LockBackend for PgLeaseBackend {
                 Protocol::Simple => None,
                 _ => self.db.wakeups(BACKEND).await.ok(),
             };
-            if let Some(wakeups) = wakeups {
-                wakeups.enqueue(key, waiter);
-            }
+            // A first try may find the key free and unqueued, which the queued statement
+            // grants as the plain try does; a waiter that tried before most likely holds a
+            // place, or was handed the lock, and goes to the function at once (DESIGN 5.3).
+            let first = wakeups
+                .as_ref()
+                .is_none_or(|wakeups| wakeups.enqueue(key, waiter));
+            let statement = if first {
+                &self.db.sql().lease_acquire_queued
+            } else {
+                &self.db.sql().lease_acquire_placed
+            };
             let waiter_bytes = owner_bytes(waiter);
             let lock_wait = millis_setting(self.lock_wait());
             let args = [
@@ -507,12 +515,9 @@ impl LockBackend for PgLeaseBackend {
                 Arg::Float8(micros(PLACE_TTL)),
             ];
             let granted = self
-                .grant_or_refusal(
-                    protocol,
-                    &self.db.sql().lease_acquire_queued,
-                    &args,
-                    |row: &QueuedRow| ((row.0, row.1, row.2), row.3.as_deref()),
-                )
+                .grant_or_refusal(protocol, statement, &args, |row: &QueuedRow| {
+                    ((row.0, row.1, row.2), row.3.as_deref())
+                })
                 .await?;
             let (token, sent_at) = match granted {
                 Ok((token, _, sent_at)) => (token, sent_at),

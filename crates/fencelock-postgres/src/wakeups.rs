@@ -95,12 +95,14 @@ impl Wakeups {
 
     /// Registers queued waiter `waiter` of `key` (again: nothing changes for one registered),
     /// so a hand-off to it, or a release of its key that hands to nobody, wakes it from now on.
-    pub(crate) fn enqueue(&self, key: &LockKey, waiter: OwnerId) {
+    /// Returns whether it was not registered before (its first try, as far as this process
+    /// knows).
+    pub(crate) fn enqueue(&self, key: &LockKey, waiter: OwnerId) -> bool {
         let now = Instant::now();
         let mut registry = lock(&self.queues);
         if let Some(queued) = registry.queued.get_mut(&waiter) {
             queued.touched = now;
-            return;
+            return false;
         }
         // A waiter that stopped trying without leaving (a caller of the raw trait that never
         // came back) is forgotten once it is far past its place ttl; one that comes back is
@@ -118,6 +120,7 @@ impl Wakeups {
                 holder_until: None,
             },
         );
+        true
     }
 
     /// Records when the holder that refused queued waiter `waiter` runs out (`None`: the
