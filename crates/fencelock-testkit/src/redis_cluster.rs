@@ -149,8 +149,8 @@ impl RedisCluster {
         Ok(())
     }
 
-    /// `redis-cli --cluster create`, then waits until every node says the cluster is ok and
-    /// sees every other node.
+    /// `redis-cli --cluster create`, then waits until every node says the cluster is ok, sees
+    /// every other node, and sees each master serving slots with its `replicas` replicas.
     fn create(&self, replicas: usize) -> io::Result<()> {
         let mut command = Command::new("redis-cli");
         command.arg("--cluster").arg("create");
@@ -175,10 +175,25 @@ impl RedisCluster {
                     info.contains("cluster_state:ok")
                         && info.contains(&format!("cluster_known_nodes:{}", self.nodes.len()))
                 });
+                // Every master serving slots is seen with all of its replicas: gossip that a
+                // node is a replica can lag behind `cluster_state:ok` on a loaded machine, and
+                // a client connecting then would take the cluster for one without replicas.
                 let agrees = ready
-                    && self
-                        .try_nodes(index)
-                        .is_ok_and(|view| view.iter().filter(|n| n.master).count() > 0);
+                    && self.try_nodes(index).is_ok_and(|view| {
+                        let masters: Vec<&NodeView> = view
+                            .iter()
+                            .filter(|n| n.master && !n.slots.is_empty())
+                            .collect();
+                        !masters.is_empty()
+                            && masters.iter().all(|master| {
+                                view.iter()
+                                    .filter(|n| {
+                                        !n.failed && n.replica_of.as_deref() == Some(&master.id)
+                                    })
+                                    .count()
+                                    >= replicas
+                            })
+                    });
                 if agrees {
                     break;
                 }
