@@ -71,7 +71,7 @@ async fn hand_down(tag: &str, processes: usize) {
             order.lock().unwrap().push((place, guard.token()));
             assert!(guard.release().await.unwrap());
         }));
-        // The waiter's plain try was refused and its queued try queued it before the next
+        // The waiter's first try, a queued one, was refused and queued it before the next
         // one arrives.
         until_queued(&backends, place + 1).await;
     }

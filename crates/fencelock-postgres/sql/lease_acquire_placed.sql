@@ -4,8 +4,8 @@
 -- handed the lock (lease_acquire_queued.sql's grant of a free, unqueued key would find
 -- nothing to do): the function alone (fencelock_lease_acquire_queued, migration 14). It
 -- takes up a lock handed to this waiter, or grants a free lock when this waiter heads the
--- key's live queue (or none waits), or keeps the waiter's place. `token`, `live`, `exhausted` as in lease_acquire.sql; `held_us`
--- the holder's time left when refused. The function runs only when the schema's lock
+-- key's live queue (or none waits), or keeps the waiter's place. `token`, `live`,
+-- `exhausted` as in lease_acquire.sql; `held_us` the holder's time left when refused. The function runs only when the schema's lock
 -- mechanism is 'lease' (as lease_read_acquire.sql, `OFFSET 0` keeps the filter above the
 -- function scan). One statement, so it holds behind a transaction-mode pooler.
 SELECT r.token, r.live, COALESCE(r.exhausted, false) AS exhausted, s.bound, r.held_us
