@@ -129,14 +129,14 @@ impl PgLeaseBackend {
     }
 
     /// [`grant`](Self::grant), answering a refusal with the refusing row (`None` when a row
-    /// lock outlasted the statement's wait), and when it was received.
+    /// lock outlasted the statement's wait), when its try was sent and when it was received.
     pub(super) async fn grant_or_refusal<T>(
         &self,
         protocol: Protocol,
         statement: &Sql,
         args: &[Arg<'_>],
         columns: fn(&T) -> (GrantRow, Option<&str>),
-    ) -> Result<std::result::Result<(FencingToken, T, Instant), Option<(T, Instant)>>>
+    ) -> Result<std::result::Result<(FencingToken, T, Instant), Option<(T, Instant, Instant)>>>
     where
         T: for<'r> FromRow<'r, PgRow> + Send + Unpin + 'static,
     {
@@ -168,7 +168,7 @@ impl PgLeaseBackend {
                 }
                 Grant::Refused => {
                     tracing::debug!(outcome = "held", "not acquired");
-                    return Ok(Err(Some((row, received_at))));
+                    return Ok(Err(Some((row, sent_at, received_at))));
                 }
                 Grant::NewEpoch(seen) => {
                     epoch::start_new(&self.db, BACKEND, protocol, self.db.pool(), seen).await?;
@@ -257,8 +257,16 @@ type GrantRow = (Option<i64>, Option<i64>, bool);
 /// A row of `lease_acquire`: token, live epoch, `exhausted`, and the schema's mechanism.
 type AcquireRow = (Option<i64>, Option<i64>, bool, Option<String>);
 
-/// A row of `lease_acquire_queued`: as [`AcquireRow`], then the holder's time left in µs.
-type QueuedRow = (Option<i64>, Option<i64>, bool, Option<String>, Option<i64>);
+/// A row of `lease_acquire_queued`: as [`AcquireRow`], then the holder's time left and the
+/// server's clock after the try, in µs.
+type QueuedRow = (
+    Option<i64>,
+    Option<i64>,
+    bool,
+    Option<String>,
+    Option<i64>,
+    Option<i64>,
+);
 
 /// A lease renewed by an extend statement's `(extended, superseded)` row, or why not.
 pub(super) fn renewed(
@@ -522,13 +530,17 @@ impl LockBackend for PgLeaseBackend {
             let (token, sent_at) = match granted {
                 Ok((token, _, sent_at)) => (token, sent_at),
                 Err(refusal) => {
-                    // Wake by the holder's deadline: an expiry sends no notification. Counted
-                    // from the answer, which the server sent after it read its clock.
-                    let left = refusal.and_then(|((.., held_us), received_at)| {
-                        remaining(held_us).map(|left| received_at + left)
-                    });
-                    if let Some(wakeups) = wakeups {
-                        wakeups.held_until(waiter, left);
+                    if let (Some(wakeups), Some(((.., held_us, server_us), sent_at, received_at))) =
+                        (wakeups, refusal)
+                    {
+                        // Wake by the holder's deadline: an expiry sends no notification.
+                        // Counted from the answer, which the server sent after it read its
+                        // clock.
+                        let left = remaining(held_us).map(|left| received_at + left);
+                        let tried = server_us
+                            .and_then(|us| u64::try_from(us).ok())
+                            .map(|us| (sent_at, us));
+                        wakeups.refused(waiter, left, tried);
                     }
                     return Ok(None);
                 }
@@ -565,7 +577,24 @@ impl LockBackend for PgLeaseBackend {
         if !self.turn(key, waiter, max).await? {
             return Ok(None);
         }
-        // Handed the lock: the queued try takes it up for the waiter's ttl in one statement.
+        // Handed the lock, and told the grant: the lease, valid for the hand-off ttl counted
+        // from the waiter's last refused try (DESIGN 5.3), for the caller to renew.
+        if let Ok(wakeups) = self.db.wakeups(BACKEND).await
+            && let Some((token, valid_until)) = wakeups.take_grant(waiter)
+        {
+            wakeups.dequeue(waiter);
+            tracing::debug!(token = token.get(), outcome = "handed", "acquired");
+            return Ok(Some(Lease {
+                key: key.clone(),
+                owner: waiter,
+                token,
+                ttl,
+                valid_until,
+            }));
+        }
+        // Handed the lock without a usable grant (a notification of an earlier version, or
+        // one that no refused try bounds): the queued try takes it up for the waiter's ttl in
+        // one statement.
         self.try_acquire_queued(key, ttl, waiter).await
     }
 

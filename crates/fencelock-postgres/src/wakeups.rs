@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use fencelock_core::{LockKey, OwnerId, Result};
+use fencelock_core::{FencingToken, LockKey, OwnerId, Result, handed_valid_until};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -26,6 +26,10 @@ struct Queued {
     key: Arc<str>,
     notify: Arc<Notify>,
     handed: bool,
+    /// The grant a hand-off's notification told, not yet taken up.
+    grant: Option<Handed>,
+    /// When its last refused try was sent, and the server's clock (µs) after it ran.
+    last_try: Option<(Instant, u64)>,
     /// When its last try registered it.
     touched: Instant,
     /// When the holder its last refused try saw runs out, if one held the lock.
@@ -43,15 +47,52 @@ fn lock(queues: &Queues) -> MutexGuard<'_, Registry> {
     queues.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The payload of a hand-off names the waiter: a tab, then its id in 32 hex digits
-/// (`fencelock_handed_payload`, migration 14). No key holds a control character, so no
-/// key's payload starts with a tab.
-fn handed_to(payload: &str) -> Option<OwnerId> {
-    let hex = payload.strip_prefix('\t')?;
+/// A grant a release handed to a waiter, as its notification told (migration 15).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Handed {
+    token: FencingToken,
+    /// The server's clock (µs) when it granted.
+    granted_us: u64,
+    /// The hand-off ttl it granted with.
+    ttl: Duration,
+}
+
+/// A waiter's id in 32 hex digits.
+fn waiter_id(hex: &str) -> Option<OwnerId> {
     if hex.len() != 32 {
         return None;
     }
     u128::from_str_radix(hex, 16).ok().map(OwnerId::from_u128)
+}
+
+/// The payload of a hand-off names the waiter: a tab, then its id in 32 hex digits
+/// (`fencelock_handed_payload`, migration 14). No key holds a control character, so no
+/// key's payload starts with a tab.
+fn handed_to(payload: &str) -> Option<OwnerId> {
+    waiter_id(payload.strip_prefix('\t')?)
+}
+
+/// The payload that tells a hand-off's grant: a newline, then the waiter's id, the token,
+/// the server's clock at the grant and the hand-off ttl, the last two in µs, space-separated
+/// (`fencelock_handed_grant_payload`, migration 15).
+fn handed_grant(payload: &str) -> Option<(OwnerId, Handed)> {
+    let mut parts = payload.strip_prefix('\n')?.split(' ');
+    let waiter = waiter_id(parts.next()?)?;
+    let token = parts.next()?.parse::<i64>().ok()?;
+    let token = FencingToken::new(u64::try_from(token).ok()?)?;
+    let granted_us = parts.next()?.parse::<u64>().ok()?;
+    let ttl = Duration::from_micros(parts.next()?.parse::<u64>().ok()?);
+    if parts.next().is_some() {
+        return None;
+    }
+    Some((
+        waiter,
+        Handed {
+            token,
+            granted_us,
+            ttl,
+        },
+    ))
 }
 
 /// Release notifications of one schema. The listening task ends when this is dropped.
@@ -93,8 +134,9 @@ impl Wakeups {
         Ok(Wakeups { queues, task })
     }
 
-    /// Registers queued waiter `waiter` of `key` (again: nothing changes for one registered),
-    /// so a hand-off to it, or a release of its key that hands to nobody, wakes it from now on.
+    /// Registers queued waiter `waiter` of `key` before a try (again: it stays registered, and
+    /// forgets its last try's reading until this try is refused), so a hand-off to it, or a
+    /// release of its key that hands to nobody, wakes it from now on.
     /// Returns whether it was not registered before (its first try, as far as this process
     /// knows).
     pub(crate) fn enqueue(&self, key: &LockKey, waiter: OwnerId) -> bool {
@@ -102,6 +144,9 @@ impl Wakeups {
         let mut registry = lock(&self.queues);
         if let Some(queued) = registry.queued.get_mut(&waiter) {
             queued.touched = now;
+            // Only this try's reading may bound a later grant: a try whose answer is lost may
+            // have run on another server (after a failover), by another clock.
+            queued.last_try = None;
             return false;
         }
         // A waiter that stopped trying without leaving (a caller of the raw trait that never
@@ -116,6 +161,8 @@ impl Wakeups {
                 key: Arc::from(key.as_str()),
                 notify: Arc::new(Notify::new()),
                 handed: false,
+                grant: None,
+                last_try: None,
                 touched: now,
                 holder_until: None,
             },
@@ -123,12 +170,34 @@ impl Wakeups {
         true
     }
 
-    /// Records when the holder that refused queued waiter `waiter` runs out (`None`: the
-    /// lock is free but kept for another waiter), so its wait ends by then.
-    pub(crate) fn held_until(&self, waiter: OwnerId, until: Option<Instant>) {
+    /// Records a refused try of queued waiter `waiter`: when the holder that refused it runs
+    /// out (`None`: the lock is free but kept for another waiter), so its wait ends by then,
+    /// and when the try was sent with the server's clock after it ran, which a later
+    /// hand-off's grant is counted from ([`take_grant`](Self::take_grant)).
+    pub(crate) fn refused(
+        &self,
+        waiter: OwnerId,
+        holder_until: Option<Instant>,
+        tried: Option<(Instant, u64)>,
+    ) {
         if let Some(queued) = lock(&self.queues).queued.get_mut(&waiter) {
-            queued.holder_until = until;
+            queued.holder_until = holder_until;
+            queued.last_try = tried;
         }
+    }
+
+    /// The grant a hand-off's notification told queued waiter `waiter` (and forgets it): its
+    /// token and how long this process may count on it, by [`handed_valid_until`] from the
+    /// waiter's last refused try. `None` when no grant was told, no refused try bounds it, it
+    /// is older than that try (which then found the lock not the waiter's: the grant lapsed),
+    /// or its deadline passed; the waiter's next try takes up a grant still held.
+    pub(crate) fn take_grant(&self, waiter: OwnerId) -> Option<(FencingToken, Instant)> {
+        let mut registry = lock(&self.queues);
+        let queued = registry.queued.get_mut(&waiter)?;
+        let grant = queued.grant.take()?;
+        let (sent_at, tried_us) = queued.last_try?;
+        let valid_until = handed_valid_until(sent_at, tried_us, grant.granted_us, grant.ttl)?;
+        Some((grant.token, valid_until))
     }
 
     /// Forgets queued waiter `waiter` (granted, or gone).
@@ -199,6 +268,15 @@ async fn forward(mut listener: PgListener, queues: Arc<Queues>) {
 /// parked yet, so a waiter between registering and parking still sees it.
 fn deliver(queues: &Queues, payload: &str) {
     let mut registry = lock(queues);
+    if let Some((waiter, grant)) = handed_grant(payload) {
+        // The grant of a hand-off to this waiter; its name follows (for earlier versions).
+        if let Some(queued) = registry.queued.get_mut(&waiter) {
+            queued.handed = true;
+            queued.grant = Some(grant);
+            queued.notify.notify_one();
+        }
+        return;
+    }
     if let Some(waiter) = handed_to(payload) {
         // Only the waiter the lock was handed to, in whichever process it waits.
         if let Some(queued) = registry.queued.get_mut(&waiter) {
@@ -271,5 +349,38 @@ impl Drop for Waiter {
         if Arc::strong_count(&self.notify) == 2 {
             queues.keys.remove(&self.key);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WAITER: &str = "000102030405060708090a0b0c0d0e0f";
+
+    #[test]
+    fn a_hand_off_grant_payload_is_read_whole_or_not_at_all() {
+        let waiter = OwnerId::from_u128(0x0001_0203_0405_0607_0809_0a0b_0c0d_0e0f);
+        let (named, grant) = handed_grant(&format!("\n{WAITER} 42 1700000000123456 2000000"))
+            .expect("a well-formed grant");
+        assert_eq!(named, waiter);
+        assert_eq!(Some(grant.token), FencingToken::new(42));
+        assert_eq!(grant.granted_us, 1_700_000_000_123_456);
+        assert_eq!(grant.ttl, Duration::from_secs(2));
+        for bad in [
+            format!("\t{WAITER} 42 1 2"),
+            format!("\n{WAITER} 42 1"),
+            format!("\n{WAITER} 42 1 2 3"),
+            format!("\n{WAITER} 0 1 2"),
+            format!("\n{WAITER} -3 1 2"),
+            format!("\n{WAITER} 42 -1 2"),
+            format!("\n{} 42 1 2", &WAITER[1..]),
+            "\n".to_owned(),
+        ] {
+            assert_eq!(handed_grant(&bad), None, "{bad:?}");
+        }
+        // The name alone, as migration 14 sends it, is not a grant.
+        assert_eq!(handed_grant(&format!("\t{WAITER}")), None);
+        assert_eq!(handed_to(&format!("\t{WAITER}")), Some(waiter));
     }
 }

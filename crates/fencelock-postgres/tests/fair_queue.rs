@@ -58,7 +58,8 @@ fn next(token: FencingToken) -> FencingToken {
 /// Eight waiters queued on one key are handed it down in arrival order: each release (the
 /// first holder's, then each waiter's) has already given the lock to the next waiter when it
 /// returns, with the very next token (no grant was tried and lost in between, which would
-/// leave a gap), and sends one notification, naming that waiter and no key.
+/// leave a gap), and notifies that waiter and no key: the grant (its token and hand-off ttl),
+/// then its name alone, as processes of earlier versions wait for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_waiters_are_handed_one_key_down_in_arrival_order() {
     let (_schema, db) = common::database().await;
@@ -93,12 +94,25 @@ async fn eight_waiters_are_handed_one_key_down_in_arrival_order() {
         let info = backend.inspect(&key).await.unwrap();
         let handed = info.holder.expect("the release left the lock free");
         assert_eq!(handed.token, next(token), "waiter {place}'s token");
-        let notification = timeout(PATIENCE, listener.recv())
+        let grant = timeout(PATIENCE, listener.recv())
             .await
             .expect("no notification of the hand-off")
             .unwrap();
+        let told: Vec<&str> = grant.payload().split(' ').collect();
         assert_eq!(
-            notification.payload(),
+            told.first().copied(),
+            Some(format!("\n{:032x}", handed.owner.as_u128()).as_str()),
+            "the hand-off to waiter {place} told someone else its grant: {:?}",
+            grant.payload()
+        );
+        assert_eq!(told.get(1), Some(&handed.token.get().to_string().as_str()));
+        assert_eq!(told.get(3), Some(&"2000000"), "the hand-off ttl, in µs");
+        let name = timeout(PATIENCE, listener.recv())
+            .await
+            .expect("no notification of the hand-off by name")
+            .unwrap();
+        assert_eq!(
+            name.payload(),
             format!("\t{:032x}", handed.owner.as_u128()),
             "the hand-off to waiter {place} notified someone else"
         );
@@ -118,13 +132,62 @@ async fn eight_waiters_are_handed_one_key_down_in_arrival_order() {
     let notification = timeout(PATIENCE, listener.recv()).await.unwrap().unwrap();
     assert_eq!(notification.payload(), key.as_str());
     assert!(backend.inspect(&key).await.unwrap().holder.is_none());
-    // Nothing else was sent: one notification per release.
+    // Nothing else was sent: no more than those per release.
     assert!(
         timeout(Duration::from_millis(200), listener.recv())
             .await
             .is_err(),
-        "a release sent more than one notification"
+        "a release sent more notifications"
     );
+}
+
+/// A waiter takes a handed lock up from the hand-off's notification, without a statement:
+/// `wait_for_grant` answers a lease with the next token, valid for the hand-off ttl (not the
+/// waiter's 30 s, which the take-up statement would have renewed it to), that the server
+/// keeps at least as long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_lock_is_taken_up_from_its_notification() {
+    let (_schema, db) = common::database().await;
+    let backend = db.lease_backend();
+    let key = key("told", &db);
+    let holder = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+    let waiter = OwnerId::random();
+    assert!(
+        backend
+            .try_acquire_queued(&key, TTL, waiter)
+            .await
+            .unwrap()
+            .is_none(),
+        "a held lock was granted to a queued try"
+    );
+    assert!(backend.release(&holder).await.unwrap());
+    let lease = timeout(
+        PATIENCE,
+        backend.wait_for_grant(&key, waiter, TTL, PATIENCE),
+    )
+    .await
+    .expect("the handed waiter was never woken")
+    .unwrap()
+    .expect("the hand-off was not taken up");
+    assert_eq!(lease.owner, waiter);
+    assert_eq!(lease.token, next(holder.token));
+    assert_eq!(lease.ttl, TTL, "the ttl to renew the grant to");
+    let left = lease.remaining();
+    assert!(
+        left > Duration::ZERO && left <= Duration::from_secs(2),
+        "not the notified grant's validity (the hand-off ttl): {left:?}"
+    );
+    let info = backend.inspect(&key).await.unwrap();
+    let held = info.holder.expect("the handed lock is not held");
+    assert_eq!((held.owner, held.token), (waiter, lease.token));
+    assert!(
+        lease.valid_until <= Instant::now() + info.remaining.unwrap(),
+        "this process counts on the grant longer than the server keeps it"
+    );
+    // Renewed into the waiter's ttl by an ordinary extend, as the watchdog would.
+    let renewed = backend.extend(&lease, TTL).await.unwrap();
+    assert!(renewed.remaining() > Duration::from_secs(2));
+    assert!(backend.release(&renewed).await.unwrap());
 }
 
 /// A lock handed to a waiter that queued with a raw queued try and never came back lapses

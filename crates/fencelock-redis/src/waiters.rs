@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
-use fencelock_core::{FencingToken, Lease, LockKey, OwnerId, Result, valid_until};
+use fencelock_core::{FencingToken, Lease, LockKey, OwnerId, Result, handed_valid_until};
 use futures_util::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::{Notify, mpsc, oneshot};
@@ -41,11 +41,6 @@ pub(crate) const PLACE_TTL: Duration = Duration::from_secs(2);
 /// long at most. Four [`TURN_REFRESH`]es, so a waiter that missed the publish still finds the
 /// grant with its next try.
 pub(crate) const HANDOFF_TTL: Duration = Duration::from_secs(2);
-
-/// How much faster than this process's clock the server's may run, as a fraction: the time
-/// the server counted between a waiter's try and its grant is at least `1 - 1/DRIFT_DIVISOR`
-/// of it here (the rate [`fencelock_core::drift_margin`] allows for).
-const DRIFT_DIVISOR: u32 = 100;
 
 /// The subscriber connection and the waiters per channel.
 pub(crate) struct Waiters {
@@ -309,7 +304,7 @@ impl Waiters {
     /// The grant handed to `waiter`, as a lease of `ttl` whose `valid_until` counts the
     /// granted (hand-off) ttl from a lower bound on the grant's time in this process's clock:
     /// the send time of the last refused try, plus the server's time between that try and
-    /// the grant less the drift rate. `None` when nothing was handed, when no refused try
+    /// the grant less the drift rate ([`handed_valid_until`]). `None` when nothing was handed, when no refused try
     /// gives a bound, when the grant is older than the last refused try (that try found the
     /// lock not ours: the grant lapsed) or when its deadline passed; the next try then finds
     /// a grant still held and takes it up itself.
@@ -323,12 +318,7 @@ impl Waiters {
         let queued = state.queued.get_mut(&waiter)?;
         let handed = queued.handed.take()?;
         let (sent_at, try_us) = queued.last_try?;
-        let between = Duration::from_micros(handed.granted_us.checked_sub(try_us)?);
-        let granted_at = sent_at.checked_add(between - between / DRIFT_DIVISOR)?;
-        let valid_until = valid_until(granted_at, handed.ttl);
-        if valid_until <= Instant::now() {
-            return None;
-        }
+        let valid_until = handed_valid_until(sent_at, try_us, handed.granted_us, handed.ttl)?;
         Some(Lease {
             key: key.clone(),
             owner: waiter,

@@ -60,6 +60,7 @@ impl Embedded {
             migration!(12, "admit bounds", "0012_admit_bounds.sql"),
             migration!(13, "lease sets", "0013_lease_sets.sql"),
             migration!(14, "lease queue", "0014_lease_queue.sql"),
+            migration!(15, "handed grant", "0015_handed_grant.sql"),
         ]
     }
 }
