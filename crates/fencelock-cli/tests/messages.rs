@@ -109,8 +109,10 @@ fn not_obtained_within_says_a_rounded_duration() {
         &url,
         "--key",
         "busy",
+        // Long enough to connect on a loaded machine (the wait covers the connect, and a
+        // connect cut short exits 1 instead), with digits past what the message keeps.
         "--wait",
-        "0.0123",
+        "1.23456",
         "--",
         "true",
     ]);
