@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use fencelock_core::{FencingToken, LockKey, OwnerId, Result, handed_valid_until};
+use fencelock_core::{FencingToken, HandedGrant, LockKey, OwnerId, Result};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -27,7 +27,7 @@ struct Queued {
     notify: Arc<Notify>,
     handed: bool,
     /// The grant a hand-off's notification told, not yet taken up.
-    grant: Option<Handed>,
+    grant: Option<HandedGrant>,
     /// When its last refused try was sent, and the server's clock (µs) after it ran.
     last_try: Option<(Instant, u64)>,
     /// When its last try registered it.
@@ -45,16 +45,6 @@ type Queues = Mutex<Registry>;
 fn lock(queues: &Queues) -> MutexGuard<'_, Registry> {
     // Every critical section leaves the maps valid, so a poisoned lock is still consistent.
     queues.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// A grant a release handed to a waiter, as its notification told (migration 15).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Handed {
-    token: FencingToken,
-    /// The server's clock (µs) when it granted.
-    granted_us: u64,
-    /// The hand-off ttl it granted with.
-    ttl: Duration,
 }
 
 /// A waiter's id in 32 hex digits.
@@ -75,7 +65,7 @@ fn handed_to(payload: &str) -> Option<OwnerId> {
 /// The payload that tells a hand-off's grant: a newline, then the waiter's id, the token,
 /// the server's clock at the grant and the hand-off ttl, the last two in µs, space-separated
 /// (`fencelock_handed_grant_payload`, migration 15).
-fn handed_grant(payload: &str) -> Option<(OwnerId, Handed)> {
+fn handed_grant(payload: &str) -> Option<(OwnerId, HandedGrant)> {
     let mut parts = payload.strip_prefix('\n')?.split(' ');
     let waiter = waiter_id(parts.next()?)?;
     let token = parts.next()?.parse::<i64>().ok()?;
@@ -87,7 +77,7 @@ fn handed_grant(payload: &str) -> Option<(OwnerId, Handed)> {
     }
     Some((
         waiter,
-        Handed {
+        HandedGrant {
             token,
             granted_us,
             ttl,
@@ -187,7 +177,7 @@ impl Wakeups {
     }
 
     /// The grant a hand-off's notification told queued waiter `waiter` (and forgets it): its
-    /// token and how long this process may count on it, by [`handed_valid_until`] from the
+    /// token and how long this process may count on it, by [`HandedGrant::valid_until`] from the
     /// waiter's last refused try. `None` when no grant was told, no refused try bounds it, it
     /// is older than that try (which then found the lock not the waiter's: the grant lapsed),
     /// or its deadline passed; the waiter's next try takes up a grant still held.
@@ -196,7 +186,7 @@ impl Wakeups {
         let queued = registry.queued.get_mut(&waiter)?;
         let grant = queued.grant.take()?;
         let (sent_at, tried_us) = queued.last_try?;
-        let valid_until = handed_valid_until(sent_at, tried_us, grant.granted_us, grant.ttl)?;
+        let valid_until = grant.valid_until(sent_at, tried_us)?;
         Some((grant.token, valid_until))
     }
 

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
-use fencelock_core::{FencingToken, Lease, LockKey, OwnerId, Result, handed_valid_until};
+use fencelock_core::{HandedGrant, Lease, LockKey, OwnerId, Result};
 use futures_util::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::{Notify, mpsc, oneshot};
@@ -98,21 +98,12 @@ struct Queued {
     /// When the last refused try was sent, and the server's clock (µs) when it ran.
     last_try: Option<(Instant, u64)>,
     /// A grant a release handed this waiter, as its publish told, not yet taken up.
-    handed: Option<Handed>,
+    handed: Option<HandedGrant>,
 }
 
-/// A grant handed to a waiter by the server: `>waiter token time-us ms` on the channel.
-#[derive(Debug, Clone, Copy)]
-struct Handed {
-    token: FencingToken,
-    /// The server's clock (µs) when it granted.
-    granted_us: u64,
-    /// The ttl it granted with.
-    ttl: Duration,
-}
-
-/// Reads a hand-off message (without its `>`): the waiter and its grant.
-fn parse_handed(message: &str) -> Option<(OwnerId, Handed)> {
+/// Reads a hand-off message, `>waiter token time-us ms` on the channel (without its `>`):
+/// the waiter and its grant.
+fn parse_handed(message: &str) -> Option<(OwnerId, HandedGrant)> {
     let mut parts = message.split(' ');
     let waiter = parts.next()?.parse::<OwnerId>().ok()?;
     let token = parse_token(REDIS, parts.next()?).ok()?;
@@ -123,7 +114,7 @@ fn parse_handed(message: &str) -> Option<(OwnerId, Handed)> {
     }
     Some((
         waiter,
-        Handed {
+        HandedGrant {
             token,
             granted_us,
             ttl: Duration::from_millis(ms),
@@ -304,7 +295,8 @@ impl Waiters {
     /// The grant handed to `waiter`, as a lease of `ttl` whose `valid_until` counts the
     /// granted (hand-off) ttl from a lower bound on the grant's time in this process's clock:
     /// the send time of the last refused try, plus the server's time between that try and
-    /// the grant less the drift rate ([`handed_valid_until`]). `None` when nothing was handed, when no refused try
+    /// the grant less the drift rate ([`HandedGrant::valid_until`]). `None` when nothing was
+    /// handed, when no refused try
     /// gives a bound, when the grant is older than the last refused try (that try found the
     /// lock not ours: the grant lapsed) or when its deadline passed; the next try then finds
     /// a grant still held and takes it up itself.
@@ -318,7 +310,7 @@ impl Waiters {
         let queued = state.queued.get_mut(&waiter)?;
         let handed = queued.handed.take()?;
         let (sent_at, try_us) = queued.last_try?;
-        let valid_until = handed_valid_until(sent_at, try_us, handed.granted_us, handed.ttl)?;
+        let valid_until = handed.valid_until(sent_at, try_us)?;
         Some(Lease {
             key: key.clone(),
             owner: waiter,
