@@ -173,4 +173,9 @@ impl PgDatabase {
             })
             .await
     }
+
+    /// The release notifications of this process, if a waiter of it started them.
+    pub(crate) fn listening(&self) -> Option<&Wakeups> {
+        self.inner.wakeups.get()
+    }
 }
