@@ -59,9 +59,11 @@ end
 
 -- The lock is free: grants it to the first live waiter, as that waiter's own try would (the
 -- waiter id is the grant's owner, the token the counter's next value), for the shorter of
--- the ttl it asked for and `handoff_ms`, and publishes '>' waiter token grant-time-us ms.
+-- the ttl it asked for and `handoff_ms`, and publishes '>' waiter token grant-time-us ms,
+-- which it also returns (the releasing process tells a waiter of its own at once).
 -- A waiter that left no ask, or a token counter that is not a number, gets the old wake-up
--- instead (its id: it tries for itself). With nobody queued, publishes `otherwise`.
+-- instead (its id: it tries for itself). With nobody queued, publishes `otherwise`. Returns
+-- nil when it granted nothing.
 local function hand_off(lock, counter, queue, places, asks, channel, handoff_ms, otherwise)
   local head = queue_head(queue, places, asks)
   if head == nil then
@@ -80,5 +82,7 @@ local function hand_off(lock, counter, queue, places, asks, channel, handoff_ms,
   local ms = math.min(tonumber(asked), tonumber(handoff_ms))
   local token = grant(lock, counter, head, ms)
   unqueue(queue, places, asks, head)
-  redis.call('PUBLISH', channel, '>' .. head .. ' ' .. token .. ' ' .. now_us() .. ' ' .. ms)
+  local told = '>' .. head .. ' ' .. token .. ' ' .. now_us() .. ' ' .. ms
+  redis.call('PUBLISH', channel, told)
+  return told
 end
