@@ -338,3 +338,44 @@ async fn a_vanished_waiter_loses_its_place_when_its_lease_runs_out() {
     };
     assert!(other.release(&lease).await.unwrap());
 }
+
+/// A release that hands the lock to a waiter of its own process tells that waiter the grant
+/// itself: the waiter takes it up without its watch's event or a look. Here the cluster is
+/// gone once the release returns, so nothing but the release's own answer can tell it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_lock_to_a_waiter_of_its_own_process_itself() {
+    let server = common::spawn(1).await;
+    let cluster = common::connect(&server).await;
+    let backend = cluster.backend();
+    let key = key("handed-here");
+    let held = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+    let (head, next) = (OwnerId::random(), OwnerId::random());
+    for waiter in [head, next] {
+        let refused = backend.try_acquire_queued(&key, TTL, waiter).await.unwrap();
+        assert!(refused.is_none(), "a held lock was granted to a queued try");
+    }
+    // Freed with no successor known; the head's grant at its place reads the waiter behind.
+    assert!(backend.release(&held).await.unwrap());
+    let granted = backend
+        .try_acquire_queued(&key, TTL, head)
+        .await
+        .unwrap()
+        .expect("the head of the queue was not granted a free lock");
+    assert!(backend.release(&granted).await.unwrap());
+    server.kill(0);
+    let lease = timeout(
+        PATIENCE,
+        backend.wait_for_grant(&key, next, TTL, Duration::from_secs(5)),
+    )
+    .await
+    .expect("the wait outlived its bound")
+    .expect("the waiter needed the cluster to learn of its grant")
+    .expect("the waiter of the releasing process was not handed the lock");
+    assert_eq!(lease.owner, next);
+    assert_eq!(lease.token.get(), granted.token.get() + 1);
+    let left = lease.remaining();
+    assert!(
+        left > Duration::ZERO && left <= Duration::from_secs(3),
+        "not the handed grant's validity (at most the place ttl): {left:?}"
+    );
+}
