@@ -130,15 +130,6 @@ impl EtcdLockBackend {
         let Applied { response, revision } = applied(response, what)?;
         if response.succeeded() {
             self.seen.wrote(key, token.get(), revision);
-            // The waiter, if it waits in this process, takes the grant up now rather than at
-            // its watch's event: the same lock key, as this committed transaction wrote it.
-            let handed = Handed {
-                token,
-                lease: next.lease,
-                create_revision,
-                revision,
-            };
-            self.queue.told(key, next.waiter, next.lease, handed);
             return Ok(true);
         }
         match response.op_responses().first() {

@@ -21,7 +21,6 @@ use std::time::Duration;
 
 use etcd_client::{GetOptions, Txn, TxnOp};
 use fencelock_core::{Lease, LockKey, OwnerId, Result, valid_until, validate_ttl};
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::backend::{EtcdLockBackend, GRANT_ATTEMPTS};
@@ -67,12 +66,8 @@ struct Place {
     lease: LeaseSlot,
     /// The place's create revision: its arrival.
     created: i64,
-    /// The last look at the queue (a refused grant's, a read's, a watch's, or a release of
-    /// this process telling the grant it handed to this waiter).
+    /// The last look at the queue (a refused grant's, a read's, a watch's).
     seen: Refusal,
-    /// Wakes the waiter when a release of this process handed it the lock
-    /// ([`Queue::told`]).
-    told: Arc<Notify>,
 }
 
 impl Place {
@@ -126,35 +121,11 @@ impl Queue {
         self.leases.put_spare(lease);
     }
 
-    /// Stores `place` for `map_key`, unless the request gave it up in the meantime; a newer
-    /// look stored meanwhile (a grant a release of this process told) is kept.
-    fn update(&self, map_key: &(LockKey, OwnerId), mut place: Place) {
+    /// Stores `place` for `map_key`, unless the request gave it up in the meantime.
+    fn update(&self, map_key: &(LockKey, OwnerId), place: Place) {
         if let Some(known) = self.places().get_mut(map_key) {
-            if known.seen.revision > place.seen.revision {
-                place.seen = known.seen.clone();
-            }
             *known = place;
         }
-    }
-
-    /// A release of this process handed the lock to `waiter` at revision `handed.revision`,
-    /// on place lease `lease`: if that waiter waits here at a place on that lease, it is told
-    /// the grant and woken, as the lock key's put on its watch would (DESIGN 5.5).
-    pub(crate) fn told(&self, key: &LockKey, waiter: OwnerId, lease: i64, handed: Handed) {
-        let mut places = self.places();
-        let Some(place) = places.get_mut(&(key.clone(), waiter)) else {
-            return;
-        };
-        if place.lease.id != lease || place.seen.revision >= handed.revision {
-            return;
-        }
-        place.seen = Refusal {
-            revision: handed.revision,
-            place: None,
-            handed: Some(handed),
-            ..place.seen.clone()
-        };
-        place.told.notify_one();
     }
 }
 
@@ -257,7 +228,6 @@ impl EtcdLockBackend {
                 lease: place_lease,
                 created,
                 seen: refusal,
-                told: Arc::new(Notify::new()),
             };
             self.queue
                 .places()
@@ -542,8 +512,7 @@ impl EtcdLockBackend {
             let Some((mut stream, opened)) = open_watches(&self.shared, &targets).await else {
                 // No watch to rely on: the next try looks, as a poller would.
                 let pause = Instant::now() + self.queue.timing.refresh;
-                let until = deadline.map_or(pause, |d| d.min(pause));
-                let _ = tokio::time::timeout_at(until, place.told.notified()).await;
+                tokio::time::sleep_until(deadline.map_or(pause, |d| d.min(pause))).await;
                 return Ok(());
             };
             if opened > place.seen.revision {
@@ -560,22 +529,8 @@ impl EtcdLockBackend {
             'stream: loop {
                 let refresh_at = place.lease.alive_from + self.queue.timing.refresh;
                 let until = deadline.map_or(refresh_at, |d| d.min(refresh_at));
-                let next = async {
-                    tokio::select! {
-                        events = next_events(&mut stream) => Some(events),
-                        () = place.told.notified() => None,
-                    }
-                };
-                let events = match tokio::time::timeout_at(until, next).await {
-                    Ok(Some(events)) => events,
-                    Ok(None) => {
-                        // A release of this process handed the lock to this waiter.
-                        match self.queue.places().get(&map_key) {
-                            Some(known) if known.seen.handed.is_some() => return Ok(()),
-                            Some(_) => continue,
-                            None => return Ok(()),
-                        }
-                    }
+                let events = match tokio::time::timeout_at(until, next_events(&mut stream)).await {
+                    Ok(events) => events,
                     Err(_) if deadline.is_some_and(|d| Instant::now() >= d) => return Ok(()),
                     Err(_) => {
                         // Still waiting: keep the place, as a try would.

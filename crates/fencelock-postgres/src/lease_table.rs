@@ -448,10 +448,10 @@ impl LockBackend for PgLeaseBackend {
         async {
             let protocol = self.db.protocol().await?;
             let token = token_param(BACKEND, lease.token)?;
-            let (live, handed): (Option<bool>, Option<String>) = timed(
+            let live: Option<bool> = timed(
                 BACKEND,
                 self.timeout(),
-                self.db.sql().lease_release.fetch_one(
+                self.db.sql().lease_release.scalar_one(
                     protocol,
                     self.db.pool(),
                     &[
@@ -463,12 +463,6 @@ impl LockBackend for PgLeaseBackend {
                 ),
             )
             .await?;
-            // Handed to a waiter: one of this process's is handed the lock now, without the
-            // notification's trip through the server (DESIGN 5.3). The answer came after the
-            // commit (the statement's result is read to its end), as the notification would.
-            if let (Some(handed), Some(wakeups)) = (handed, self.db.listening()) {
-                wakeups.told(&handed);
-            }
             Ok(live.unwrap_or(false))
         }
         .instrument(span)
@@ -744,60 +738,4 @@ pub(crate) async fn advance_token(
     )
     .await?;
     FencingToken::from_backend(backend, value)
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-    use super::*;
-    use fencelock_testkit::postgres::{PgSchema, pg_options};
-    use sqlx::postgres::PgPoolOptions;
-
-    const TTL: Duration = Duration::from_secs(30);
-
-    /// A release that hands the lock to a waiter of its own process hands it over there at
-    /// once, with the grant its statement answered: the waiter is not left for the
-    /// notification's trip through the server (here, no notification arrives at all).
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_release_hands_the_lock_to_a_waiter_of_its_own_process_itself() {
-        let schema = PgSchema::create().await;
-        let pool = PgPoolOptions::new()
-            .max_connections(4)
-            .connect_lazy_with(pg_options());
-        let db = PgDatabase::from_pool(pool, schema.name()).unwrap();
-        db.migrate().await.unwrap();
-        let backend = db.lease_backend();
-        let key = LockKey::new("handed-here").unwrap();
-        let holder = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
-        let waiter = OwnerId::random();
-        assert!(
-            backend
-                .try_acquire_queued(&key, TTL, waiter)
-                .await
-                .unwrap()
-                .is_none(),
-            "a held lock was granted to a queued try"
-        );
-        db.listening()
-            .expect("a queued try starts the notifications")
-            .stop_listening();
-        assert!(backend.release(&holder).await.unwrap());
-        let lease = backend
-            .wait_for_grant(&key, waiter, TTL, Duration::from_secs(5))
-            .await
-            .unwrap()
-            .expect("the waiter of the releasing process was not handed the lock");
-        assert_eq!(lease.owner, waiter);
-        assert_eq!(lease.token.get(), holder.token.get() + 1);
-        let left = lease.remaining();
-        assert!(
-            left > Duration::ZERO && left <= HANDOFF_TTL,
-            "not the handed grant's validity (the hand-off ttl): {left:?}"
-        );
-        let held = backend.inspect(&key).await.unwrap();
-        let fence = held.holder.expect("the handed lock is not held");
-        assert_eq!((fence.owner, fence.token), (waiter, lease.token));
-        assert!(backend.release(&lease).await.unwrap());
-        schema.cleanup().await;
-    }
 }

@@ -190,23 +190,6 @@ impl Wakeups {
         Some((grant.token, valid_until))
     }
 
-    /// Tells this process's waiters the grant notification a release made here answered
-    /// (`fencelock_lease_release`, migration 16): the waiter it names, if it waits in this
-    /// process, is handed the lock now, before the notification's trip through the server.
-    /// The notification that follows finds the waiter gone, or tells it the same grant again.
-    pub(crate) fn told(&self, payload: &str) {
-        if let Some((waiter, grant)) = handed_grant(payload) {
-            hand(&mut lock(&self.queues), waiter, Some(grant));
-        }
-    }
-
-    /// Stops listening, as a lost notification would: only what this process tells its
-    /// waiters itself reaches them.
-    #[cfg(test)]
-    pub(crate) fn stop_listening(&self) {
-        self.task.abort();
-    }
-
     /// Forgets queued waiter `waiter` (granted, or gone).
     pub(crate) fn dequeue(&self, waiter: OwnerId) {
         lock(&self.queues).queued.remove(&waiter);
@@ -277,12 +260,19 @@ fn deliver(queues: &Queues, payload: &str) {
     let mut registry = lock(queues);
     if let Some((waiter, grant)) = handed_grant(payload) {
         // The grant of a hand-off to this waiter; its name follows (for earlier versions).
-        hand(&mut registry, waiter, Some(grant));
+        if let Some(queued) = registry.queued.get_mut(&waiter) {
+            queued.handed = true;
+            queued.grant = Some(grant);
+            queued.notify.notify_one();
+        }
         return;
     }
     if let Some(waiter) = handed_to(payload) {
         // Only the waiter the lock was handed to, in whichever process it waits.
-        hand(&mut registry, waiter, None);
+        if let Some(queued) = registry.queued.get_mut(&waiter) {
+            queued.handed = true;
+            queued.notify.notify_one();
+        }
         return;
     }
     if let Some(queue) = registry.keys.get(payload) {
@@ -295,18 +285,6 @@ fn deliver(queues: &Queues, payload: &str) {
         if *queued.key == *payload {
             queued.notify.notify_one();
         }
-    }
-}
-
-/// Wakes queued waiter `waiter`, if it waits in this process, as the one a release handed the
-/// lock to, with the grant when one was told.
-fn hand(registry: &mut Registry, waiter: OwnerId, grant: Option<HandedGrant>) {
-    if let Some(queued) = registry.queued.get_mut(&waiter) {
-        queued.handed = true;
-        if grant.is_some() {
-            queued.grant = grant;
-        }
-        queued.notify.notify_one();
     }
 }
 

@@ -59,11 +59,9 @@ end
 
 -- The lock is free: grants it to the first live waiter, as that waiter's own try would (the
 -- waiter id is the grant's owner, the token the counter's next value), for the shorter of
--- the ttl it asked for and `handoff_ms`, and publishes '>' waiter token grant-time-us ms,
--- which it also returns (the releasing process tells a waiter of its own at once).
+-- the ttl it asked for and `handoff_ms`, and publishes '>' waiter token grant-time-us ms.
 -- A waiter that left no ask, or a token counter that is not a number, gets the old wake-up
--- instead (its id: it tries for itself). With nobody queued, publishes `otherwise`. Returns
--- nil when it granted nothing.
+-- instead (its id: it tries for itself). With nobody queued, publishes `otherwise`.
 local function hand_off(lock, counter, queue, places, asks, channel, handoff_ms, otherwise)
   local head = queue_head(queue, places, asks)
   if head == nil then
@@ -82,7 +80,5 @@ local function hand_off(lock, counter, queue, places, asks, channel, handoff_ms,
   local ms = math.min(tonumber(asked), tonumber(handoff_ms))
   local token = grant(lock, counter, head, ms)
   unqueue(queue, places, asks, head)
-  local told = '>' .. head .. ' ' .. token .. ' ' .. now_us() .. ' ' .. ms
-  redis.call('PUBLISH', channel, told)
-  return told
+  redis.call('PUBLISH', channel, '>' .. head .. ' ' .. token .. ' ' .. now_us() .. ' ' .. ms)
 end

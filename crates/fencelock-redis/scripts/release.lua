@@ -7,17 +7,13 @@
 -- ARGV[3] hand-off ttl ms (one server only)
 -- Publishes the grant (or the next waiter's id), or the released lock value, which wakes
 -- every waiter.
--- Returns 1 when released, 0 when the lock was no longer ours (nothing changed), and the
--- published grant when released and handed to a waiter.
+-- Returns 1 when released, 0 when the lock was no longer ours (nothing changed).
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
 if KEYS[2] ~= nil then
-  local told = hand_off(KEYS[1], KEYS[4], KEYS[2], KEYS[3], KEYS[5], ARGV[2], ARGV[3], ARGV[1])
-  if told then
-    return told
-  end
+  hand_off(KEYS[1], KEYS[4], KEYS[2], KEYS[3], KEYS[5], ARGV[2], ARGV[3], ARGV[1])
 else
   redis.call('PUBLISH', ARGV[2], ARGV[1])
 end

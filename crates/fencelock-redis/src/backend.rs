@@ -439,27 +439,11 @@ impl Locks {
                 invocation.arg(ttl_millis(HANDOFF_TTL));
             }
             let mut conn = self.conn.link.clone();
-            let reply: redis::Value = self
+            let reply: i64 = self
                 .conn
                 .call("release", invocation.invoke_async(&mut conn))
                 .await?;
-            match reply {
-                redis::Value::Int(reply) => released(self.conn.backend, "release", reply),
-                redis::Value::BulkString(told) => {
-                    // Released and handed to a waiter: one of this process's is handed the
-                    // lock now, without the publish's trip through the server (DESIGN 5.2).
-                    if let (Wake::Notify(waiters), Ok(told)) =
-                        (&self.wake, std::str::from_utf8(&told))
-                    {
-                        waiters.told(told);
-                    }
-                    Ok(true)
-                }
-                other => Err(protocol(
-                    self.conn.backend,
-                    format!("release script answered {other:?}"),
-                )),
-            }
+            released(self.conn.backend, "release", reply)
         }
         .instrument(span.clone())
         .await;
@@ -642,65 +626,4 @@ fn parse_refusal(reply: &[redis::Value]) -> Option<(i64, u64)> {
         _ => return None,
     };
     Some((*holder_ms, server_us))
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-    use super::*;
-    use fencelock_core::LockBackend;
-    use fencelock_testkit::redis::RedisServer;
-
-    const TTL: Duration = Duration::from_secs(30);
-
-    /// A release that hands the lock to a waiter of its own process hands it over there at
-    /// once, with the grant its script answered: the waiter is not left for the publish's
-    /// trip through the server (here, no publish is read at all).
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_release_hands_the_lock_to_a_waiter_of_its_own_process_itself() {
-        let server = RedisServer::spawn();
-        let backend = RedisConfig::new(server.url()).connect().await.unwrap();
-        let key = LockKey::new("handed-here").unwrap();
-        let holder = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
-        let waiter = OwnerId::random();
-        // Queued; the wait subscribes the key's channel, so the next try is covered by it.
-        assert!(
-            backend
-                .try_acquire_queued(&key, TTL, waiter)
-                .await
-                .unwrap()
-                .is_none()
-        );
-        backend
-            .wait_for_turn(&key, waiter, Duration::from_secs(5))
-            .await
-            .unwrap();
-        assert!(
-            backend
-                .try_acquire_queued(&key, TTL, waiter)
-                .await
-                .unwrap()
-                .is_none()
-        );
-        let Wake::Notify(waiters) = &backend.locks.wake else {
-            panic!("one server wakes its waiters by pub/sub");
-        };
-        waiters.stop_reading();
-        assert!(backend.release(&holder).await.unwrap());
-        let lease = backend
-            .wait_for_grant(&key, waiter, TTL, Duration::from_secs(5))
-            .await
-            .unwrap()
-            .expect("the waiter of the releasing process was not handed the lock");
-        assert_eq!(lease.owner, waiter);
-        assert_eq!(lease.token.get(), holder.token.get() + 1);
-        let left = lease.remaining();
-        assert!(
-            left > Duration::ZERO && left <= HANDOFF_TTL,
-            "not the handed grant's validity (the hand-off ttl): {left:?}"
-        );
-        let fence = backend.inspect(&key).await.unwrap().holder.unwrap();
-        assert_eq!((fence.owner, fence.token), (waiter, lease.token));
-        assert!(backend.release(&lease).await.unwrap());
-    }
 }

@@ -320,35 +320,6 @@ impl Waiters {
         })
     }
 
-    /// Tells this process's waiters a hand-off a release made here answered (the published
-    /// grant, `>waiter token time-us ms`): the waiter it names, if it waits in this process,
-    /// is handed the lock now, before the publish's trip through the server. Only that
-    /// waiter wakes; the publish that follows wakes the rest as every release does, and finds
-    /// the waiter gone or tells it the same grant again.
-    pub(crate) fn told(&self, message: &str) {
-        let Some((waiter, handed)) = message.strip_prefix('>').and_then(parse_handed) else {
-            return;
-        };
-        if let Some(queued) = self.state().queued.get_mut(&waiter) {
-            queued.handed = Some(handed);
-            queued.registration.notify.notify_one();
-        }
-    }
-
-    /// Stops reading the subscriber connection, as a lost publish would: only what this
-    /// process tells its waiters itself reaches them.
-    #[cfg(test)]
-    pub(crate) fn stop_reading(&self) {
-        if let Some(handle) = self
-            .state()
-            .subscriber
-            .as_ref()
-            .and_then(|s| s.reader.0.as_ref())
-        {
-            handle.abort();
-        }
-    }
-
     /// `waiter`'s request ended (granted, or gave its place up): it is no longer woken.
     pub(crate) fn forget(&self, waiter: OwnerId) {
         // Dropped outside the lock: the registration's drop takes it.

@@ -173,9 +173,4 @@ impl PgDatabase {
             })
             .await
     }
-
-    /// The release notifications of this process, if a waiter of it started them.
-    pub(crate) fn listening(&self) -> Option<&Wakeups> {
-        self.inner.wakeups.get()
-    }
 }
