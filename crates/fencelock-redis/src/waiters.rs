@@ -296,10 +296,9 @@ impl Waiters {
     /// granted (hand-off) ttl from a lower bound on the grant's time in this process's clock:
     /// the send time of the last refused try, plus the server's time between that try and
     /// the grant less the drift rate ([`HandedGrant::valid_until`]). `None` when nothing was
-    /// handed, when no refused try
-    /// gives a bound, when the grant is older than the last refused try (that try found the
-    /// lock not ours: the grant lapsed) or when its deadline passed; the next try then finds
-    /// a grant still held and takes it up itself.
+    /// handed, when no refused try gives a bound, when the grant is older than the last
+    /// refused try (that try found the lock not ours: the grant lapsed) or when its deadline
+    /// passed; the next try then finds a grant still held and takes it up itself.
     pub(crate) fn take_grant(
         &self,
         key: &LockKey,
