@@ -110,6 +110,8 @@ impl LockGuard {
         let held = held.clone();
         let watch = Box::pin(async move {
             tokio::select! {
+                // In order: a stopped guard's watch ends without polling the rest.
+                biased;
                 _ = stop.cancelled() => {}
                 _ = supervise(held, watchdog) => {}
             }
