@@ -1,5 +1,5 @@
--- (queue.lua comes first.) Takes the lock if it is free and hands out the next fencing
--- token, in one step; on one server, in arrival order among the waiters queued for it.
+-- (token.lua and queue.lua come first.) Takes the lock if it is free and hands out the next
+-- fencing token, in one step; on one server, in arrival order among the waiters queued for it.
 -- KEYS[1] lock key, KEYS[2] token counter (never expires, never deleted)
 -- KEYS[3] queue, KEYS[4] places, KEYS[5] asks (one server only; absent on Redlock nodes and
 -- a cluster)
@@ -30,11 +30,10 @@ if queued then
   head = queue_head(KEYS[3], KEYS[4], KEYS[5])
 end
 if not held and (head == nil or head == waiter) then
-  local last = redis.call('GET', KEYS[2])
-  if last and not string.match(last, '^%d+$') then
-    return redis.error_reply('ERR fencelock token counter ' .. KEYS[2] .. ' is not a non-negative integer')
+  local token, why = grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
+  if not token then
+    return bad_counter(KEYS[2], why)
   end
-  local token = grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
   if head ~= nil then
     unqueue(KEYS[3], KEYS[4], KEYS[5], waiter)
   end

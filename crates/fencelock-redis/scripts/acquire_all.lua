@@ -1,6 +1,6 @@
--- (queue.lua comes first.) Takes every lock of a set, or none, in one step, each with the next
--- token of its own counter (DESIGN 4.2, a set in one step). One server only: the keys of
--- different locks hash to different cluster slots.
+-- (token.lua and queue.lua come first.) Takes every lock of a set, or none, in one step, each
+-- with the next token of its own counter (DESIGN 4.2, a set in one step). One server only: the
+-- keys of different locks hash to different cluster slots.
 -- KEYS: five per lock, in the order of the set: lock key, token counter, queue, places, asks.
 -- ARGV[1] owner (32 hex digits, the owner of every grant of the set), ARGV[2] ttl in ms.
 -- Returns the tokens as decimal strings, in the order of the set; false when any lock is
@@ -17,13 +17,14 @@ for i = 0, locks - 1 do
   if queue_head(KEYS[i * 5 + 3], KEYS[i * 5 + 4], KEYS[i * 5 + 5]) ~= nil then
     return false
   end
-  local last = redis.call('GET', counter)
-  if last and not string.match(last, '^%d+$') then
-    return redis.error_reply('ERR fencelock token counter ' .. counter .. ' is not a non-negative integer')
+  -- Every counter is checked before any is advanced, so a bad one changes nothing.
+  if not counter_ok(counter) then
+    return bad_counter(counter, redis.call('GET', counter))
   end
 end
 local tokens = {}
 for i = 0, locks - 1 do
+  -- Cannot fail: every counter passed counter_ok above, in this same atomic script.
   tokens[i + 1] = grant(KEYS[i * 5 + 1], KEYS[i * 5 + 2], ARGV[1], ARGV[2])
 end
 return tokens

@@ -11,13 +11,11 @@ if held and not fence then
 end
 local now = now_ms()
 if not fence or keep_live(KEYS[1], KEYS[3], fence, now) == 0 then
-  local last = redis.call('GET', KEYS[2])
-  if last and not string.match(last, '^%d+$') then
-    return redis.error_reply('ERR fencelock token counter ' .. KEYS[2] .. ' is not a non-negative integer')
+  local token, why = next_token(KEYS[2])
+  if not token then
+    return bad_counter(KEYS[2], why)
   end
-  redis.call('INCR', KEYS[2])
-  -- Read the counter back as a string: Lua numbers are doubles and lose precision past 2^53.
-  fence = ARGV[3] .. ':' .. redis.call('GET', KEYS[2])
+  fence = ARGV[3] .. ':' .. token
   redis.call('DEL', KEYS[3])
 end
 redis.call('HSET', KEYS[3], ARGV[1], string.format('%d', now + tonumber(ARGV[2])))

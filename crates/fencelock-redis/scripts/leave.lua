@@ -1,6 +1,6 @@
--- (queue.lua comes first.) Gives up a waiter's place (its request timed out, failed or was
--- cancelled), and a grant handed to it that it never took up; when the free lock was kept
--- for this waiter or handed to it, hands it to the next one (hand_off).
+-- (token.lua and queue.lua come first.) Gives up a waiter's place (its request timed out,
+-- failed or was cancelled), and a grant handed to it that it never took up; when the free lock
+-- was kept for this waiter or handed to it, hands it to the next one (hand_off).
 -- KEYS[1] lock key, KEYS[2] queue, KEYS[3] places, KEYS[4] token counter, KEYS[5] asks
 -- ARGV[1] waiter (32 hex digits), ARGV[2] release channel, ARGV[3] hand-off ttl ms
 -- Returns 2 when a grant handed to the waiter was released, 1 when the waiter had a place,

@@ -1,6 +1,6 @@
--- The waiters' queue of one lock, on one server: prepended to acquire.lua, acquire_all.lua,
--- release.lua and leave.lua, so the rule that a lapsed place holds no one up, the grant and
--- the hand-off are written once.
+-- The waiters' queue of one lock, on one server: prepended (after token.lua) to acquire.lua,
+-- acquire_all.lua, release.lua and leave.lua, so the rule that a lapsed place holds no one
+-- up, the grant and the hand-off are written once.
 -- A queue is two sorted sets of waiter ids, by arrival (the server's clock in ms) and by when
 -- each place lapses unless its waiter tries again, and a hash of the ttl each waiter asked
 -- for (the asks), which a hand-off needs.
@@ -18,11 +18,13 @@ local function now_us()
 end
 
 -- Grants `lock` to `owner` for `ms` milliseconds with the counter's next token, and returns
--- the token. The callers have checked that the lock is free and the counter is a number.
+-- the token; or nil and why when the counter cannot give one (next_token in token.lua),
+-- with nothing changed. The callers have checked that the lock is free.
 local function grant(lock, counter, owner, ms)
-  redis.call('INCR', counter)
-  -- Read the counter back as a string: Lua numbers are doubles and lose precision past 2^53.
-  local token = redis.call('GET', counter)
+  local token, why = next_token(counter)
+  if not token then
+    return nil, why
+  end
   redis.call('SET', lock, owner .. ':' .. token, 'PX', ms)
   return token
 end
@@ -60,8 +62,8 @@ end
 -- The lock is free: grants it to the first live waiter, as that waiter's own try would (the
 -- waiter id is the grant's owner, the token the counter's next value), for the shorter of
 -- the ttl it asked for and `handoff_ms`, and publishes '>' waiter token grant-time-us ms.
--- A waiter that left no ask, or a token counter that is not a number, gets the old wake-up
--- instead (its id: it tries for itself). With nobody queued, publishes `otherwise`.
+-- A waiter that left no ask, or a token counter that cannot give a token (nothing changed),
+-- gets the old wake-up instead (its id: it tries for itself, and its try reports the counter). With nobody queued, publishes `otherwise`.
 local function hand_off(lock, counter, queue, places, asks, channel, handoff_ms, otherwise)
   local head = queue_head(queue, places, asks)
   if head == nil then
@@ -71,14 +73,16 @@ local function hand_off(lock, counter, queue, places, asks, channel, handoff_ms,
     return
   end
   local asked = asks and redis.call('HGET', asks, head)
-  local last = redis.call('GET', counter)
-  if not asked or not string.match(asked, '^%d+$')
-      or (last and not string.match(last, '^%d+$')) then
+  local token = nil
+  local ms = 0
+  if asked and string.match(asked, '^%d+$') then
+    ms = math.min(tonumber(asked), tonumber(handoff_ms))
+    token = grant(lock, counter, head, ms)
+  end
+  if not token then
     redis.call('PUBLISH', channel, head)
     return
   end
-  local ms = math.min(tonumber(asked), tonumber(handoff_ms))
-  local token = grant(lock, counter, head, ms)
   unqueue(queue, places, asks, head)
   redis.call('PUBLISH', channel, '>' .. head .. ' ' .. token .. ' ' .. now_us() .. ' ' .. ms)
 end

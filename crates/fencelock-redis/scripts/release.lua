@@ -1,6 +1,6 @@
--- (queue.lua comes first.) Deletes the lock if it is still held by this owner with this
--- token and, on one server, hands it to the first live waiter queued for it (hand_off);
--- else wakes everyone.
+-- (token.lua and queue.lua come first.) Deletes the lock if it is still held by this owner
+-- with this token and, on one server, hands it to the first live waiter queued for it
+-- (hand_off); else wakes everyone.
 -- KEYS[1] lock key; one server only: KEYS[2] queue, KEYS[3] places, KEYS[4] token counter,
 -- KEYS[5] asks
 -- ARGV[1] expected lock value ("<owner>:<token>"), ARGV[2] release channel,

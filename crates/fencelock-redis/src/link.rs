@@ -147,7 +147,8 @@ mod tests {
             .collect();
         assert_eq!(args[0], b"EVAL");
         let text = format!(
-            "{}\n{}",
+            "{}\n{}\n{}",
+            include_str!("../scripts/token.lua"),
             include_str!("../scripts/queue.lua"),
             include_str!("../scripts/release.lua")
         );

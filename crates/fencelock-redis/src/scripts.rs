@@ -1,11 +1,11 @@
 //! The Lua scripts, loaded from `scripts/*.lua`. `Script::invoke_async` sends EVALSHA and
 //! falls back to loading the script on `NOSCRIPT` (after a restart or `SCRIPT FLUSH`).
 //!
-//! The scripts that grant, release and leave the queue are `queue.lua` followed by their own
-//! text, so the queue's upkeep is written once. The fenced scripts (`storage_apply.lua`,
-//! `fence_apply.lua`) are `admit.lua` followed by
-//! their own text, so the fence rule of DESIGN section 2 is written once in Lua; the
-//! shared-lock scripts are `read_phase.lua` followed by theirs, so the read phase's upkeep
+//! The scripts that grant, release and leave the queue are `token.lua` and `queue.lua`
+//! followed by their own text, so taking a token and the queue's upkeep are written once. The
+//! fenced scripts (`storage_apply.lua`, `fence_apply.lua`) are `admit.lua` followed by their
+//! own text, so the fence rule of DESIGN section 2 is written once in Lua; the shared-lock
+//! scripts are `token.lua` and `read_phase.lua` followed by theirs, so the read phase's upkeep
 //! (the server's clock, forgetting expired readers, the phase's expiry) is written once too.
 
 use std::collections::HashMap;
@@ -49,11 +49,14 @@ impl Scripts {
 pub(crate) static ACQUIRE: LazyLock<String> =
     LazyLock::new(|| queued(include_str!("../scripts/acquire.lua")));
 
+/// Taking a key's next token, prepended to every script that grants one.
+const TOKEN: &str = include_str!("../scripts/token.lua");
+
 /// The waiters' queue helpers, prepended to the scripts that grant, release or leave.
 const QUEUE: &str = include_str!("../scripts/queue.lua");
 
 fn queued(body: &str) -> String {
-    format!("{QUEUE}\n{body}")
+    format!("{TOKEN}\n{QUEUE}\n{body}")
 }
 
 /// `admit()`, the fence rule, prepended to every fenced script.
@@ -67,7 +70,7 @@ fn fenced(body: &str) -> String {
 const READ_PHASE: &str = include_str!("../scripts/read_phase.lua");
 
 fn shared(body: &str) -> String {
-    format!("{READ_PHASE}\n{body}")
+    format!("{TOKEN}\n{READ_PHASE}\n{body}")
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {

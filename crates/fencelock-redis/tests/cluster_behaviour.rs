@@ -159,9 +159,11 @@ async fn scripts_missing_on_a_node_are_sent_to_that_node() {
     let lease = extended.unwrap();
     assert!(elapsed < Duration::from_millis(700), "{elapsed:?}");
     assert!(backend.release(&lease).await.unwrap());
-    // The release script is the queue's helpers followed by its own text (src/scripts.rs).
+    // The release script is the token's and the queue's helpers followed by its own text
+    // (src/scripts.rs).
     let text = format!(
-        "{}\n{}",
+        "{}\n{}\n{}",
+        include_str!("../scripts/token.lua"),
         include_str!("../scripts/queue.lua"),
         include_str!("../scripts/release.lua")
     );

@@ -306,6 +306,16 @@ async fn wrong_types_are_backend_errors() {
             .await
             .unwrap();
         assert_eq!(lock, None, "{name}: a refused acquire left a lock");
+        let counter: Option<String> = redis::cmd("GET")
+            .arg(format!("fencelock:{{{name}}}:token"))
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(
+            counter.as_deref(),
+            Some(value),
+            "{name}: a refused acquire changed the counter"
+        );
     }
 
     // A foreign string at the lock: held by someone else, and inspect says it is not ours.
@@ -343,6 +353,92 @@ async fn wrong_types_are_backend_errors() {
         .unwrap();
     assert!(backend_error(storage.write(&malformed, fence, b"v").await));
     assert!(backend_error(storage.peek(&malformed).await.map(|_| ())));
+}
+
+/// Tokens are exact across 2^53, where a Lua number (a double) stops holding every integer,
+/// for a plain grant, a hand-off and a read phase. A counter at 2^63-1, which `INCR` cannot
+/// raise, is a typed error that names the counter and changes nothing, for a set too: the
+/// set's other lock is not taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_stay_exact_past_2_53_and_stop_at_the_limit() {
+    const TWO_53: u64 = 1 << 53;
+    let server = RedisServer::spawn();
+    let backend = connect(&server.url(), Duration::from_secs(2)).await;
+    let mut raw = raw(&server.url()).await;
+    let set_counter = |name: &str, value: String| {
+        redis::cmd("SET")
+            .arg(format!("fencelock:{{{name}}}:token"))
+            .arg(value)
+            .to_owned()
+    };
+
+    let key = LockKey::new("past-2-53").unwrap();
+    let () = set_counter("past-2-53", (TWO_53 - 2).to_string())
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    for expected in [TWO_53 - 1, TWO_53, TWO_53 + 1] {
+        let lease = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+        assert_eq!(lease.token.get(), expected);
+        assert!(backend.release(&lease).await.unwrap());
+    }
+    // A hand-off: the release grants the queued waiter the counter's next token.
+    let held = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+    assert_eq!(held.token.get(), TWO_53 + 2);
+    let waiter = OwnerId::random();
+    let refused = backend.try_acquire_queued(&key, TTL, waiter).await.unwrap();
+    assert!(refused.is_none());
+    assert!(backend.release(&held).await.unwrap());
+    let handed = backend
+        .try_acquire_queued(&key, TTL, waiter)
+        .await
+        .unwrap()
+        .expect("the release handed the lock to the queued waiter");
+    assert_eq!(handed.token.get(), TWO_53 + 3);
+    assert!(backend.release(&handed).await.unwrap());
+    // A read phase takes its token from the same counter.
+    let phase = backend
+        .try_acquire_shared(&key, OwnerId::random(), TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(phase.token.get(), TWO_53 + 4);
+
+    let limit = i64::MAX.to_string();
+    let at_limit = LockKey::new("at-limit").unwrap();
+    let () = set_counter("at-limit", limit.clone())
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let error = backend.try_acquire(&at_limit, TTL).await.unwrap_err();
+    assert!(matches!(error, Error::Backend { .. }), "{error:?}");
+    assert!(
+        error.to_string().contains("fencelock:{at-limit}:token"),
+        "the error names the counter: {error}"
+    );
+    let fresh = LockKey::new("fresh").unwrap();
+    let error = backend
+        .try_acquire_all(&[fresh.clone(), at_limit.clone()], TTL)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::Backend { .. }), "{error:?}");
+    for (name, expected) in [
+        ("fencelock:{at-limit}:token", Some(limit.as_str())),
+        ("fencelock:{at-limit}:lock", None),
+        ("fencelock:{fresh}:lock", None),
+        ("fencelock:{fresh}:token", None),
+    ] {
+        let value: Option<String> = redis::cmd("GET")
+            .arg(name)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(
+            value.as_deref(),
+            expected,
+            "{name}: a refused grant changed it"
+        );
+    }
 }
 
 /// A frozen server: a call fails with `Unavailable` after the call timeout, not later.
