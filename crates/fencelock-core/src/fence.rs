@@ -127,8 +127,19 @@ impl OwnerId {
 }
 
 impl fmt::Display for OwnerId {
+    /// 32 lower-case hex digits, written digit by digit: an owner is formatted for every
+    /// grant and release.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:032x}", self.0)
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut text = [0u8; 32];
+        for (pair, byte) in text.chunks_exact_mut(2).zip(self.0.to_be_bytes()) {
+            pair.copy_from_slice(&[
+                DIGITS[usize::from(byte >> 4)],
+                DIGITS[usize::from(byte & 0xf)],
+            ]);
+        }
+        // Only ASCII hex digits were written, so the text is always UTF-8.
+        f.pad(std::str::from_utf8(&text).map_err(|_| fmt::Error)?)
     }
 }
 
@@ -302,6 +313,19 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(a.to_string().parse::<OwnerId>().unwrap(), a);
         assert!("xyz".parse::<OwnerId>().is_err());
+    }
+
+    #[test]
+    fn owner_ids_show_as_32_hex_digits() {
+        for value in [0, 1, 0xabc, u128::from(u64::MAX) << 3, u128::MAX] {
+            let owner = OwnerId::from_u128(value);
+            assert_eq!(owner.to_string(), format!("{value:032x}"));
+        }
+        let owner = OwnerId::from_u128(0x1f);
+        assert_eq!(
+            format!("[{owner:>34}]"),
+            "[  0000000000000000000000000000001f]"
+        );
     }
 
     #[test]

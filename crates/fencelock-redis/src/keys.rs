@@ -120,14 +120,22 @@ pub(crate) fn tag(key: &LockKey) -> String {
     tag
 }
 
+/// Appends `{enc(key)}`, copying the runs between the characters it encodes whole (every
+/// grant names five keys, so this is on each operation's path).
 fn push_tag(name: &mut String, key: &LockKey) {
     name.push('{');
-    for c in key.as_str().chars() {
-        match c {
-            '%' => name.push_str("%25"),
-            '{' => name.push_str("%7B"),
-            '}' => name.push_str("%7D"),
-            c => name.push(c),
+    for piece in key.as_str().split_inclusive(['%', '{', '}']) {
+        if let Some(text) = piece.strip_suffix('%') {
+            name.push_str(text);
+            name.push_str("%25");
+        } else if let Some(text) = piece.strip_suffix('{') {
+            name.push_str(text);
+            name.push_str("%7B");
+        } else if let Some(text) = piece.strip_suffix('}') {
+            name.push_str(text);
+            name.push_str("%7D");
+        } else {
+            name.push_str(piece);
         }
     }
     name.push('}');
