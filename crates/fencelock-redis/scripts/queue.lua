@@ -63,7 +63,8 @@ end
 -- waiter id is the grant's owner, the token the counter's next value), for the shorter of
 -- the ttl it asked for and `handoff_ms`, and publishes '>' waiter token grant-time-us ms.
 -- A waiter that left no ask, or a token counter that cannot give a token (nothing changed),
--- gets the old wake-up instead (its id: it tries for itself, and its try reports the counter). With nobody queued, publishes `otherwise`.
+-- gets the old wake-up instead (its id: it tries for itself, and its try reports the
+-- counter). With nobody queued, publishes `otherwise`.
 local function hand_off(lock, counter, queue, places, asks, channel, handoff_ms, otherwise)
   local head = queue_head(queue, places, asks)
   if head == nil then
