@@ -35,6 +35,21 @@ async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
+/// The string at `name`, read behind the backend's back.
+async fn get(raw: &mut redis::aio::MultiplexedConnection, name: &str) -> Option<String> {
+    redis::cmd("GET").arg(name).query_async(raw).await.unwrap()
+}
+
+/// Writes the string `value` at `name` behind the backend's back.
+async fn set(raw: &mut redis::aio::MultiplexedConnection, name: &str, value: &str) {
+    let () = redis::cmd("SET")
+        .arg(name)
+        .arg(value)
+        .query_async(raw)
+        .await
+        .unwrap();
+}
+
 async fn kill(server: &std::sync::Arc<RedisServer>) {
     let server = std::sync::Arc::clone(server);
     tokio::task::spawn_blocking(move || server.kill())
@@ -275,22 +290,13 @@ async fn wrong_types_are_backend_errors() {
         backend.try_acquire(&hashed, TTL).await.map(|_| ())
     ));
     assert!(backend_error(backend.inspect(&hashed).await.map(|_| ())));
-    let token: Option<String> = redis::cmd("GET")
-        .arg("fencelock:{hash-at-lock}:token")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    let token = get(&mut raw, "fencelock:{hash-at-lock}:token").await;
     assert_eq!(token, None, "a refused acquire changed the counter");
 
     // A counter that is not a number, and one that went negative.
     for (name, value) in [("text-counter", "abc"), ("negative-counter", "-4")] {
         let key = LockKey::new(name).unwrap();
-        let () = redis::cmd("SET")
-            .arg(format!("fencelock:{{{name}}}:token"))
-            .arg(value)
-            .query_async(&mut raw)
-            .await
-            .unwrap();
+        set(&mut raw, &format!("fencelock:{{{name}}}:token"), value).await;
         assert!(backend_error(
             backend.try_acquire(&key, TTL).await.map(|_| ())
         ));
@@ -300,17 +306,9 @@ async fn wrong_types_are_backend_errors() {
                 .await
                 .map(|_| ())
         ));
-        let lock: Option<String> = redis::cmd("GET")
-            .arg(format!("fencelock:{{{name}}}:lock"))
-            .query_async(&mut raw)
-            .await
-            .unwrap();
+        let lock = get(&mut raw, &format!("fencelock:{{{name}}}:lock")).await;
         assert_eq!(lock, None, "{name}: a refused acquire left a lock");
-        let counter: Option<String> = redis::cmd("GET")
-            .arg(format!("fencelock:{{{name}}}:token"))
-            .query_async(&mut raw)
-            .await
-            .unwrap();
+        let counter = get(&mut raw, &format!("fencelock:{{{name}}}:token")).await;
         assert_eq!(
             counter.as_deref(),
             Some(value),
@@ -320,12 +318,7 @@ async fn wrong_types_are_backend_errors() {
 
     // A foreign string at the lock: held by someone else, and inspect says it is not ours.
     let foreign = LockKey::new("foreign").unwrap();
-    let () = redis::cmd("SET")
-        .arg("fencelock:{foreign}:lock")
-        .arg("not-ours")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    set(&mut raw, "fencelock:{foreign}:lock", "not-ours").await;
     assert!(backend.try_acquire(&foreign, TTL).await.unwrap().is_none());
     assert!(backend_error(backend.inspect(&foreign).await.map(|_| ())));
 
@@ -365,18 +358,14 @@ async fn tokens_stay_exact_past_2_53_and_stop_at_the_limit() {
     let server = RedisServer::spawn();
     let backend = connect(&server.url(), Duration::from_secs(2)).await;
     let mut raw = raw(&server.url()).await;
-    let set_counter = |name: &str, value: String| {
-        redis::cmd("SET")
-            .arg(format!("fencelock:{{{name}}}:token"))
-            .arg(value)
-            .to_owned()
-    };
 
     let key = LockKey::new("past-2-53").unwrap();
-    let () = set_counter("past-2-53", (TWO_53 - 2).to_string())
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    set(
+        &mut raw,
+        "fencelock:{past-2-53}:token",
+        &(TWO_53 - 2).to_string(),
+    )
+    .await;
     for expected in [TWO_53 - 1, TWO_53, TWO_53 + 1] {
         let lease = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
         assert_eq!(lease.token.get(), expected);
@@ -406,10 +395,7 @@ async fn tokens_stay_exact_past_2_53_and_stop_at_the_limit() {
 
     let limit = i64::MAX.to_string();
     let at_limit = LockKey::new("at-limit").unwrap();
-    let () = set_counter("at-limit", limit.clone())
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    set(&mut raw, "fencelock:{at-limit}:token", &limit).await;
     let error = backend.try_acquire(&at_limit, TTL).await.unwrap_err();
     assert!(matches!(error, Error::Backend { .. }), "{error:?}");
     assert!(
@@ -428,13 +414,8 @@ async fn tokens_stay_exact_past_2_53_and_stop_at_the_limit() {
         ("fencelock:{fresh}:lock", None),
         ("fencelock:{fresh}:token", None),
     ] {
-        let value: Option<String> = redis::cmd("GET")
-            .arg(name)
-            .query_async(&mut raw)
-            .await
-            .unwrap();
         assert_eq!(
-            value.as_deref(),
+            get(&mut raw, name).await.as_deref(),
             expected,
             "{name}: a refused grant changed it"
         );
