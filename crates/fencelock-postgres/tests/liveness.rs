@@ -278,3 +278,57 @@ async fn a_paused_holder_is_still_ended_at_its_ttl() {
         .unwrap();
     schema.cleanup().await;
 }
+
+/// A connection of fencelock's own pools that the server ended while it sat idle (a restart,
+/// a failover, `pg_terminate_backend`) is found and replaced when it is next taken out, not
+/// handed out dead: after a pause, a grant on either backend succeeds. (The pools test a
+/// connection on its way out only after such a pause, so that a busy pool pays no round trip
+/// per statement: DESIGN.md section 5.3.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_the_server_ended_is_replaced() {
+    for kind in ["lease", "advisory"] {
+        let schema = fencelock_testkit::postgres::PgSchema::create().await;
+        let app = format!("fencelock-idle-{}", schema.unique_id());
+        let db = fencelock_postgres::PgConfig::from_url(&format!(
+            "{}?schema={}&backend={kind}",
+            schema.url(),
+            schema.name()
+        ))
+        .unwrap()
+        .application_name(&app)
+        .connect()
+        .await
+        .unwrap();
+        let backend: Arc<dyn LockBackend> = match kind {
+            "lease" => Arc::new(db.lease_backend()),
+            _ => Arc::new(db.advisory_backend()),
+        };
+        let key = LockKey::new(format!("idle/{}", schema.name())).unwrap();
+        // The pool has a connection, idle now.
+        let held = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+        assert!(backend.release(&held).await.unwrap());
+        // sqlx tests a connection on its way back in, in a task of its own: let that finish,
+        // so that the sessions ended below are idle ones.
+        sleep(Duration::from_millis(300)).await;
+        let ended: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE application_name = $1) t",
+        )
+        .bind(&app)
+        .fetch_one(schema.admin())
+        .await
+        .unwrap();
+        assert!(ended >= 1, "{kind}: none of fencelock's sessions was found");
+        // Longer than the pause after which a connection is tested.
+        sleep(Duration::from_secs(1)).await;
+        let again = backend
+            .try_acquire(&key, TTL)
+            .await
+            .unwrap_or_else(|e| panic!("{kind}: a grant after the idle session was ended: {e}"))
+            .unwrap_or_else(|| panic!("{kind}: the lock is free"));
+        assert!(again.token > held.token, "{kind}");
+        assert!(backend.release(&again).await.unwrap());
+        db.close().await;
+        schema.cleanup().await;
+    }
+}

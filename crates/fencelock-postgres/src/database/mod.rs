@@ -24,6 +24,8 @@ mod migrate;
 mod pooler;
 mod pools;
 
+pub(crate) use pools::tested_after_idle;
+
 const BACKEND: &str = "postgres";
 
 /// fencelock on one Postgres database: the schema of its tables, the pool it runs on, and the

@@ -48,10 +48,8 @@ impl PgConfig {
         if options.get_application_name().is_none() {
             options = options.application_name("fencelock");
         }
-        let pool = PgPoolOptions::new()
-            .max_connections(self.pool_size)
-            .acquire_timeout(self.operation_timeout)
-            .connect_lazy_with(options.clone());
+        let pool =
+            pool_options(self.pool_size, self.operation_timeout).connect_lazy_with(options.clone());
         let db = PgDatabase::build(
             pool,
             options,
@@ -96,6 +94,42 @@ impl PgConfig {
         }
         Ok(db)
     }
+}
+
+/// A pooled connection used again within this long is not tested first: see
+/// [`pool_options`].
+pub(crate) const TESTED_AFTER_IDLE: Duration = Duration::from_millis(500);
+
+/// The options of every pool fencelock opens: at most `size` connections, a checkout waiting
+/// at most `timeout`, and the test of [`tested_after_idle`].
+fn pool_options(size: u32, timeout: Duration) -> PgPoolOptions {
+    tested_after_idle(
+        PgPoolOptions::new()
+            .max_connections(size)
+            .acquire_timeout(timeout),
+    )
+}
+
+/// `options` with a connection tested (a ping) on its way out of the pool only when it sat
+/// idle for [`TESTED_AFTER_IDLE`] or longer. sqlx tests every connection on its way back in,
+/// so testing it again on the way out would add a round trip to every statement (a lock grant
+/// is one statement); a connection the server ended while it sat idle (a restart, a failover,
+/// `pg_terminate_backend`) is then found by the test after a pause and replaced, and within
+/// the pause the statement fails as one in flight at that moment would
+/// ([`Error::Unavailable`], retryable). A failed test closes the connection and the pool hands
+/// out another. The benchmarks' raw baseline pools the same way, so that its round trips are
+/// the server's, not the pool's.
+pub(crate) fn tested_after_idle(options: PgPoolOptions) -> PgPoolOptions {
+    options
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= TESTED_AFTER_IDLE {
+                    sqlx::Connection::ping(conn).await?;
+                }
+                Ok(true)
+            })
+        })
 }
 
 /// What [`PgDatabase::build`] needs besides the pool.
@@ -160,13 +194,9 @@ impl PgDatabase {
         settings: Settings,
     ) -> Result<Self> {
         let sql = Statements::new(schema)?;
-        let holders = PgPoolOptions::new()
-            .max_connections(settings.holder_pool_size)
-            .acquire_timeout(settings.timeout)
+        let holders = pool_options(settings.holder_pool_size, settings.timeout)
             .connect_lazy_with(options.clone());
-        let tokens = PgPoolOptions::new()
-            .max_connections(settings.token_pool_size.max(1))
-            .acquire_timeout(settings.timeout)
+        let tokens = pool_options(settings.token_pool_size.max(1), settings.timeout)
             .connect_lazy_with(options.clone());
         Ok(PgDatabase {
             inner: Arc::new(Inner {
