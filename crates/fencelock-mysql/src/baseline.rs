@@ -73,8 +73,11 @@ impl MySqlBaseline {
     /// [`Baseline::close`]).
     pub async fn connect(config: &MySqlConfig) -> Result<Self> {
         crate::validate_prefix(config.prefix_name())?;
+        // Pooled as the backend's pools are (no test on the way out), so that the baseline's
+        // round trips are the server's, not the pool's.
         let pool = MySqlPoolOptions::new()
             .max_connections(POOL_SIZE)
+            .test_before_acquire(false)
             .connect_with(config.connect_options()?)
             .await
             .map_err(|e| raw(&format!("connect to {config}"), e))?;

@@ -73,8 +73,7 @@ fn raw(what: &str) -> impl Fn(sqlx::Error) -> Error + '_ {
 /// A pool of 10 connections to the database `config` names, and a new plain table (resource,
 /// value) in its schema, created with one simple-protocol statement.
 async fn connect_with_plain_table(config: &PgConfig) -> Result<(PgPool, String)> {
-    let pool = PgPoolOptions::new()
-        .max_connections(10)
+    let pool = crate::database::tested_after_idle(PgPoolOptions::new().max_connections(10))
         .connect_with(config.connect_options().clone())
         .await
         .map_err(raw(&format!("connect to {config}")))?;
