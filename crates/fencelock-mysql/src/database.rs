@@ -24,6 +24,10 @@ const MIN_VALUE_LEN: usize = 1 << 20;
 /// How long an idle pooled connection is kept.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// A pooled connection used again within this long is not tested first: see
+/// [`pool_options`].
+const TESTED_AFTER_IDLE: Duration = Duration::from_millis(500);
+
 /// A connected MySQL or MariaDB database with fencelock's tables and procedures installed:
 /// where the lock backend, the storage and the fence come from. Cheap to clone.
 ///
@@ -97,22 +101,8 @@ impl MySqlDatabase {
         // Closing is a courtesy to the server (no aborted connection in its counters).
         let _ = tokio::time::timeout(timeout, sqlx::Connection::close(first)).await;
         let (version, packet, flush): (String, i64, i64) = settings?;
-        let pool = MySqlPoolOptions::new()
-            .max_connections(config.pool_size)
-            .acquire_timeout(timeout)
-            .idle_timeout(IDLE_TIMEOUT)
-            // Connections are tested when they come back (sqlx pings on release), so a
-            // second test on the way out would only add a round trip to every operation.
-            .test_before_acquire(false)
-            .after_connect(|conn, _| Box::pin(autocommit(conn)))
-            .connect_lazy_with(options.clone());
-        let sessions = MySqlPoolOptions::new()
-            .max_connections(config.session_pool_size)
-            .acquire_timeout(timeout)
-            .idle_timeout(IDLE_TIMEOUT)
-            .test_before_acquire(false)
-            .after_connect(|conn, _| Box::pin(autocommit(conn)))
-            .connect_lazy_with(options);
+        let pool = pool_options(config.pool_size, timeout).connect_lazy_with(options.clone());
+        let sessions = pool_options(config.session_pool_size, timeout).connect_lazy_with(options);
         let max_value_len = value_limit(config.max_value_len, packet)?;
         // 1 flushes the redo log at every commit; MariaDB's 3 does too, with group commit.
         // 0 and 2 can lose the last second of commits in a crash, the start of the live token
@@ -256,6 +246,31 @@ fn value_limit(configured: Option<usize>, max_allowed_packet: i64) -> Result<usi
 /// would stay in an open transaction, invisible to every other session (whose install then
 /// waits on the row's lock) and rolled back when that session ends, while grants already
 /// counted in the epoch it started; a storage write would likewise stay uncommitted.
+/// The options of both pools: at most `size` connections, a checkout waiting at most
+/// `timeout`, autocommit on every new session, idle connections closed after
+/// [`IDLE_TIMEOUT`], and a connection tested (a ping) on its way out of the pool only when it
+/// sat idle for [`TESTED_AFTER_IDLE`] or longer. sqlx tests every connection on its way back
+/// in, so testing it again on the way out would add a round trip to every operation; a
+/// connection the server ended while it sat idle (a restart, `KILL`, `wait_timeout`) is found
+/// by the test after a pause and replaced, and within the pause the statement fails as one in
+/// flight at that moment would ([`Error::Unavailable`], retryable).
+fn pool_options(size: u32, timeout: Duration) -> MySqlPoolOptions {
+    MySqlPoolOptions::new()
+        .max_connections(size)
+        .acquire_timeout(timeout)
+        .idle_timeout(IDLE_TIMEOUT)
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= TESTED_AFTER_IDLE {
+                    sqlx::Connection::ping(conn).await?;
+                }
+                Ok(true)
+            })
+        })
+        .after_connect(|conn, _| Box::pin(autocommit(conn)))
+}
+
 async fn autocommit(conn: &mut sqlx::MySqlConnection) -> std::result::Result<(), sqlx::Error> {
     sqlx::Executor::execute(conn, "SET SESSION autocommit = 1")
         .await

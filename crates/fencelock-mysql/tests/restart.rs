@@ -126,3 +126,49 @@ async fn grants_commit_their_tokens_on_a_server_with_autocommit_off() {
     );
     assert!(other.release(&again).await.unwrap());
 }
+
+/// A process that keeps its database across a restart of the server: once the server is back
+/// and the pooled connections have sat idle for a moment, they are found dead on their way
+/// out of the pool and replaced, so the next inspect, grant and fenced write succeed instead
+/// of failing on a connection the crash ended. Fails without the pools' idle test: the first
+/// statement on each pooled connection reports the lost connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_kept_across_a_restart_works_once_the_server_is_back() {
+    const TTL: Duration = Duration::from_secs(60);
+    let mut server = PrivateServer::start();
+    server.ready().await;
+    let config = MySqlConfig::from_url(&server.url("t")).unwrap();
+    let db = config.connect().await.unwrap();
+    let backend = db.lock_backend();
+    let storage = db.storage();
+    let key = LockKey::new("restart/kept").unwrap();
+    let lease = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+    storage.write(&key, lease.fence(), b"before").await.unwrap();
+    assert!(backend.release(&lease).await.unwrap());
+
+    server.crash();
+    server.run();
+    server.ready().await;
+    // Longer than the pause after which a pooled connection is tested.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    backend
+        .inspect(&key)
+        .await
+        .expect("an inspect on the pool kept across the restart");
+    let again = backend
+        .try_acquire(&key, TTL)
+        .await
+        .expect("a grant on the sessions kept across the restart")
+        .expect("the lock is free");
+    assert!(
+        again.token > lease.token,
+        "a token repeated after the crash"
+    );
+    storage
+        .write(&key, again.fence(), b"after")
+        .await
+        .expect("a fenced write on the pool kept across the restart");
+    assert!(backend.release(&again).await.unwrap());
+    db.close().await;
+}
