@@ -73,8 +73,8 @@ impl MySqlBaseline {
     /// [`Baseline::close`]).
     pub async fn connect(config: &MySqlConfig) -> Result<Self> {
         crate::validate_prefix(config.prefix_name())?;
-        // Pooled as the backend's pools are (no test on the way out), so that the baseline's
-        // round trips are the server's, not the pool's.
+        // No test on the way out, as the backend's pools skip it for a connection used again
+        // within a moment: the baseline's round trips are the server's, not the pool's.
         let pool = MySqlPoolOptions::new()
             .max_connections(POOL_SIZE)
             .test_before_acquire(false)

@@ -240,12 +240,6 @@ fn value_limit(configured: Option<usize>, max_allowed_packet: i64) -> Result<usi
     }
 }
 
-/// Turns autocommit on for one of fencelock's own sessions, whatever the server's default
-/// (`--autocommit=0`) or an init command says. Every statement fencelock sends is meant to
-/// commit by itself: with autocommit off, the creation of the token epoch's row at install
-/// would stay in an open transaction, invisible to every other session (whose install then
-/// waits on the row's lock) and rolled back when that session ends, while grants already
-/// counted in the epoch it started; a storage write would likewise stay uncommitted.
 /// The options of both pools: at most `size` connections, a checkout waiting at most
 /// `timeout`, autocommit on every new session, idle connections closed after
 /// [`IDLE_TIMEOUT`], and a connection tested (a ping) on its way out of the pool only when it
@@ -271,6 +265,12 @@ fn pool_options(size: u32, timeout: Duration) -> MySqlPoolOptions {
         .after_connect(|conn, _| Box::pin(autocommit(conn)))
 }
 
+/// Turns autocommit on for one of fencelock's own sessions, whatever the server's default
+/// (`--autocommit=0`) or an init command says. Every statement fencelock sends is meant to
+/// commit by itself: with autocommit off, the creation of the token epoch's row at install
+/// would stay in an open transaction, invisible to every other session (whose install then
+/// waits on the row's lock) and rolled back when that session ends, while grants already
+/// counted in the epoch it started; a storage write would likewise stay uncommitted.
 async fn autocommit(conn: &mut sqlx::MySqlConnection) -> std::result::Result<(), sqlx::Error> {
     sqlx::Executor::execute(conn, "SET SESSION autocommit = 1")
         .await

@@ -97,8 +97,8 @@ impl PgConfig {
 }
 
 /// A pooled connection used again within this long is not tested first: see
-/// [`pool_options`].
-pub(crate) const TESTED_AFTER_IDLE: Duration = Duration::from_millis(500);
+/// [`tested_after_idle`].
+const TESTED_AFTER_IDLE: Duration = Duration::from_millis(500);
 
 /// The options of every pool fencelock opens: at most `size` connections, a checkout waiting
 /// at most `timeout`, and the test of [`tested_after_idle`].
