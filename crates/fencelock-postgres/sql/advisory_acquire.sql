@@ -1,51 +1,13 @@
 -- Runs on the connection that will hold the lease.
 -- $1 lock id, $2 key, $3 owner, $4 ttl in microseconds, $5 idle_session_timeout in ms.
--- Takes the session advisory lock without waiting; only when granted, bumps the key's
--- counter, records the holder and arms idle_session_timeout so that the server ends this
--- session (freeing the lock) if the client goes silent for longer than the ttl.
--- The lock is tried only when the schema's lock mechanism (fencelock_bind_mechanism,
--- migration 9, recording 'advisory' when none is) is 'advisory'; `bound` returns it, so a
--- schema bound to leases is refused by the grant itself, whatever the client knew.
--- Every table written here is UNLOGGED: the commit waits for no WAL flush (DESIGN 5.3).
--- Same next-token rule (fencelock_next_token, migration 8) and signals as lease_acquire.sql:
--- granted the lock but no token, with `live` NULL or `exhausted`, the caller unlocks, starts a
--- new epoch and tries again.
-WITH serves AS (
-    SELECT {schema}.fencelock_bind_mechanism('advisory') AS bound
-), live AS (
-    SELECT e.epoch FROM {schema}.fencelock_epoch_live e WHERE e.one
-), locked AS (
-    SELECT CASE WHEN serves.bound = 'advisory' THEN pg_try_advisory_lock($1) ELSE false END
-           AS got
-      FROM serves
-), counter AS (
-    INSERT INTO {schema}.fencelock_counters AS c (key, last_token)
-    SELECT $2, {schema}.fencelock_next_token(NULL, live.epoch) FROM locked, live WHERE locked.got
-    ON CONFLICT (key) DO UPDATE
-        SET last_token = {schema}.fencelock_next_token(c.last_token, EXCLUDED.last_token >> 32)
-        WHERE NOT {schema}.fencelock_token_exhausted(c.last_token, EXCLUDED.last_token >> 32)
-    RETURNING last_token
-), holder AS (
-    INSERT INTO {schema}.fencelock_advisory_holders AS h (key, lock_id, owner, token, pid, expires_at)
-    SELECT $2, $1, $3, counter.last_token, pg_backend_pid(),
-           clock_timestamp() + $4::float8 * interval '1 microsecond'
-      FROM counter
-    ON CONFLICT (key) DO UPDATE
-        SET lock_id = EXCLUDED.lock_id,
-            owner = EXCLUDED.owner,
-            token = EXCLUDED.token,
-            pid = EXCLUDED.pid,
-            expires_at = EXCLUDED.expires_at
-    RETURNING token
-)
-SELECT (SELECT got FROM locked) AS got,
-       t.token,
-       CASE WHEN t.token IS NOT NULL
-            THEN set_config('idle_session_timeout', $5, false) END AS armed,
-       (SELECT epoch FROM live) AS live,
-       CASE WHEN t.token IS NULL THEN EXISTS (
-           SELECT 1 FROM {schema}.fencelock_counters c, live
-            WHERE c.key = $2 AND {schema}.fencelock_token_exhausted(c.last_token, live.epoch)
-       ) ELSE false END AS exhausted,
-       (SELECT bound FROM serves) AS bound
-  FROM (SELECT (SELECT token FROM holder) AS token) t
+-- A plain try: advisory_grant.sql's grant. It does not queue and does not pass the queue:
+-- while a waiter holds a live place (migration 16) the lock is not tried, as if held
+-- (DESIGN 4.0.1).
+WITH queue_clear AS (
+    SELECT NOT EXISTS (
+        SELECT 1 FROM {schema}.fencelock_advisory_places p
+         WHERE p.key = $2 AND NOT p.gone AND p.lapses_at > clock_timestamp()
+    ) AS clear
+),
+{advisory_grant}
+SELECT got, token, armed, live, exhausted, bound FROM plain

@@ -1,5 +1,6 @@
 -- Removes fencelock's rows for the keys of one finished benchmark run, in one statement:
--- leases, lease readers, queued places, advisory holders, phases and readers, stored values and token counters whose key
+-- leases, lease readers, queued places (both backends'), advisory holders, phases and
+-- readers, stored values and token counters whose key
 -- (resource) starts with $1, the run's key prefix. `{schema}` is replaced by fencelock's
 -- schema, quoted.
 -- No other run and no application uses a key under that prefix, so deleting its counters
@@ -10,6 +11,8 @@ WITH leases AS (
     DELETE FROM {schema}.fencelock_lease_readers WHERE starts_with(key, $1)
 ), places AS (
     DELETE FROM {schema}.fencelock_lease_places WHERE starts_with(key, $1)
+), advisory_places AS (
+    DELETE FROM {schema}.fencelock_advisory_places WHERE starts_with(key, $1)
 ), holders AS (
     DELETE FROM {schema}.fencelock_advisory_holders WHERE starts_with(key, $1)
 ), phases AS (

@@ -9,6 +9,7 @@ use fencelock_core::{
     LostReason, OwnerId, ReadPhase, Result, TimeAuthority, TokenGuarantee, WakeUp, valid_until,
     validate_ttl,
 };
+use sqlx::PgConnection;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -25,6 +26,44 @@ mod sessions;
 use sessions::{Holder, Sessions, Slot, lease_id};
 
 const BACKEND: &str = "pg-advisory";
+/// How long a queued waiter's place lives after its last try (DESIGN.md 5.3, "Fair
+/// hand-off"), as on the lease backend: a waiter tries at least every [`TURN_REFRESH`].
+const PLACE_TTL: Duration = crate::lease_table::PLACE_TTL;
+/// The longest a queued waiter sleeps between tries, well inside [`PLACE_TTL`].
+const TURN_REFRESH: Duration = crate::lease_table::TURN_REFRESH;
+
+/// Which grant statement a try sends: the plain try's, a waiter's first queued try (the
+/// plain grant on a key nobody queues for, else the queue's function), or a later one's (the
+/// queue's function alone). The last two answer alike.
+#[derive(Debug, Clone, Copy)]
+enum Statement {
+    Plain,
+    Queued,
+    Placed,
+}
+
+/// A row of `advisory_acquire.sql`: got, token, armed, live, exhausted, bound.
+type PlainRow = (
+    Option<bool>,
+    Option<i64>,
+    Option<String>,
+    Option<i64>,
+    bool,
+    Option<String>,
+);
+
+/// What one grant statement answered: whether the session took the lock, the token (or the
+/// signals for a lock taken without one, [`Grant::from_columns`]), the schema's mechanism,
+/// and for a refused queued try the recorded holder's time left in µs.
+struct Try {
+    got: bool,
+    token: Option<i64>,
+    live: Option<i64>,
+    exhausted: bool,
+    bound: Option<String>,
+    held_us: Option<i64>,
+}
+
 /// `idle_session_timeout` is a 32-bit count of milliseconds (about 24.8 days).
 const MAX_TTL: Duration = Duration::from_secs(24 * 24 * 3600);
 
@@ -113,31 +152,16 @@ impl PgAdvisoryBackend {
         }
     }
 
-    fn sessions(&self) -> std::sync::MutexGuard<'_, Sessions> {
-        // The map stays consistent under a panic elsewhere: every update is a single insert or
-        // remove.
-        self.held.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-#[async_trait]
-impl LockBackend for PgAdvisoryBackend {
-    fn name(&self) -> &'static str {
-        BACKEND
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::new(
-            TokenGuarantee::Durable,
-            TimeAuthority::Server,
-            WakeUp::Notify,
-            MAX_TTL,
-        )
-        .with_locks_survive_restart(false)
-        .with_kinds(LockKinds::GENERIC.with_shared())
-    }
-
-    async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
+    /// A try for `key`: plain (`waiter` none: refused while a waiter holds a live place), or
+    /// queued for `waiter` (tried only when it heads the key's queue or none waits, its place
+    /// kept when refused). Each try takes a connection out of the holder pool; a grant keeps
+    /// it for the lease.
+    async fn grant(
+        &self,
+        key: &LockKey,
+        ttl: Duration,
+        waiter: Option<OwnerId>,
+    ) -> Result<Option<Lease>> {
         validate_ttl(ttl, &self.capabilities())?;
         self.db.advisory_allowed().await?;
         self.sweep_abandoned();
@@ -146,10 +170,24 @@ impl LockBackend for PgAdvisoryBackend {
             "fencelock.pg.acquire",
             backend = BACKEND,
             key = %key,
-            lock_id
+            lock_id,
+            queued = waiter.is_some()
         );
         async {
-            let owner = OwnerId::random();
+            // Registered before the try, so a release right after it wakes this waiter.
+            let wakeups = match waiter {
+                Some(_) => self.db.wakeups(BACKEND).await.ok(),
+                None => None,
+            };
+            // A first try may find the key free and unqueued, which the queued statement
+            // grants as the plain try does; a waiter that tried before most likely holds a
+            // place and goes to the queue's function at once (DESIGN 5.3).
+            let statement = match (waiter, wakeups) {
+                (None, _) => Statement::Plain,
+                (Some(waiter), Some(wakeups)) if !wakeups.enqueue(key, waiter) => Statement::Placed,
+                (Some(_), _) => Statement::Queued,
+            };
+            let owner = waiter.unwrap_or_else(OwnerId::random);
             let conn = timed(BACKEND, self.timeout(), self.db.holders().acquire()).await?;
             let mut holder = Holder(Some(conn));
             let owner_bytes = owner_bytes(owner);
@@ -157,40 +195,36 @@ impl LockBackend for PgAdvisoryBackend {
                 let sent_at = Instant::now();
                 // On error or cancellation `holder` is dropped, closing the connection and
                 // with it any lock the statement may have taken.
-                let (got, token, _armed, live, exhausted, bound): (
-                    Option<bool>,
-                    Option<i64>,
-                    Option<String>,
-                    Option<i64>,
-                    bool,
-                    Option<String>,
-                ) = timed(
+                let try_ = timed(
                     BACKEND,
                     self.timeout(),
-                    sqlx::query_as(self.db.sql().advisory_acquire.text())
-                        .bind(lock_id)
-                        .bind(key.as_str())
-                        .bind(&owner_bytes[..])
-                        .bind(micros(ttl))
-                        .bind(millis_setting(ttl))
-                        .fetch_one(holder.conn()?),
+                    self.try_once(holder.conn()?, lock_id, key, &owner_bytes, ttl, statement),
                 )
                 .await?;
                 let replied_at = Instant::now();
                 if let Err(error) = self
                     .db
-                    .check_bound(PgBackendKind::Advisory, bound.as_deref())
+                    .check_bound(PgBackendKind::Advisory, try_.bound.as_deref())
                 {
                     // The lock was not tried: the session is as it was.
                     holder.give_back();
                     return Err(error);
                 }
-                if got != Some(true) {
+                if !try_.got {
                     holder.give_back();
+                    if let (Some(wakeups), Some(waiter)) = (wakeups, waiter) {
+                        // Wake by the recorded holder's deadline: a session the server ended
+                        // sends no notification.
+                        let left = try_
+                            .held_us
+                            .and_then(|us| u64::try_from(us).ok())
+                            .map(|us| replied_at + Duration::from_micros(us));
+                        wakeups.refused(waiter, left, None);
+                    }
                     tracing::debug!(outcome = "held", "not acquired");
                     return Ok(None);
                 }
-                match Grant::from_columns(token, live, exhausted) {
+                match Grant::from_columns(try_.token, try_.live, try_.exhausted) {
                     Grant::Token(token) => {
                         let token = FencingToken::from_backend(BACKEND, token)?;
                         let lease = Lease {
@@ -202,6 +236,9 @@ impl LockBackend for PgAdvisoryBackend {
                         };
                         let slot = Slot::Lease(lease_id(&lease));
                         self.hold(slot, holder, &lease, replied_at + ttl);
+                        if let (Some(wakeups), Some(waiter)) = (wakeups, waiter) {
+                            wakeups.dequeue(waiter);
+                        }
                         tracing::debug!(token = token.get(), outcome = "granted", "acquired");
                         return Ok(Some(lease));
                     }
@@ -235,6 +272,134 @@ impl LockBackend for PgAdvisoryBackend {
         }
         .instrument(span)
         .await
+    }
+
+    /// One grant statement on the holding session `conn`.
+    async fn try_once(
+        &self,
+        conn: &mut PgConnection,
+        lock_id: i64,
+        key: &LockKey,
+        owner: &[u8],
+        ttl: Duration,
+        statement: Statement,
+    ) -> sqlx::Result<Try> {
+        let sql = self.db.sql();
+        let (got, token, live, exhausted, bound, held_us) = match statement {
+            Statement::Plain => {
+                let (got, token, _armed, live, exhausted, bound): PlainRow =
+                    sqlx::query_as(sql.advisory_acquire.text())
+                        .bind(lock_id)
+                        .bind(key.as_str())
+                        .bind(owner)
+                        .bind(micros(ttl))
+                        .bind(millis_setting(ttl))
+                        .fetch_one(conn)
+                        .await?;
+                (got, token, live, exhausted, bound, None)
+            }
+            Statement::Queued | Statement::Placed => {
+                let text = match statement {
+                    Statement::Queued => sql.advisory_acquire_queued.text(),
+                    _ => sql.advisory_acquire_placed.text(),
+                };
+                sqlx::query_as(text)
+                    .bind(lock_id)
+                    .bind(key.as_str())
+                    .bind(owner)
+                    .bind(micros(ttl))
+                    .bind(millis_setting(ttl))
+                    .bind(micros(PLACE_TTL))
+                    .fetch_one(conn)
+                    .await?
+            }
+        };
+        Ok(Try {
+            got: got == Some(true),
+            token,
+            live,
+            exhausted,
+            bound,
+            held_us,
+        })
+    }
+
+    fn sessions(&self) -> std::sync::MutexGuard<'_, Sessions> {
+        // The map stays consistent under a panic elsewhere: every update is a single insert or
+        // remove.
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[async_trait]
+impl LockBackend for PgAdvisoryBackend {
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(
+            TokenGuarantee::Durable,
+            TimeAuthority::Server,
+            WakeUp::Notify,
+            MAX_TTL,
+        )
+        .with_locks_survive_restart(false)
+        .with_kinds(LockKinds::GENERIC.with_shared())
+        // Waiters queue by arrival, and a release wakes the first (DESIGN 5.3). The backend
+        // needs a session of its own, so a `LISTEN` is always possible.
+        .with_fair(true)
+    }
+
+    async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
+        self.grant(key, ttl, None).await
+    }
+
+    async fn try_acquire_queued(
+        &self,
+        key: &LockKey,
+        ttl: Duration,
+        waiter: OwnerId,
+    ) -> Result<Option<Lease>> {
+        self.grant(key, ttl, Some(waiter)).await
+    }
+
+    async fn wait_for_turn(&self, key: &LockKey, waiter: OwnerId, max: Duration) -> Result<()> {
+        let bound = max.min(TURN_REFRESH);
+        match self.db.wakeups(BACKEND).await {
+            Ok(wakeups) => {
+                let span = tracing::debug_span!(
+                    "fencelock.pg.wait_for_turn",
+                    backend = BACKEND,
+                    key = %key
+                );
+                let _turn = wakeups.turn(waiter, bound).instrument(span).await;
+            }
+            Err(_) => tokio::time::sleep(bound).await,
+        }
+        Ok(())
+    }
+
+    async fn leave_queue(&self, key: &LockKey, waiter: OwnerId) -> Result<()> {
+        if let Ok(wakeups) = self.db.wakeups(BACKEND).await {
+            wakeups.dequeue(waiter);
+        }
+        let protocol = self.db.protocol().await?;
+        timed(
+            BACKEND,
+            self.timeout(),
+            self.db.sql().advisory_leave.execute(
+                protocol,
+                self.db.pool(),
+                &[
+                    Arg::Text(key.as_str()),
+                    Arg::Bytea(&owner_bytes(waiter)),
+                    Arg::Float8(micros(PLACE_TTL)),
+                ],
+            ),
+        )
+        .await?;
+        Ok(())
     }
 
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {

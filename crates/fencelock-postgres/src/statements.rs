@@ -5,7 +5,8 @@
 //! the session's `search_path`, so the application's own connections (and a transaction-mode
 //! pooler) can be used as they are, and unqualified names in the caller's SQL keep meaning
 //! the caller's tables. `{lease_grant}` stands for the CTEs of `sql/lease_grant.sql`, shared by
-//! the plain and the queued lease try.
+//! the plain and the queued lease try, and `{advisory_grant}` for those of
+//! `sql/advisory_grant.sql`, shared by the plain and the queued advisory try.
 
 use crate::config::validate_schema;
 use crate::exec::Sql;
@@ -14,12 +15,18 @@ use fencelock_core::Result;
 /// The grant's CTEs, written into the plain and the queued try where they name
 /// `{lease_grant}`.
 const LEASE_GRANT: &str = include_str!("../sql/lease_grant.sql");
+/// The advisory grant's CTEs, written into the plain and the queued try where they name
+/// `{advisory_grant}`.
+const ADVISORY_GRANT: &str = include_str!("../sql/advisory_grant.sql");
 
 /// Every statement, rendered for one schema.
 #[derive(Debug, Clone)]
 pub(crate) struct Statements {
     pub(crate) advance_token: Sql,
     pub(crate) advisory_acquire: Sql,
+    pub(crate) advisory_acquire_queued: Sql,
+    pub(crate) advisory_acquire_placed: Sql,
+    pub(crate) advisory_leave: Sql,
     pub(crate) advisory_extend: Sql,
     pub(crate) advisory_held: Sql,
     pub(crate) advisory_inspect: Sql,
@@ -63,9 +70,15 @@ impl Statements {
         let render = |sql: &str| Sql::new(&sql.replace("{schema}", &quoted));
         // The grant's CTEs, shared by the plain and the queued try.
         let grant = |sql: &str| render(&sql.replace("{lease_grant}", LEASE_GRANT));
+        let advisory_grant = |sql: &str| render(&sql.replace("{advisory_grant}", ADVISORY_GRANT));
         Ok(Statements {
             advance_token: render(include_str!("../sql/advance_token.sql")),
-            advisory_acquire: render(include_str!("../sql/advisory_acquire.sql")),
+            advisory_acquire: advisory_grant(include_str!("../sql/advisory_acquire.sql")),
+            advisory_acquire_queued: advisory_grant(include_str!(
+                "../sql/advisory_acquire_queued.sql"
+            )),
+            advisory_acquire_placed: render(include_str!("../sql/advisory_acquire_placed.sql")),
+            advisory_leave: render(include_str!("../sql/advisory_leave.sql")),
             advisory_extend: render(include_str!("../sql/advisory_extend.sql")),
             advisory_held: render(include_str!("../sql/advisory_held.sql")),
             advisory_inspect: render(include_str!("../sql/advisory_inspect.sql")),
@@ -122,6 +135,9 @@ mod tests {
             &sql.lease_acquire,
             &sql.lease_acquire_all,
             &sql.advisory_acquire,
+            &sql.advisory_acquire_queued,
+            &sql.advisory_acquire_placed,
+            &sql.advisory_leave,
             &sql.storage_apply,
             &sql.xact_lock,
             &sql.token_grant,

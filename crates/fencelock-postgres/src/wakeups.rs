@@ -1,5 +1,6 @@
 //! One shared `LISTEN` per database; each release wakes one waiter of its key, and a lock
-//! handed to a queued waiter wakes that waiter only.
+//! handed to a queued waiter (or kept free for the head of its queue) wakes that waiter
+//! only.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -21,7 +22,8 @@ struct Registry {
     queued: HashMap<OwnerId, Queued>,
 }
 
-/// A queued waiter: its key, its wake-up, and whether a release handed it the lock.
+/// A queued waiter: its key, its wake-up, and whether a release handed it the lock (or told
+/// it its turn at a free lock).
 struct Queued {
     key: Arc<str>,
     notify: Arc<Notify>,
@@ -60,6 +62,15 @@ fn waiter_id(hex: &str) -> Option<OwnerId> {
 /// key's payload starts with a tab.
 fn handed_to(payload: &str) -> Option<OwnerId> {
     waiter_id(payload.strip_prefix('\t')?)
+}
+
+/// The payload that tells the first place of a key's queue its turn (a free lock it may try,
+/// `fencelock_turn_payload`, migration 16): a vertical tab, the waiter's id in 32 hex digits,
+/// then the key. No key holds a control character, so no key's payload starts with one.
+fn turn_of(payload: &str) -> Option<(OwnerId, &str)> {
+    let rest = payload.strip_prefix('\u{b}')?;
+    let (hex, key) = (rest.get(..32)?, rest.get(32..)?);
+    Some((waiter_id(hex)?, key))
 }
 
 /// The payload that tells a hand-off's grant: a newline, then the waiter's id, the token,
@@ -267,6 +278,20 @@ fn deliver(queues: &Queues, payload: &str) {
         }
         return;
     }
+    if let Some((waiter, key)) = turn_of(payload) {
+        // A free lock kept for the head of its queue (advisory backend): that waiter's turn,
+        // in whichever process it waits, and one waiter of this process that holds no place
+        // (a reader, a request that waits without queueing), which the queue does not hold
+        // back. The other queued waiters of the key sleep on: the queue would refuse them.
+        if let Some(queued) = registry.queued.get_mut(&waiter) {
+            queued.handed = true;
+            queued.notify.notify_one();
+        }
+        if let Some(queue) = registry.keys.get(key) {
+            queue.notify_one();
+        }
+        return;
+    }
     if let Some(waiter) = handed_to(payload) {
         // Only the waiter the lock was handed to, in whichever process it waits.
         if let Some(queued) = registry.queued.get_mut(&waiter) {
@@ -372,5 +397,27 @@ mod tests {
         // The name alone, as migration 14 sends it, is not a grant.
         assert_eq!(handed_grant(&format!("\t{WAITER}")), None);
         assert_eq!(handed_to(&format!("\t{WAITER}")), Some(waiter));
+    }
+
+    #[test]
+    fn a_turn_payload_names_the_waiter_and_the_key() {
+        let waiter = OwnerId::from_u128(0x0001_0203_0405_0607_0809_0a0b_0c0d_0e0f);
+        assert_eq!(
+            turn_of(&format!("\u{b}{WAITER}jobs/nightly")),
+            Some((waiter, "jobs/nightly"))
+        );
+        for bad in [
+            format!("\t{WAITER}jobs"),
+            format!("{WAITER}jobs"),
+            format!("\u{b}{}", &WAITER[1..]),
+            format!("\u{b}{}zjobs", &WAITER[1..]),
+            // Byte 32 inside a character: no panic, no waiter.
+            format!("\u{b}a{}", "\u{e9}".repeat(20)),
+        ] {
+            assert_eq!(turn_of(&bad), None, "{bad:?}");
+        }
+        // Neither a hand-off nor a key's payload reads as a turn.
+        assert_eq!(turn_of(&format!("\t{WAITER}")), None);
+        assert_eq!(turn_of("jobs/nightly"), None);
     }
 }

@@ -139,7 +139,7 @@ async fn lose_volatile_state(db: &PgDatabase) {
                  \"{s}\".fencelock_leases, \"{s}\".fencelock_lease_readers, \
                  \"{s}\".fencelock_lease_places, \
                  \"{s}\".fencelock_advisory_holders, \"{s}\".fencelock_advisory_phases, \
-                 \"{s}\".fencelock_advisory_readers"
+                 \"{s}\".fencelock_advisory_readers, \"{s}\".fencelock_advisory_places"
             )
             .as_str(),
         )

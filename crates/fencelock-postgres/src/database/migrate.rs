@@ -61,6 +61,7 @@ impl Embedded {
             migration!(13, "lease sets", "0013_lease_sets.sql"),
             migration!(14, "lease queue", "0014_lease_queue.sql"),
             migration!(15, "handed grant", "0015_handed_grant.sql"),
+            migration!(16, "advisory queue", "0016_advisory_queue.sql"),
         ]
     }
 }
