@@ -366,18 +366,9 @@ impl LockBackend for PgAdvisoryBackend {
 
     async fn wait_for_turn(&self, key: &LockKey, waiter: OwnerId, max: Duration) -> Result<()> {
         let bound = max.min(TURN_REFRESH);
-        match self.db.wakeups(BACKEND).await {
-            Ok(wakeups) => {
-                let span = tracing::debug_span!(
-                    "fencelock.pg.wait_for_turn",
-                    backend = BACKEND,
-                    key = %key
-                );
-                let _turn = wakeups.turn(waiter, bound).instrument(span).await;
-            }
-            Err(_) => tokio::time::sleep(bound).await,
-        }
-        Ok(())
+        crate::wakeups::turn(&self.db, BACKEND, key, waiter, bound)
+            .await
+            .map(|_| ())
     }
 
     async fn leave_queue(&self, key: &LockKey, waiter: OwnerId) -> Result<()> {

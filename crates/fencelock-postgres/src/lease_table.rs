@@ -665,24 +665,11 @@ impl LockBackend for PgLeaseBackend {
 }
 
 impl PgLeaseBackend {
-    /// Sleeps until queued waiter `waiter` of `key` is woken (a release handed it the lock,
-    /// or freed the key handing to nobody), or [`TURN_REFRESH`] or `max` passed, whichever is
-    /// first; without notifications (behind a transaction pooler) it just sleeps that long.
-    /// Returns whether the wake-up said the lock was handed to this waiter.
+    /// Sleeps until queued waiter `waiter` of `key` is woken, or [`TURN_REFRESH`] or `max`
+    /// passed, whichever is first. Returns whether the wake-up said the lock was handed to
+    /// this waiter.
     async fn turn(&self, key: &LockKey, waiter: OwnerId, max: Duration) -> Result<bool> {
-        let bound = max.min(TURN_REFRESH);
-        let protocol = self.db.protocol().await?;
-        let wakeups = match protocol {
-            Protocol::Simple => None,
-            _ => self.db.wakeups(BACKEND).await.ok(),
-        };
-        let Some(wakeups) = wakeups else {
-            tokio::time::sleep(bound).await;
-            return Ok(false);
-        };
-        let span =
-            tracing::debug_span!("fencelock.pg.wait_for_turn", backend = BACKEND, key = %key);
-        Ok(wakeups.turn(waiter, bound).instrument(span).await)
+        crate::wakeups::turn(&self.db, BACKEND, key, waiter, max.min(TURN_REFRESH)).await
     }
 }
 

@@ -325,6 +325,29 @@ fn wake_everyone(queues: &Queues) {
     }
 }
 
+/// Sleeps until queued waiter `waiter` of `key` is woken (a release handed it the lock, told
+/// it its turn, or freed the key handing to nobody), or for `bound`; without notifications
+/// (behind a transaction pooler) it just sleeps that long. Returns whether the wake-up said
+/// the lock was handed to this waiter, or that it is its turn.
+pub(crate) async fn turn(
+    db: &crate::PgDatabase,
+    backend: &'static str,
+    key: &LockKey,
+    waiter: OwnerId,
+    bound: Duration,
+) -> Result<bool> {
+    let wakeups = match db.protocol().await? {
+        crate::exec::Protocol::Simple => None,
+        _ => db.wakeups(backend).await.ok(),
+    };
+    let Some(wakeups) = wakeups else {
+        tokio::time::sleep(bound).await;
+        return Ok(false);
+    };
+    let span = tracing::debug_span!("fencelock.pg.wait_for_turn", backend, key = %key);
+    Ok(tracing::Instrument::instrument(wakeups.turn(waiter, bound), span).await)
+}
+
 /// A waiter for `key`'s release notifications, or `None` when no listener can be started (for
 /// example behind a transaction-mode pooler): the caller then sleeps instead.
 pub(crate) async fn subscribe(

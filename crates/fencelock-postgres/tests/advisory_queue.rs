@@ -15,41 +15,11 @@ use fencelock_core::{LockBackend, LockKey, Locker, OwnerId};
 use fencelock_postgres::PgDatabase;
 use sqlx::postgres::PgListener;
 use tokio::sync::mpsc;
-use tokio::time::{Instant, sleep, timeout};
+use tokio::time::{Instant, timeout};
+
+use common::queue::{ADVISORY, PATIENCE, key, places, until_places};
 
 const TTL: Duration = Duration::from_secs(30);
-/// How long anything the tests wait for may take on a loaded machine before they fail.
-const PATIENCE: Duration = Duration::from_secs(60);
-
-fn key(name: &str, db: &PgDatabase) -> LockKey {
-    LockKey::new(format!("{name}/{}", db.schema())).unwrap()
-}
-
-/// Live places of `key` in the advisory queue table.
-async fn places(db: &PgDatabase, key: &LockKey) -> i64 {
-    let sql = format!(
-        "SELECT count(*) FROM \"{}\".fencelock_advisory_places \
-          WHERE key = $1 AND lapses_at > clock_timestamp() AND NOT gone",
-        db.schema()
-    );
-    sqlx::query_scalar(&sql)
-        .bind(key.as_str())
-        .fetch_one(db.pool())
-        .await
-        .expect("reading the queue table")
-}
-
-/// Waits until `key` has `count` live places.
-async fn until_places(db: &PgDatabase, key: &LockKey, count: i64) {
-    let deadline = Instant::now() + PATIENCE;
-    while places(db, key).await != count {
-        assert!(
-            Instant::now() < deadline,
-            "the queue of {key} never reached {count} places"
-        );
-        sleep(Duration::from_millis(10)).await;
-    }
-}
 
 async fn listen(db: &PgDatabase) -> PgListener {
     let mut listener = PgListener::connect_with(db.pool()).await.unwrap();
@@ -87,7 +57,7 @@ async fn each_release_wakes_the_next_waiter_alone() {
                 .expect("a queued waiter was not granted");
             granted.send((place, guard)).unwrap();
         });
-        until_places(&db, &key, place + 1).await;
+        until_places(&db, ADVISORY, &key, place + 1).await;
     }
     let mut listener = listen(&db).await;
     let mut token = holder.token;
@@ -109,7 +79,7 @@ async fn each_release_wakes_the_next_waiter_alone() {
         );
         assert!(guard.fence().token > token);
         token = guard.fence().token;
-        assert_eq!(places(&db, &key).await, 7 - place);
+        assert_eq!(places(&db, ADVISORY, &key).await, 7 - place);
         assert!(guard.release().await.unwrap());
     }
     let last = timeout(PATIENCE, listener.recv()).await.unwrap().unwrap();
@@ -154,7 +124,7 @@ async fn a_free_lock_is_kept_for_the_head_until_its_place_lapses() {
     assert_eq!(lease.owner, head);
     assert!(lease.token > holder.token);
     assert_eq!(
-        places(&db, &key).await,
+        places(&db, ADVISORY, &key).await,
         1,
         "only the waiter behind is queued"
     );
@@ -172,7 +142,7 @@ async fn a_free_lock_is_kept_for_the_head_until_its_place_lapses() {
                 .expect("the waiter behind a vanished head was not granted")
         })
     };
-    until_places(&db, &key, 2).await;
+    until_places(&db, ADVISORY, &key, 2).await;
     assert!(backend.release(&lease).await.unwrap());
     let guard = timeout(PATIENCE, next_waiter)
         .await
@@ -210,7 +180,7 @@ async fn a_head_that_leaves_a_free_lock_wakes_the_next() {
                 .expect("the waiter behind a head that left was not granted")
         })
     };
-    until_places(&db, &key, 2).await;
+    until_places(&db, ADVISORY, &key, 2).await;
     let mut listener = listen(&db).await;
     assert!(backend.release(&holder).await.unwrap());
     let woken = timeout(PATIENCE, listener.recv()).await.unwrap().unwrap();
@@ -232,7 +202,7 @@ async fn a_head_that_leaves_a_free_lock_wakes_the_next() {
             .is_none(),
         "a try of a waiter that left took the lock"
     );
-    assert_eq!(places(&db, &key).await, 0);
+    assert_eq!(places(&db, ADVISORY, &key).await, 0);
     assert!(backend.try_acquire(&key, TTL).await.unwrap().is_some());
 }
 

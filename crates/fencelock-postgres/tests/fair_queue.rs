@@ -12,44 +12,13 @@ use std::time::Duration;
 
 use fencelock_conformance::queue_refused;
 use fencelock_core::{FencingToken, LockBackend, LockKey, Locker, OwnerId};
-use fencelock_postgres::PgDatabase;
 use sqlx::postgres::PgListener;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep, timeout};
 
+use common::queue::{LEASE, PATIENCE, key, places, until_places};
+
 const TTL: Duration = Duration::from_secs(30);
-/// How long anything the tests wait for may take on a loaded machine before they fail.
-const PATIENCE: Duration = Duration::from_secs(60);
-
-fn key(name: &str, db: &PgDatabase) -> LockKey {
-    LockKey::new(format!("{name}/{}", db.schema())).unwrap()
-}
-
-/// Live places of `key` in the queue table.
-async fn places(db: &PgDatabase, key: &LockKey) -> i64 {
-    let sql = format!(
-        "SELECT count(*) FROM \"{}\".fencelock_lease_places \
-          WHERE key = $1 AND lapses_at > clock_timestamp() AND NOT gone",
-        db.schema()
-    );
-    sqlx::query_scalar(&sql)
-        .bind(key.as_str())
-        .fetch_one(db.pool())
-        .await
-        .expect("reading the queue table")
-}
-
-/// Waits until `key` has `count` live places.
-async fn until_places(db: &PgDatabase, key: &LockKey, count: i64) {
-    let deadline = Instant::now() + PATIENCE;
-    while places(db, key).await != count {
-        assert!(
-            Instant::now() < deadline,
-            "the queue of {key} never reached {count} places"
-        );
-        sleep(Duration::from_millis(10)).await;
-    }
-}
 
 fn next(token: FencingToken) -> FencingToken {
     FencingToken::new(token.get() + 1).unwrap()
@@ -79,7 +48,7 @@ async fn eight_waiters_are_handed_one_key_down_in_arrival_order() {
                 .expect("a queued waiter was not granted");
             granted.send((place, guard)).unwrap();
         });
-        until_places(&db, &key, place + 1).await;
+        until_places(&db, LEASE, &key, place + 1).await;
     }
     let mut listener = PgListener::connect_with(db.pool()).await.unwrap();
     listener
@@ -123,7 +92,7 @@ async fn eight_waiters_are_handed_one_key_down_in_arrival_order() {
         assert_eq!(granted_place, place, "granted out of arrival order");
         assert_eq!(guard.fence().token, handed.token);
         assert_eq!(guard.fence().owner, handed.owner);
-        assert_eq!(places(&db, &key).await, 7 - place);
+        assert_eq!(places(&db, LEASE, &key).await, 7 - place);
         token = handed.token;
         assert!(guard.release().await.unwrap());
     }
@@ -200,7 +169,7 @@ async fn a_lock_handed_to_a_vanished_waiter_lapses_to_the_next() {
     let holder = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
     let vanished = OwnerId::random();
     queue_refused(&*backend, &key, TTL, &[vanished]).await;
-    until_places(&db, &key, 1).await;
+    until_places(&db, LEASE, &key, 1).await;
     let locker = Locker::new(backend.clone());
     let next_waiter = {
         let key = key.clone();
@@ -213,7 +182,7 @@ async fn a_lock_handed_to_a_vanished_waiter_lapses_to_the_next() {
                 .expect("the waiter behind a vanished one was not granted")
         })
     };
-    until_places(&db, &key, 2).await;
+    until_places(&db, LEASE, &key, 2).await;
     let released_at = Instant::now();
     assert!(backend.release(&holder).await.unwrap());
     let info = backend.inspect(&key).await.unwrap();
@@ -278,7 +247,7 @@ async fn a_free_lock_is_kept_for_the_head_of_its_queue() {
     // The head leaves nothing behind; the waiter behind leaves its place, and the key is
     // free to a plain try once released.
     backend.leave_queue(&key, behind).await.unwrap();
-    assert_eq!(places(&db, &key).await, 0);
+    assert_eq!(places(&db, LEASE, &key).await, 0);
     assert!(backend.release(&lease).await.unwrap());
     assert!(backend.try_acquire(&key, TTL).await.unwrap().is_some());
 }
@@ -307,7 +276,7 @@ async fn leaving_with_a_handed_lock_hands_it_on() {
         .expect("the waiter handed the lock could not take it up");
     assert_eq!(lease.token, handed_on.token);
     assert!(backend.release(&lease).await.unwrap());
-    assert_eq!(places(&db, &key).await, 0);
+    assert_eq!(places(&db, LEASE, &key).await, 0);
 }
 
 /// A queued try after the volatile tables were lost (a crash, a failover) starts a new epoch

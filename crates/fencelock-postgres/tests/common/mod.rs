@@ -3,6 +3,7 @@
 
 pub mod bouncer;
 pub mod own_tables;
+pub mod queue;
 
 use std::sync::Arc;
 use std::time::Duration;
