@@ -26,11 +26,21 @@ mod sessions;
 use sessions::{Holder, Sessions, Slot, lease_id};
 
 const BACKEND: &str = "pg-advisory";
-/// How long a queued waiter's place lives after its last try (DESIGN.md 5.3, "Fair
-/// hand-off"), as on the lease backend: a waiter tries at least every [`TURN_REFRESH`].
+/// The longest a queued waiter's place lives after its last try (DESIGN.md 5.3, "Fair
+/// hand-off", the advisory paragraph), and how long a left waiter's `gone` row is kept.
 const PLACE_TTL: Duration = crate::lease_table::PLACE_TTL;
-/// The longest a queued waiter sleeps between tries, well inside [`PLACE_TTL`].
+/// The shortest place ttl, for waiters asking for shorter ttls.
+const MIN_PLACE_TTL: Duration = Duration::from_millis(100);
+/// The longest a queued waiter sleeps between tries, a quarter of [`PLACE_TTL`].
 const TURN_REFRESH: Duration = crate::lease_table::TURN_REFRESH;
+
+/// The place ttl of a waiter that asks for `ttl`: that ttl, within [`MIN_PLACE_TTL`] and
+/// [`PLACE_TTL`]. A head that vanished (or is paused) keeps a free lock from the others for
+/// no longer than this after its last try, so no longer than a holder of its ttl would; the
+/// waiter tries again within a quarter of it.
+fn place_ttl(ttl: Duration) -> Duration {
+    ttl.clamp(MIN_PLACE_TTL, PLACE_TTL)
+}
 
 /// Which grant statement a try sends: the plain try's, a waiter's first queued try (the
 /// plain grant on a key nobody queues for, else the queue's function), or a later one's (the
@@ -213,13 +223,15 @@ impl PgAdvisoryBackend {
                 if !try_.got {
                     holder.give_back();
                     if let (Some(wakeups), Some(waiter)) = (wakeups, waiter) {
-                        // Wake by the recorded holder's deadline: a session the server ended
-                        // sends no notification.
+                        // Wake by the recorded holder's deadline (a session the server ended
+                        // sends no notification), and in time to keep the place.
+                        let refresh = replied_at + place_ttl(ttl) / 4;
                         let left = try_
                             .held_us
                             .and_then(|us| u64::try_from(us).ok())
                             .map(|us| replied_at + Duration::from_micros(us));
-                        wakeups.refused(waiter, left, None);
+                        let until = left.map_or(refresh, |left| left.min(refresh));
+                        wakeups.refused(waiter, Some(until), None);
                     }
                     tracing::debug!(outcome = "held", "not acquired");
                     return Ok(None);
@@ -309,7 +321,7 @@ impl PgAdvisoryBackend {
                     .bind(owner)
                     .bind(micros(ttl))
                     .bind(millis_setting(ttl))
-                    .bind(micros(PLACE_TTL))
+                    .bind(micros(place_ttl(ttl)))
                     .fetch_one(conn)
                     .await?
             }

@@ -15,7 +15,7 @@ use fencelock_core::{LockBackend, LockKey, Locker, OwnerId};
 use fencelock_postgres::PgDatabase;
 use sqlx::postgres::PgListener;
 use tokio::sync::mpsc;
-use tokio::time::{Instant, timeout};
+use tokio::time::{Instant, sleep, timeout};
 
 use common::queue::{ADVISORY, PATIENCE, key, places, until_places};
 
@@ -246,4 +246,56 @@ async fn a_queued_try_after_lost_volatile_state_starts_a_new_epoch() {
     // The session gave the lock back before the epoch's retry: it holds it once, so the
     // release freed it.
     assert!(backend.try_acquire(&key, TTL).await.unwrap().is_some());
+}
+
+/// A place lasts as long as its waiter's ttl, within 100 ms and 2 s: a head that asked for a
+/// short ttl and vanished (or is paused) keeps a free lock from the others no longer than a
+/// holder of that ttl would, and the waiter behind it is granted once it lapsed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_place_lasts_its_waiters_ttl() {
+    let (_schema, db) = common::database().await;
+    let backend = db.advisory_backend();
+    let key = key("short", &db);
+    let holder = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+    let (head, behind) = (OwnerId::random(), OwnerId::random());
+    let short = Duration::from_millis(200);
+    queue_refused(&backend, &key, short, &[head]).await;
+    queue_refused(&backend, &key, TTL, &[behind]).await;
+    let left_ms = |waiter: OwnerId| {
+        let sql = format!(
+            "SELECT (extract(epoch FROM lapses_at - clock_timestamp()) * 1000)::float8 \
+               FROM \"{}\".fencelock_advisory_places WHERE key = $1 AND waiter = $2",
+            db.schema()
+        );
+        let pool = db.pool().clone();
+        let key = key.clone();
+        async move {
+            sqlx::query_scalar::<_, f64>(&sql)
+                .bind(key.as_str())
+                .bind(waiter.as_u128().to_be_bytes().to_vec())
+                .fetch_one(&pool)
+                .await
+                .expect("reading a place")
+        }
+    };
+    let head_left = left_ms(head).await;
+    assert!(
+        head_left <= 200.0,
+        "a 200 ms waiter's place lasts {head_left} ms"
+    );
+    let behind_left = left_ms(behind).await;
+    assert!(
+        behind_left > 1_000.0,
+        "a 30 s waiter's place lasts {behind_left} ms, not the 2 s cap"
+    );
+    assert!(backend.release(&holder).await.unwrap());
+    // The head never tries again: once its place lapsed, the waiter behind it takes the lock.
+    sleep(Duration::from_millis(300)).await;
+    let lease = backend
+        .try_acquire_queued(&key, TTL, behind)
+        .await
+        .unwrap()
+        .expect("a lapsed head still kept the lock");
+    assert_eq!(lease.owner, behind);
+    assert!(backend.release(&lease).await.unwrap());
 }
