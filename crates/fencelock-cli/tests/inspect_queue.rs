@@ -1,9 +1,9 @@
 //! `fencelock inspect` shows a key's queue where the backend keeps one it can list
-//! (ZooKeeper, one Redis server): the holder first, then the waiters in the order they will be
-//! granted, each with its token where it is drawn on entering; a backend without such a queue
-//! prints none.
-//! Needs the Redis and PostgreSQL of `scripts/test-deps` (127.0.0.1:6379, 127.0.0.1:5432) and
-//! ZooKeeper installed.
+//! (ZooKeeper, one Redis server, PostgreSQL): the holder first, then the waiters in the order
+//! they will be granted, each with its token where it is drawn on entering; a backend without
+//! such a queue (etcd) prints none.
+//! Needs the Redis and PostgreSQL of `scripts/test-deps` (127.0.0.1:6379, 127.0.0.1:5432), and
+//! ZooKeeper and etcd installed.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -102,12 +102,10 @@ async fn inspect_lists_the_zookeeper_queue_in_grant_order() {
     assert!(granted.release().await.unwrap());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn inspect_lists_the_redis_queue_with_waiters_tokens_to_come() {
-    let spec = format!(
-        "redis://127.0.0.1:6379?prefix=cli-queue-{}:",
-        OwnerId::random()
-    );
+/// On `spec`, a held lock with one waiter behind it: `fencelock inspect` lists the holder with
+/// its token, then the waiter with no token yet (drawn at its grant), and the waiter is then
+/// granted a greater token.
+async fn lists_the_holder_then_a_waiter_whose_token_is_to_come(spec: &str, key: &str) {
     let connected = spec
         .parse::<BackendSpec>()
         .unwrap()
@@ -115,13 +113,12 @@ async fn inspect_lists_the_redis_queue_with_waiters_tokens_to_come() {
         .await
         .unwrap();
     let locker = Locker::new(connected.backend);
-    let key = "queue/redis";
     let held = locker.lock(key).ttl(Duration::from_secs(20)).await.unwrap();
     let waiter = {
-        let locker = locker.clone();
+        let (locker, key) = (locker.clone(), key.to_owned());
         tokio::spawn(async move {
             locker
-                .lock(key)
+                .lock(&key)
                 .ttl(Duration::from_secs(20))
                 .wait(Duration::from_secs(60))
                 .await
@@ -129,7 +126,7 @@ async fn inspect_lists_the_redis_queue_with_waiters_tokens_to_come() {
     };
     let mut shown = Value::Null;
     for _ in 0..100 {
-        shown = serde_json::from_str(&inspect(&spec, key, true).await).unwrap();
+        shown = serde_json::from_str(&inspect(spec, key, true).await).unwrap();
         if shown["queue"]
             .as_array()
             .is_some_and(|queue| queue.len() == 2)
@@ -152,7 +149,7 @@ async fn inspect_lists_the_redis_queue_with_waiters_tokens_to_come() {
         Value::Null,
         "drawn at the grant: {shown}"
     );
-    let text = inspect(&spec, key, false).await;
+    let text = inspect(spec, key, false).await;
     assert!(text.contains("drawn at its grant"), "{text}");
     let held_token = held.token();
     assert!(held.release().await.unwrap());
@@ -162,11 +159,36 @@ async fn inspect_lists_the_redis_queue_with_waiters_tokens_to_come() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_lists_the_redis_queue_with_waiters_tokens_to_come() {
+    let spec = format!(
+        "redis://127.0.0.1:6379?prefix=cli-queue-{}:",
+        OwnerId::random()
+    );
+    lists_the_holder_then_a_waiter_whose_token_is_to_come(&spec, "queue/redis").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_lists_both_postgres_queues() {
+    for kind in ["lease", "advisory"] {
+        let spec = format!(
+            "postgres://postgres@127.0.0.1:5432/test?schema=fl_cli_queue_{kind}&backend={kind}"
+        );
+        let key = format!("queue/{}", OwnerId::random());
+        lists_the_holder_then_a_waiter_whose_token_is_to_come(&spec, &key).await;
+    }
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_without_a_listed_queue_shows_none() {
-    // The PostgreSQL lease backend's waiters poll or are woken by NOTIFY: no queue to list.
-    let spec = "postgres://postgres@127.0.0.1:5432/test?schema=fl_cli_queue_none";
-    let shown: Value = serde_json::from_str(&inspect(spec, "queue/none", true).await).unwrap();
+    // etcd's waiters are keys ordered by their create revision, which `inspect_queue` does
+    // not read: no queue to list.
+    let server = tokio::task::spawn_blocking(fencelock_testkit::etcd::EtcdServer::spawn)
+        .await
+        .unwrap();
+    let spec = server.url();
+    let shown: Value = serde_json::from_str(&inspect(&spec, "queue/none", true).await).unwrap();
     assert!(shown.get("queue").is_none(), "{shown}");
-    let text = inspect(spec, "queue/none", false).await;
+    let text = inspect(&spec, "queue/none", false).await;
     assert!(common::inspect_row(&text, "queue").is_none(), "{text}");
 }

@@ -6,8 +6,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fencelock_core::{
     Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LockKinds,
-    LostReason, OwnerId, ReadPhase, Result, TimeAuthority, TokenGuarantee, WakeUp, valid_until,
-    validate_ttl,
+    LostReason, OwnerId, QueueEntry, ReadPhase, Result, TimeAuthority, TokenGuarantee, WakeUp,
+    valid_until, validate_ttl,
 };
 use sqlx::PgConnection;
 use tokio::time::Instant;
@@ -17,7 +17,7 @@ use crate::codec::{micros, millis_setting, owner_bytes, token_param};
 use crate::epoch::{self, Grant};
 use crate::error::timed;
 use crate::exec::{Arg, Protocol};
-use crate::lease_table::{advance_token, lock_info};
+use crate::lease_table::{advance_token, lock_info, queue_entries};
 use crate::{PgBackendKind, PgDatabase};
 
 mod read_phase;
@@ -532,6 +532,24 @@ impl LockBackend for PgAdvisoryBackend {
             ));
         }
         Ok(info)
+    }
+
+    async fn inspect_queue(&self, key: &LockKey) -> Result<Option<Vec<QueueEntry>>> {
+        let protocol = self.db.protocol().await?;
+        let rows = timed(
+            BACKEND,
+            self.timeout(),
+            self.db.sql().advisory_inspect_queue.fetch_all(
+                protocol,
+                self.db.pool(),
+                &[
+                    Arg::Text(key.as_str()),
+                    Arg::Int8(self.db.advisory_lock_id(key)),
+                ],
+            ),
+        )
+        .await?;
+        queue_entries(BACKEND, rows).map(Some)
     }
 
     /// Completes when the session watch (or a failed extend) finds the lease's session gone:

@@ -229,6 +229,39 @@ impl Sql {
         })
     }
 
+    /// Every row.
+    pub(crate) fn fetch_all<'a, 'e, T, A>(
+        &'a self,
+        protocol: Protocol,
+        executor: A,
+        args: &'a [Arg<'a>],
+    ) -> BoxFuture<'a, Vec<T>>
+    where
+        T: for<'r> FromRow<'r, PgRow> + Send + Unpin + 'a,
+        A: Acquire<'e, Database = Postgres> + Send + 'a,
+        'e: 'a,
+    {
+        Box::pin(async move {
+            match protocol {
+                Protocol::Prepared => {
+                    let arguments = self.arguments(args)?;
+                    let mut conn = executor.acquire().await?;
+                    let conn: &mut PgConnection = &mut conn;
+                    sqlx::query_as_with(&self.text, arguments)
+                        .fetch_all(conn)
+                        .await
+                }
+                Protocol::Simple => {
+                    let text = self.render(args)?;
+                    let mut conn = executor.acquire().await?;
+                    let conn: &mut PgConnection = &mut conn;
+                    let rows = conn.fetch_all(sqlx::raw_sql(&text)).await?;
+                    rows.iter().map(T::from_row).collect()
+                }
+            }
+        })
+    }
+
     /// The first row; none is [`sqlx::Error::RowNotFound`].
     pub(crate) fn fetch_one<'a, 'e, T, A>(
         &'a self,

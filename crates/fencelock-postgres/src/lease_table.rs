@@ -5,17 +5,19 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fencelock_core::{
     Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LockKinds,
-    LostReason, OwnerId, ReadPhase, Result, TimeAuthority, TokenGuarantee, WakeUp, valid_until,
-    validate_floor, validate_ttl,
+    LostReason, OwnerId, QueueEntry, QueueRole, ReadPhase, Result, TimeAuthority, TokenGuarantee,
+    WakeUp, valid_until, validate_floor, validate_ttl,
 };
 use sqlx::FromRow;
 use sqlx::postgres::PgRow;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::codec::{fence_from, micros, millis_setting, owner_bytes, remaining, token_param};
+use crate::codec::{
+    fence_from, micros, millis_setting, owner_bytes, owner_from, remaining, token_param,
+};
 use crate::epoch::{self, Grant};
-use crate::error::{map_sqlx_error, sqlstate, timed, timed_out};
+use crate::error::{map_sqlx_error, protocol as protocol_error, sqlstate, timed, timed_out};
 use crate::exec::{Arg, Protocol, Sql};
 use crate::{PgBackendKind, PgDatabase};
 
@@ -638,6 +640,21 @@ impl LockBackend for PgLeaseBackend {
         lock_info(BACKEND, key, row)
     }
 
+    async fn inspect_queue(&self, key: &LockKey) -> Result<Option<Vec<QueueEntry>>> {
+        let protocol = self.db.protocol().await?;
+        let rows = timed(
+            BACKEND,
+            self.timeout(),
+            self.db.sql().lease_inspect_queue.fetch_all(
+                protocol,
+                self.db.pool(),
+                &[Arg::Text(key.as_str())],
+            ),
+        )
+        .await?;
+        queue_entries(BACKEND, rows).map(Some)
+    }
+
     async fn try_acquire_shared(
         &self,
         key: &LockKey,
@@ -697,6 +714,38 @@ pub(crate) fn lock_info(
             .transpose()?,
         unfenced_holder: None,
     })
+}
+
+/// One row of an `inspect_queue` statement: the entry's kind (0 the exclusive holder, 1 a
+/// reader, 2 a queued waiter), its owner, its token (none for a waiter) and the time left in
+/// microseconds.
+pub(crate) type QueueRow = (i32, Vec<u8>, Option<i64>, i64);
+
+/// The queue listed by [`LockBackend::inspect_queue`], from its statement's rows in order.
+pub(crate) fn queue_entries(backend: &'static str, rows: Vec<QueueRow>) -> Result<Vec<QueueEntry>> {
+    rows.into_iter()
+        .map(|(kind, who, token, left_us)| {
+            let role = match kind {
+                0 => QueueRole::Holder,
+                1 => QueueRole::Reader,
+                2 => QueueRole::Waiting,
+                other => {
+                    return Err(protocol_error(
+                        backend,
+                        format!("queue entry of kind {other}"),
+                    ));
+                }
+            };
+            Ok(QueueEntry {
+                owner: owner_from(backend, &who)?,
+                role,
+                token: token
+                    .map(|t| FencingToken::from_backend(backend, t))
+                    .transpose()?,
+                remaining: remaining(Some(left_us)).unwrap_or_default(),
+            })
+        })
+        .collect()
 }
 
 /// Raises the shared counter of `key` to at least `floor`.

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_conformance::queue_refused;
+use fencelock_core::QueueRole::Waiting;
 use fencelock_core::{LockBackend, LockKey, Locker, OwnerId};
 use fencelock_postgres::PgDatabase;
 use sqlx::postgres::PgListener;
@@ -95,7 +96,7 @@ async fn each_release_wakes_the_next_waiter_alone() {
 }
 
 /// A free lock kept for the head of its queue is refused to a plain try and to the waiter
-/// behind the head, and granted to the head; a head that queued and never came back keeps it
+/// behind the head, listed by `inspect_queue` with the head first, and granted to the head; a head that queued and never came back keeps it
 /// only until its place lapses (2 s after its last try), and the waiter behind is granted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_free_lock_is_kept_for_the_head_until_its_place_lapses() {
@@ -107,6 +108,11 @@ async fn a_free_lock_is_kept_for_the_head_until_its_place_lapses() {
     queue_refused(&*backend, &key, TTL, &[head, behind]).await;
     assert!(backend.release(&holder).await.unwrap());
     assert!(backend.try_acquire(&key, TTL).await.unwrap().is_none());
+    // What an operator sees: no holder, and the head first in the queue it is kept for.
+    assert_eq!(backend.inspect(&key).await.unwrap().holder, None);
+    let listed = backend.inspect_queue(&key).await.unwrap().unwrap();
+    let shown: Vec<_> = listed.iter().map(|e| (e.role, e.owner)).collect();
+    assert_eq!(shown, [(Waiting, head), (Waiting, behind)], "{listed:?}");
     let behind_tried_at = Instant::now();
     assert!(
         backend

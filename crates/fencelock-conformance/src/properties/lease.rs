@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use fencelock_core::Error;
+use fencelock_core::{Error, OwnerId};
 use tokio::time::{Instant, sleep};
 
 use super::support::{LONG_TTL, grant, key};
@@ -192,5 +192,76 @@ declare_properties!(__fencelock_conformance_lease, {
             Some(lease.token),
             "release forgot the token"
         );
+    }
+
+    /// A backend that lists its queue (`inspect_queue` answers with a list) lists what it will
+    /// grant, in order: the holder with its fence and time left, then the waiters that queued,
+    /// by arrival, without one that left; a read phase lists its readers with the phase's
+    /// token; a key nobody holds or waits for lists nothing. An operator reads it to see why a
+    /// lock that looks free is refused (kept for the first waiter).
+    pub async fn inspect_queue_lists_the_holder_then_waiters_by_arrival(s: &Setup) {
+        use fencelock_core::QueueRole::{Holder, Reader, Waiting};
+        let b = &*s.backend;
+        let key = key("listed");
+        let Some(empty) = b.inspect_queue(&key).await.unwrap() else {
+            return;
+        };
+        assert!(empty.is_empty(), "a never-used key lists a queue: {empty:?}");
+        let held = grant(b, &key, LONG_TTL).await;
+        let waiters = [OwnerId::random(), OwnerId::random(), OwnerId::random()];
+        for waiter in waiters {
+            let granted = b.try_acquire_queued(&key, LONG_TTL, waiter).await.unwrap();
+            assert!(granted.is_none(), "a queued try took a held lock");
+        }
+        b.leave_queue(&key, waiters[1]).await.unwrap();
+        let listed = b.inspect_queue(&key).await.unwrap().unwrap();
+        let shown: Vec<_> = listed.iter().map(|e| (e.role, e.owner)).collect();
+        assert_eq!(
+            shown,
+            [
+                (Holder, held.owner),
+                (Waiting, waiters[0]),
+                (Waiting, waiters[2])
+            ],
+            "{} lists its queue out of order: {listed:?}",
+            b.name()
+        );
+        assert_eq!(listed[0].token, Some(held.token));
+        assert!(listed[0].remaining > Duration::ZERO && listed[0].remaining <= LONG_TTL);
+        assert!(
+            listed[1..].iter().all(|e| e.remaining > Duration::ZERO),
+            "a live place is listed as lapsed: {listed:?}"
+        );
+        for waiter in [waiters[0], waiters[2]] {
+            b.leave_queue(&key, waiter).await.unwrap();
+        }
+        assert!(b.release(&held).await.unwrap());
+        let after = b.inspect_queue(&key).await.unwrap().unwrap();
+        assert!(
+            after.is_empty(),
+            "nobody holds or waits, yet the queue lists {after:?}"
+        );
+
+        if !b.capabilities().kinds.shared {
+            return;
+        }
+        let readers = [OwnerId::random(), OwnerId::random()];
+        let mut phase = None;
+        for reader in readers {
+            phase = b.try_acquire_shared(&key, reader, LONG_TTL).await.unwrap();
+            assert!(phase.is_some(), "a reader was refused a free lock");
+        }
+        let phase = phase.unwrap();
+        let mut listed = b.inspect_queue(&key).await.unwrap().unwrap();
+        listed.sort_by_key(|e| e.owner.to_string());
+        let mut expected = readers.map(|reader| (Reader, reader, Some(phase.token)));
+        expected.sort_by_key(|(_, owner, _)| owner.to_string());
+        let shown: Vec<_> = listed.iter().map(|e| (e.role, e.owner, e.token)).collect();
+        assert_eq!(shown, expected, "{} lists its readers wrong", b.name());
+        for reader in readers {
+            assert!(b.release_shared(&phase, reader).await.unwrap());
+        }
+        let after = b.inspect_queue(&key).await.unwrap().unwrap();
+        assert!(after.is_empty(), "the readers left, yet the queue lists {after:?}");
     }
 });
