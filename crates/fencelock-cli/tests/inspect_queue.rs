@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use fencelock::spec::BackendSpec;
 use fencelock::{LockBackend, LockKey, Locker, OwnerId};
+use fencelock_testkit::postgres::PgSchema;
 use fencelock_testkit::zookeeper::ZkServer;
 use serde_json::Value;
 
@@ -170,11 +171,10 @@ async fn inspect_lists_the_redis_queue_with_waiters_tokens_to_come() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_lists_both_postgres_queues() {
     for kind in ["lease", "advisory"] {
-        let spec = format!(
-            "postgres://postgres@127.0.0.1:5432/test?schema=fl_cli_queue_{kind}&backend={kind}"
-        );
-        let key = format!("queue/{}", OwnerId::random());
-        lists_the_holder_then_a_waiter_whose_token_is_to_come(&spec, &key).await;
+        let schema = PgSchema::create().await;
+        let spec = format!("{}?schema={}&backend={kind}", schema.url(), schema.name());
+        lists_the_holder_then_a_waiter_whose_token_is_to_come(&spec, "queue/pg").await;
+        schema.cleanup().await;
     }
 }
 
