@@ -36,24 +36,41 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT chr(11) || encode(p_waiter, 'hex') || p_key
 $$;
 
--- A released advisory lock (its holder row deleted) wakes the first live place of its key by
--- name, or, with none, every waiter of the key as before.
-CREATE FUNCTION fencelock_advisory_notify_release() RETURNS trigger
+-- The first live place of `p_key`'s queue (not lapsed, not gone): the waiter a free lock of
+-- the key is kept for, or NULL when nobody queues.
+CREATE FUNCTION fencelock_advisory_head(p_key text) RETURNS bytea
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN (SELECT p.waiter FROM fencelock_advisory_places p
+             WHERE p.key = p_key AND NOT p.gone AND p.lapses_at > clock_timestamp()
+             ORDER BY p.arrival LIMIT 1);
+END
+$$;
+
+-- Tells the waiters of `p_key`, whose lock came free, who may take it: the first live place
+-- by name (its turn payload), or, with none, every waiter of the key by the key's name.
+CREATE FUNCTION fencelock_advisory_wake(p_key text) RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    head bytea;
+    head bytea := fencelock_advisory_head(p_key);
 BEGIN
-    SELECT p.waiter INTO head FROM fencelock_advisory_places p
-     WHERE p.key = OLD.key AND NOT p.gone AND p.lapses_at > clock_timestamp()
-     ORDER BY p.arrival LIMIT 1;
-    IF head IS NULL THEN
-        PERFORM pg_notify('fencelock_' || TG_TABLE_SCHEMA, OLD.key);
-    ELSE
-        PERFORM pg_notify('fencelock_' || TG_TABLE_SCHEMA,
-                          fencelock_turn_payload(head, OLD.key));
-    END IF;
+    PERFORM pg_notify('fencelock_' || current_schema(),
+                      CASE WHEN head IS NULL THEN p_key
+                           ELSE fencelock_turn_payload(head, p_key) END);
+END
+$$;
+
+-- A released advisory lock (its holder row deleted) wakes its key's head, or its waiters.
+CREATE FUNCTION fencelock_advisory_notify_release() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM fencelock_advisory_wake(OLD.key);
     RETURN OLD;
 END
 $$;
@@ -112,9 +129,7 @@ BEGIN
     -- nobody waits for again has no row, and its next first try is the plain grant.
     DELETE FROM fencelock_advisory_places p
      WHERE p.key = p_key AND p.lapses_at <= clock_timestamp();
-    SELECT p.waiter INTO head FROM fencelock_advisory_places p
-     WHERE p.key = p_key AND NOT p.gone AND p.lapses_at > clock_timestamp()
-     ORDER BY p.arrival LIMIT 1;
+    head := fencelock_advisory_head(p_key);
     -- Two steps, so that a waiter behind the head never tries the lock.
     IF head IS NULL OR head = p_waiter THEN
         took := pg_try_advisory_lock(p_lock_id);
@@ -179,13 +194,9 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     was_head boolean;
-    head     bytea;
 BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
-    SELECT p.waiter INTO head FROM fencelock_advisory_places p
-     WHERE p.key = p_key AND NOT p.gone AND p.lapses_at > clock_timestamp()
-     ORDER BY p.arrival LIMIT 1;
-    was_head := head IS NOT DISTINCT FROM p_waiter;
+    was_head := fencelock_advisory_head(p_key) IS NOT DISTINCT FROM p_waiter;
     INSERT INTO fencelock_advisory_places AS p (key, waiter, arrival, lapses_at, gone)
     VALUES (p_key, p_waiter, nextval('fencelock_advisory_arrivals'),
             clock_timestamp() + p_place_us * interval '1 microsecond', true)
@@ -194,15 +205,7 @@ BEGIN
         SELECT 1 FROM fencelock_advisory_holders h
          WHERE h.key = p_key AND h.expires_at > clock_timestamp()
     ) THEN
-        SELECT p.waiter INTO head FROM fencelock_advisory_places p
-     WHERE p.key = p_key AND NOT p.gone AND p.lapses_at > clock_timestamp()
-     ORDER BY p.arrival LIMIT 1;
-        IF head IS NULL THEN
-            PERFORM pg_notify('fencelock_' || current_schema(), p_key);
-        ELSE
-            PERFORM pg_notify('fencelock_' || current_schema(),
-                              fencelock_turn_payload(head, p_key));
-        END IF;
+        PERFORM fencelock_advisory_wake(p_key);
     END IF;
 END
 $$;

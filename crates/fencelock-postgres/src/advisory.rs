@@ -16,7 +16,7 @@ use tracing::Instrument;
 use crate::codec::{micros, millis_setting, owner_bytes, token_param};
 use crate::epoch::{self, Grant};
 use crate::error::timed;
-use crate::exec::{Arg, Protocol};
+use crate::exec::{Arg, Protocol, Sql};
 use crate::lease_table::{advance_token, lock_info, queue_entries};
 use crate::{PgBackendKind, PgDatabase};
 
@@ -60,6 +60,17 @@ type PlainRow = (
     Option<i64>,
     bool,
     Option<String>,
+);
+
+/// A row of a queued try (`advisory_acquire_queued.sql`, `advisory_acquire_placed.sql`): got,
+/// token, live, exhausted, bound, and the recorded holder's time left in microseconds.
+type QueuedRow = (
+    Option<bool>,
+    Option<i64>,
+    Option<i64>,
+    bool,
+    Option<String>,
+    Option<i64>,
 );
 
 /// What one grant statement answered: whether the session took the lock, the token (or the
@@ -310,19 +321,12 @@ impl PgAdvisoryBackend {
                         .await?;
                 (got, token, live, exhausted, bound, None)
             }
-            Statement::Queued | Statement::Placed => {
-                let text = match statement {
-                    Statement::Queued => sql.advisory_acquire_queued.text(),
-                    _ => sql.advisory_acquire_placed.text(),
-                };
-                sqlx::query_as(text)
-                    .bind(lock_id)
-                    .bind(key.as_str())
-                    .bind(owner)
-                    .bind(micros(ttl))
-                    .bind(millis_setting(ttl))
-                    .bind(micros(place_ttl(ttl)))
-                    .fetch_one(conn)
+            Statement::Queued => {
+                self.try_queued(conn, &sql.advisory_acquire_queued, lock_id, key, owner, ttl)
+                    .await?
+            }
+            Statement::Placed => {
+                self.try_queued(conn, &sql.advisory_acquire_placed, lock_id, key, owner, ttl)
                     .await?
             }
         };
@@ -334,6 +338,27 @@ impl PgAdvisoryBackend {
             bound,
             held_us,
         })
+    }
+
+    /// One queued try by `statement` (the first or a later one): its row.
+    async fn try_queued(
+        &self,
+        conn: &mut PgConnection,
+        statement: &Sql,
+        lock_id: i64,
+        key: &LockKey,
+        owner: &[u8],
+        ttl: Duration,
+    ) -> sqlx::Result<QueuedRow> {
+        sqlx::query_as(statement.text())
+            .bind(lock_id)
+            .bind(key.as_str())
+            .bind(owner)
+            .bind(micros(ttl))
+            .bind(millis_setting(ttl))
+            .bind(micros(place_ttl(ttl)))
+            .fetch_one(conn)
+            .await
     }
 
     fn sessions(&self) -> std::sync::MutexGuard<'_, Sessions> {

@@ -271,11 +271,7 @@ fn deliver(queues: &Queues, payload: &str) {
     let mut registry = lock(queues);
     if let Some((waiter, grant)) = handed_grant(payload) {
         // The grant of a hand-off to this waiter; its name follows (for earlier versions).
-        if let Some(queued) = registry.queued.get_mut(&waiter) {
-            queued.handed = true;
-            queued.grant = Some(grant);
-            queued.notify.notify_one();
-        }
+        registry.hand(waiter, Some(grant));
         return;
     }
     if let Some((waiter, key)) = turn_of(payload) {
@@ -283,10 +279,7 @@ fn deliver(queues: &Queues, payload: &str) {
         // in whichever process it waits, and one waiter of this process that holds no place
         // (a reader, a request that waits without queueing), which the queue does not hold
         // back. The other queued waiters of the key sleep on: the queue would refuse them.
-        if let Some(queued) = registry.queued.get_mut(&waiter) {
-            queued.handed = true;
-            queued.notify.notify_one();
-        }
+        registry.hand(waiter, None);
         if let Some(queue) = registry.keys.get(key) {
             queue.notify_one();
         }
@@ -294,10 +287,7 @@ fn deliver(queues: &Queues, payload: &str) {
     }
     if let Some(waiter) = handed_to(payload) {
         // Only the waiter the lock was handed to, in whichever process it waits.
-        if let Some(queued) = registry.queued.get_mut(&waiter) {
-            queued.handed = true;
-            queued.notify.notify_one();
-        }
+        registry.hand(waiter, None);
         return;
     }
     if let Some(queue) = registry.keys.get(payload) {
@@ -308,6 +298,20 @@ fn deliver(queues: &Queues, payload: &str) {
     // and the first of the server's queue is granted.
     for queued in registry.queued.values() {
         if *queued.key == *payload {
+            queued.notify.notify_one();
+        }
+    }
+}
+
+impl Registry {
+    /// Tells queued waiter `waiter`, if it waits in this process, that the lock was handed to
+    /// it (with the grant, when the notification carried it) or that its turn came.
+    fn hand(&mut self, waiter: OwnerId, grant: Option<HandedGrant>) {
+        if let Some(queued) = self.queued.get_mut(&waiter) {
+            queued.handed = true;
+            if grant.is_some() {
+                queued.grant = grant;
+            }
             queued.notify.notify_one();
         }
     }
