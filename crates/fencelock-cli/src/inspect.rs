@@ -32,8 +32,8 @@ pub(crate) struct Args {
     /// Print one JSON object instead of the text: key, backend, holder (owner, token,
     /// remaining_ms) or null, last_token, never_granted (true when the key was never granted
     /// under the spec's prefix, schema or chroot), readers, queue (role, owner, token,
-    /// remaining_ms, in grant order) where the backend lists one (memory, one Redis server,
-    /// PostgreSQL, MySQL, ZooKeeper), permits when asked for, and capabilities in words.
+    /// remaining_ms, in grant order) where the backend lists one (all but Redlock and Redis
+    /// Cluster), permits when asked for, and capabilities in words.
     #[arg(long)]
     json: bool,
     /// The storage resource whose fence to show next to the lock's last token [default: the

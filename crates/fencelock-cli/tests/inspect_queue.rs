@@ -1,7 +1,7 @@
 //! `fencelock inspect` shows a key's queue where the backend keeps one it can list
-//! (ZooKeeper, one Redis server, PostgreSQL): the holder first, then the waiters in the order
-//! they will be granted, each with its token where it is drawn on entering; a backend without
-//! such a queue (etcd) prints none.
+//! (ZooKeeper, one Redis server, PostgreSQL, etcd): the holder first, then the waiters in the
+//! order they will be granted, each with its token where it is drawn on entering; a backend
+//! without such a queue (Redlock) prints none.
 //! Needs the Redis and PostgreSQL of `scripts/test-deps` (127.0.0.1:6379, 127.0.0.1:5432), and
 //! ZooKeeper and etcd installed.
 
@@ -14,6 +14,7 @@ use std::time::Duration;
 use fencelock::spec::BackendSpec;
 use fencelock::{LockBackend, LockKey, Locker, OwnerId};
 use fencelock_testkit::postgres::PgSchema;
+use fencelock_testkit::redis::RedisServer;
 use fencelock_testkit::zookeeper::ZkServer;
 use serde_json::Value;
 
@@ -178,17 +179,29 @@ async fn inspect_lists_both_postgres_queues() {
     }
 }
 
-#[cfg(feature = "etcd")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_without_a_listed_queue_shows_none() {
-    // etcd's waiters are keys ordered by their create revision, which `inspect_queue` does
-    // not read: no queue to list.
-    let server = tokio::task::spawn_blocking(fencelock_testkit::etcd::EtcdServer::spawn)
-        .await
-        .unwrap();
-    let spec = server.url();
+    // Redlock keeps no queue: its waiters are woken by each node's release channel.
+    let nodes: Vec<RedisServer> =
+        tokio::task::spawn_blocking(|| (0..3).map(|_| RedisServer::spawn()).collect())
+            .await
+            .unwrap();
+    let hosts: Vec<String> = nodes
+        .iter()
+        .map(|node| format!("127.0.0.1:{}", node.port()))
+        .collect();
+    let spec = format!("redlock://{}", hosts.join(","));
     let shown: Value = serde_json::from_str(&inspect(&spec, "queue/none", true).await).unwrap();
     assert!(shown.get("queue").is_none(), "{shown}");
     let text = inspect(&spec, "queue/none", false).await;
     assert!(common::inspect_row(&text, "queue").is_none(), "{text}");
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_lists_the_etcd_queue() {
+    let server = tokio::task::spawn_blocking(fencelock_testkit::etcd::EtcdServer::spawn)
+        .await
+        .unwrap();
+    lists_the_holder_then_a_waiter_whose_token_is_to_come(&server.url(), "queue/etcd").await;
 }

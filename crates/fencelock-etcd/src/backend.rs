@@ -4,11 +4,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{
+    Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    TxnOpResponse,
+};
 use fencelock_core::{
     Capabilities, Error, FencingToken, Lease, LockBackend, LockInfo, LockKey, LockKinds,
-    LostReason, OwnerId, ReadPhase, Result, TimeAuthority, TokenGuarantee, WakeUp, async_trait,
-    valid_until, validate_floor, validate_ttl,
+    LostReason, OwnerId, QueueEntry, QueueRole, ReadPhase, Result, TimeAuthority, TokenGuarantee,
+    WakeUp, async_trait, valid_until, validate_floor, validate_ttl,
 };
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -19,7 +22,7 @@ use crate::grant::{Grant, InLine, first_under_prefix};
 use crate::keys::{counter_value, holder_value, parse_counter, parse_holder};
 use crate::leases::{Held, LeaseSlot, Leases};
 use crate::queue::Queue;
-use crate::reply::{Applied, applied, counter_seen, lost_reason, reads};
+use crate::reply::{Applied, applied, counter_seen, lost_reason, ranges, reads};
 use crate::seen::{CounterSeen, HeldBy, Seen};
 use crate::waiters::Waiters;
 
@@ -94,6 +97,21 @@ pub struct EtcdLockBackend {
 }
 
 impl EtcdLockBackend {
+    /// The time left on `kv`'s lease by the cluster's count, in whole seconds rounded down
+    /// (zero: under a second); `None` once it expired (the cluster is deleting the key).
+    async fn time_left(&self, kv: &KeyValue) -> Result<Option<Duration>> {
+        let id = kv.lease();
+        let ttl = self
+            .shared
+            .call("inspecting the lease", || {
+                let mut leases = self.shared.client.lease_client();
+                async move { leases.time_to_live(id, None).await }
+            })
+            .await?
+            .ttl();
+        Ok(u64::try_from(ttl).ok().map(Duration::from_secs))
+    }
+
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
         EtcdLockBackend {
             leases: Arc::new(Leases::new(shared.clone())),
@@ -452,25 +470,11 @@ impl LockBackend for EtcdLockBackend {
         let (holder, remaining) = match lock_kv {
             None => (None, None),
             Some(kv) if kv.lease() == 0 => (Some(parse_holder(kv.value())?), None),
-            Some(kv) => {
-                let holder = parse_holder(kv.value())?;
-                let id = kv.lease();
-                let ttl = self
-                    .shared
-                    .call("inspecting the lease", || {
-                        let mut leases = self.shared.client.lease_client();
-                        async move { leases.time_to_live(id, None).await }
-                    })
-                    .await?
-                    .ttl();
-                if ttl < 0 {
-                    // Expired; the cluster is deleting the key.
-                    (None, None)
-                } else {
-                    // etcd reports whole seconds, rounded down (0: under a second left).
-                    (Some(holder), Some(Duration::from_secs(ttl.unsigned_abs())))
-                }
-            }
+            Some(kv) => match self.time_left(&kv).await? {
+                // Expired; the cluster is deleting the key.
+                None => (None, None),
+                Some(left) => (Some(parse_holder(kv.value())?), Some(left)),
+            },
         };
         Ok(LockInfo {
             key: key.clone(),
@@ -479,6 +483,63 @@ impl LockBackend for EtcdLockBackend {
             last_token,
             unfenced_holder: None,
         })
+    }
+
+    /// One read of the lock key, the read phase's readers and the queue's places (each range
+    /// by create revision: a place's is its arrival), then each entry's lease for its time
+    /// left. An entry whose lease expired between the two is left out.
+    async fn inspect_queue(&self, key: &LockKey) -> Result<Option<Vec<QueueEntry>>> {
+        let keys = &self.shared.keys;
+        let by_arrival = || {
+            GetOptions::new()
+                .with_prefix()
+                .with_sort(SortTarget::Create, SortOrder::Ascend)
+        };
+        let txn = Txn::new().and_then([
+            TxnOp::get(keys.lock(key), None),
+            TxnOp::get(keys.readers(key), Some(by_arrival())),
+            TxnOp::get(keys.queue(key), Some(by_arrival())),
+        ]);
+        let what = "listing the queue";
+        let Applied { response, .. } = self.txn(what, txn).await?;
+        let [lock, readers, places] = ranges(&response, what)?;
+        let mut entries = Vec::with_capacity(lock.len() + readers.len() + places.len());
+        for kv in &lock {
+            let holder = parse_holder(kv.value())?;
+            let entry = (holder.owner, QueueRole::Holder, Some(holder.token));
+            entries.push((entry, kv));
+        }
+        for kv in &readers {
+            let reader = keys
+                .reader_of(key, kv.key())
+                .ok_or_else(|| protocol(what))?;
+            let phase = parse_holder(kv.value())?;
+            entries.push(((reader, QueueRole::Reader, Some(phase.token)), kv));
+        }
+        for kv in &places {
+            let waiter = keys
+                .waiter_of(key, kv.key())
+                .ok_or_else(|| protocol(what))?;
+            entries.push(((waiter, QueueRole::Waiting, None), kv));
+        }
+        let mut listed = Vec::with_capacity(entries.len());
+        for ((owner, role, token), kv) in entries {
+            // A key on no lease keeps no time: shown as none left.
+            let remaining = match kv.lease() {
+                0 => Duration::ZERO,
+                _ => match self.time_left(kv).await? {
+                    Some(left) => left,
+                    None => continue,
+                },
+            };
+            listed.push(QueueEntry {
+                owner,
+                role,
+                token,
+                remaining,
+            });
+        }
+        Ok(Some(listed))
     }
 
     async fn try_acquire_shared(

@@ -79,6 +79,13 @@ impl Keys {
         name
     }
 
+    /// The reader whose key in the read phase of `key` is `name` ([`reader`](Self::reader));
+    /// `None` for a name that is not one.
+    pub(crate) fn reader_of(&self, key: &LockKey, name: &[u8]) -> Option<OwnerId> {
+        let rest = name.strip_prefix(self.readers(key).as_slice())?;
+        std::str::from_utf8(rest).ok()?.parse().ok()
+    }
+
     /// The prefix of the key's queue: one place per queued waiter, ordered by create revision.
     pub(crate) fn queue(&self, key: &LockKey) -> Vec<u8> {
         self.by_id(QUEUE, key)

@@ -22,20 +22,30 @@ pub(crate) fn applied(mut response: TxnResponse, what: &str) -> Result<Applied> 
     Ok(Applied { response, revision })
 }
 
-/// The key-values read by the `N` range requests of the branch a transaction ran.
+/// The key-values read by the `N` range requests of the branch a transaction ran: every one
+/// each range returned, in the order it asked for.
+pub(crate) fn ranges<const N: usize>(
+    response: &TxnResponse,
+    what: &str,
+) -> Result<[Vec<KeyValue>; N]> {
+    let ranges: Vec<Vec<KeyValue>> = response
+        .op_responses()
+        .into_iter()
+        .map(|op| match op {
+            TxnOpResponse::Get(mut get) => Ok(get.take_kvs()),
+            _ => Err(protocol(what)),
+        })
+        .collect::<Result<_>>()?;
+    ranges.try_into().map_err(|_| protocol(what))
+}
+
+/// The key-values read by the `N` range requests of the branch a transaction ran: the first
+/// of each range, if any.
 pub(crate) fn reads<const N: usize>(
     response: &TxnResponse,
     what: &str,
 ) -> Result<[Option<KeyValue>; N]> {
-    let reads: Vec<Option<KeyValue>> = response
-        .op_responses()
-        .into_iter()
-        .map(|op| match op {
-            TxnOpResponse::Get(mut get) => Ok(get.take_kvs().into_iter().next()),
-            _ => Err(protocol(what)),
-        })
-        .collect::<Result<_>>()?;
-    reads.try_into().map_err(|_| protocol(what))
+    Ok(ranges::<N>(response, what)?.map(|range| range.into_iter().next()))
 }
 
 /// A counter as read (absent: no token yet).
