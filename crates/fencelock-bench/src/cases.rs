@@ -141,7 +141,13 @@ pub(crate) async fn prepare(
                     step,
                     fenced.label(),
                     false,
-                    fenced.handoff(&suite.key(1, "handoff")?, settle),
+                    fenced.handoff(&suite.key(1, "handoff")?, settle, false),
+                ),
+                case(
+                    step,
+                    format!("{} (watchdog on)", fenced.label()),
+                    false,
+                    fenced.handoff(&suite.key(1, "handoff-watched")?, settle, true),
                 ),
             ]
         }

@@ -91,12 +91,15 @@ impl FencedSubject {
 
     /// Hand-offs on `key`: each takes the lock, starts a waiter in `Locker::lock(..).wait(..)`,
     /// lets it block for `settle`, releases, and measures from the start of the release call
-    /// to the waiter's grant.
-    pub fn handoff(&self, key: &LockKey, settle: Duration) -> Box<dyn Op> {
+    /// to the waiter's guard. With `watchdog` the waiter's guard is renewed in the background
+    /// (the `Locker`'s default), so a grant the release handed over for a short hand-off ttl
+    /// is returned at once; without it, the waiter first extends such a grant to its ttl.
+    pub fn handoff(&self, key: &LockKey, settle: Duration, watchdog: bool) -> Box<dyn Op> {
         Box::new(Handoff {
             locker: self.locker.clone(),
             key: key.clone(),
             settle,
+            watchdog,
         })
     }
 }
@@ -177,6 +180,7 @@ struct Handoff {
     locker: Locker,
     key: LockKey,
     settle: Duration,
+    watchdog: bool,
 }
 
 #[async_trait]
@@ -190,14 +194,13 @@ impl Op for Handoff {
             .wait(wait)
             .watchdog(false)
             .await?;
-        let locker = self.locker.clone();
-        let key = self.key.clone();
+        let (locker, key, watchdog) = (self.locker.clone(), self.key.clone(), self.watchdog);
         let waiter = tokio::spawn(async move {
             let guard = locker
                 .lock(key.as_str())
                 .ttl(TTL)
                 .wait(wait)
-                .watchdog(false)
+                .watchdog(watchdog)
                 .await?;
             let granted = Instant::now();
             guard.release().await?;

@@ -203,9 +203,19 @@ mod tests {
             lines[10].starts_with("[11/11] composite of 8 grant+release: "),
             "{lines:?}"
         );
-        // Memory: the baseline and the fenced lock, no peers; every lock kind; the singles
-        // and composite rows of both set sizes.
-        assert_eq!(report.rows.len(), 21);
+        // Memory: the baseline and the fenced lock, no peers; the hand-off with the watchdog
+        // off and on; every lock kind; the singles and composite rows of both set sizes.
+        assert_eq!(report.rows.len(), 22);
+        let handoffs: Vec<&str> = report
+            .rows
+            .iter()
+            .filter(|r| r.scenario == Scenario::Handoff)
+            .map(|r| r.subject.as_str())
+            .collect();
+        assert_eq!(
+            handoffs,
+            ["fencelock memory", "fencelock memory (watchdog on)"]
+        );
         for scenario in Scenario::ALL {
             let rows: Vec<&Row> = report
                 .rows

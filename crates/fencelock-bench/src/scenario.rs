@@ -47,7 +47,10 @@ pub enum Scenario {
     /// A write under a held lease: fenced for the fenced lock, plain for the baseline.
     FencedWrite,
     /// A holder releases, a waiter blocked in `Locker::lock(..).wait(..)` gets the lock:
-    /// release-call start to grant.
+    /// release-call start to the waiter's guard. Two rows: the waiter with its watchdog off
+    /// (a grant the release handed over for a short hand-off ttl is extended to the waiter's
+    /// ttl before the guard is returned) and on, the `Locker`'s default (the watchdog renews
+    /// it in the background).
     Handoff,
     /// Renew a held lease.
     Extend,
