@@ -99,11 +99,11 @@ pub struct EtcdLockBackend {
 impl EtcdLockBackend {
     /// The time left on `kv`'s lease by the cluster's count, in whole seconds rounded down
     /// (zero: under a second); `None` once it expired (the cluster is deleting the key).
-    async fn time_left(&self, kv: &KeyValue) -> Result<Option<Duration>> {
+    pub(crate) async fn time_left(&self, kv: &KeyValue) -> Result<Option<Duration>> {
         let id = kv.lease();
         let ttl = self
             .shared
-            .call("inspecting the lease", || {
+            .call("inspecting a lease", || {
                 let mut leases = self.shared.client.lease_client();
                 async move { leases.time_to_live(id, None).await }
             })

@@ -338,18 +338,9 @@ impl EtcdLockBackend {
         let mut readers = 0;
         let mut remaining = Duration::ZERO;
         for kv in &kvs {
-            let id = kv.lease();
-            let ttl = self
-                .shared
-                .call("inspecting a reader's lease", || {
-                    let mut leases = self.shared.client.lease_client();
-                    async move { leases.time_to_live(id, None).await }
-                })
-                .await?
-                .ttl();
-            if ttl >= 0 {
+            if let Some(left) = self.time_left(kv).await? {
                 readers += 1;
-                remaining = remaining.max(Duration::from_secs(ttl.unsigned_abs()));
+                remaining = remaining.max(left);
             }
         }
         Ok((readers > 0).then_some(ReadPhase {
