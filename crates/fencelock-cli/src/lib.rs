@@ -77,8 +77,8 @@ enum Command {
     /// --grace.
     #[command(after_help = after_help(Sub::Elect, elect::EXAMPLES))]
     Elect(elect::Args),
-    /// Show a lock's holder (or read phase, or permits, or leader), token and time left, and
-    /// the backend's capabilities.
+    /// Show a lock's holder (or read phase, or permits, or leader), token and time left, its
+    /// queue where the backend lists one, and the backend's capabilities.
     #[command(after_help = after_help(Sub::Inspect, inspect::EXAMPLES))]
     Inspect(inspect::Args),
     /// Raise a key's token counter so that the next grant carries a token above N.

@@ -155,7 +155,7 @@ pub struct QueueEntry {
     pub role: QueueRole,
     /// The token the entry carries: a grant's, the read phase's, or the one a waiter will hold
     /// once granted where the backend draws it on entering (ZooKeeper); `None` for a waiter
-    /// whose token is drawn at its grant (Redis).
+    /// whose token is drawn at its grant (every other backend that lists a queue).
     pub token: Option<FencingToken>,
     /// The time left before the entry lapses as the server counts it (the ttl for a grant or
     /// a reader, the place ttl for a waiter); zero for one past its time.

@@ -96,8 +96,9 @@ async fn each_release_wakes_the_next_waiter_alone() {
 }
 
 /// A free lock kept for the head of its queue is refused to a plain try and to the waiter
-/// behind the head, listed by `inspect_queue` with the head first, and granted to the head; a head that queued and never came back keeps it
-/// only until its place lapses (2 s after its last try), and the waiter behind is granted.
+/// behind the head, listed by `inspect_queue` with the head first, and granted to the head;
+/// a head that queued and never came back keeps it only until its place lapses (2 s after
+/// its last try), and the waiter behind is granted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_free_lock_is_kept_for_the_head_until_its_place_lapses() {
     let (_schema, db) = common::database().await;
