@@ -12,7 +12,7 @@ use std::time::Duration;
 use fencelock::memory::{MemoryLockBackend, MemoryStorage};
 use fencelock::{
     Capabilities, Error, Fence, FencedStorage, FencingToken, Lease, LockBackend, LockInfo, LockKey,
-    Result, Snapshot, TokenGuarantee, WakeUp, async_trait, validate_value,
+    QueueEntry, QueueRole, Result, Snapshot, TokenGuarantee, WakeUp, async_trait, validate_value,
 };
 use fencelock_conformance::{Setup, properties};
 
@@ -253,6 +253,29 @@ impl LockBackend for Lifo {
     async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
         self.inner.inspect(key).await
     }
+    /// The holder, then the waiters in the order this backend grants them: newest first.
+    async fn inspect_queue(&self, key: &LockKey) -> Result<Option<Vec<QueueEntry>>> {
+        let held = self.inner.inspect(key).await?;
+        let mut listed: Vec<QueueEntry> = held
+            .holder
+            .map(|fence| QueueEntry {
+                owner: fence.owner,
+                role: QueueRole::Holder,
+                token: Some(fence.token),
+                remaining: held.remaining.unwrap_or_default(),
+            })
+            .into_iter()
+            .collect();
+        let queues = self.queues.lock().unwrap();
+        let waiting = queues.get(key).into_iter().flatten().rev();
+        listed.extend(waiting.map(|waiter| QueueEntry {
+            owner: *waiter,
+            role: QueueRole::Waiting,
+            token: None,
+            remaining: Duration::from_secs(2),
+        }));
+        Ok(Some(listed))
+    }
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
         self.inner.advance_token(key, floor).await
     }
@@ -330,6 +353,7 @@ fails!(polling_notify_claim_fails_wake_up: notify_wake_up_comes_with_the_release
 fails!(lost_counters_fail_durability: durable_tokens_survive_reopening on durable(|_| Claims { durable: true, ..Claims::default() }));
 fails!(lifo_fails_arrival_order: fair_waiters_are_granted_in_arrival_order on setup(Lifo::default(), MemoryStorage::new()));
 fails!(lifo_try_jumps_the_queue: a_try_does_not_jump_the_queue on setup(Lifo::default(), MemoryStorage::new()));
+fails!(lifo_lists_its_queue_newest_first: inspect_queue_lists_the_holder_then_waiters_by_arrival on setup(Lifo::default(), MemoryStorage::new()));
 fails!(unchecked_durability_claim_fails: durable_tokens_survive_reopening on setup(Claims { durable: true, ..Claims::default() }, MemoryStorage::new()));
 
 /// The same properties pass on the honest memory backend, so the failures above are the faults'.
@@ -351,6 +375,7 @@ mod honest_control {
         properties::notify_wake_up_comes_with_the_release(&honest().await).await;
         properties::fair_waiters_are_granted_in_arrival_order(&honest().await).await;
         properties::a_try_does_not_jump_the_queue(&honest().await).await;
+        properties::inspect_queue_lists_the_holder_then_waiters_by_arrival(&honest().await).await;
         // Reopened on the same state (a clone shares the memory backend's tables).
         properties::durable_tokens_survive_reopening(&durable(Claims::clone)).await;
     }
