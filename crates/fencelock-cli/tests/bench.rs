@@ -105,9 +105,10 @@ fn bench_memory_prints_a_table() {
         .take_while(|l| !l.is_empty())
         .copied()
         .collect();
-    // Memory has every lock kind, the reader included, and both composite sets with their
-    // single grants.
-    assert_eq!(rows.len(), 21, "{out}");
+    // Memory has every lock kind, the reader included, both composite sets with their
+    // single grants, and the hand-off with the waiter's watchdog off and on.
+    assert_eq!(rows.len(), 22, "{out}");
+    assert!(out.contains("fencelock memory (watchdog on)"), "{out}");
     assert!(out.contains("composite of 8 grant+release"), "{out}");
     assert!(out.contains("reader grant+release"), "{out}");
     for row in &rows {
