@@ -31,8 +31,6 @@ const BACKEND: &str = "pg-advisory";
 const PLACE_TTL: Duration = crate::lease_table::PLACE_TTL;
 /// The shortest place ttl, for waiters asking for shorter ttls.
 const MIN_PLACE_TTL: Duration = Duration::from_millis(100);
-/// The longest a queued waiter sleeps between tries, a quarter of [`PLACE_TTL`].
-const TURN_REFRESH: Duration = crate::lease_table::TURN_REFRESH;
 
 /// The place ttl of a waiter that asks for `ttl`: that ttl, within [`MIN_PLACE_TTL`] and
 /// [`PLACE_TTL`]. A head that vanished (or is paused) keeps a free lock from the others for
@@ -402,8 +400,7 @@ impl LockBackend for PgAdvisoryBackend {
     }
 
     async fn wait_for_turn(&self, key: &LockKey, waiter: OwnerId, max: Duration) -> Result<()> {
-        let bound = max.min(TURN_REFRESH);
-        crate::wakeups::turn(&self.db, BACKEND, key, waiter, bound)
+        crate::wakeups::turn(&self.db, BACKEND, key, waiter, max)
             .await
             .map(|_| ())
     }

@@ -31,11 +31,9 @@ const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 /// server.
 const LEASE_LOCK_WAIT: Duration = Duration::from_millis(500);
 /// How long a queued waiter's place lives after its last try (DESIGN.md 5.3, "Fair
-/// hand-off"): a waiter tries at least every [`TURN_REFRESH`], so only a waiter that vanished
-/// (or is paused far longer) loses its place.
+/// hand-off"): a waiter tries at least every [`TURN_REFRESH`](crate::wakeups::TURN_REFRESH),
+/// so only a waiter that vanished (or is paused far longer) loses its place.
 pub(super) const PLACE_TTL: Duration = Duration::from_secs(2);
-/// The longest a queued waiter sleeps between tries, well inside [`PLACE_TTL`].
-pub(super) const TURN_REFRESH: Duration = Duration::from_millis(500);
 /// The longest a lock handed to a waiter by a release lives before the waiter takes it up
 /// (shorter when the waiter asked for a shorter ttl): a waiter that vanished keeps the lock
 /// from the others for no longer.
@@ -566,7 +564,9 @@ impl LockBackend for PgLeaseBackend {
     }
 
     async fn wait_for_turn(&self, key: &LockKey, waiter: OwnerId, max: Duration) -> Result<()> {
-        self.turn(key, waiter, max).await.map(|_| ())
+        crate::wakeups::turn(&self.db, BACKEND, key, waiter, max)
+            .await
+            .map(|_| ())
     }
 
     async fn wait_for_grant(
@@ -576,7 +576,7 @@ impl LockBackend for PgLeaseBackend {
         ttl: Duration,
         max: Duration,
     ) -> Result<Option<Lease>> {
-        if !self.turn(key, waiter, max).await? {
+        if !crate::wakeups::turn(&self.db, BACKEND, key, waiter, max).await? {
             return Ok(None);
         }
         // Handed the lock, and told the grant: the lease, valid for the hand-off ttl counted
@@ -678,15 +678,6 @@ impl LockBackend for PgLeaseBackend {
 
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
         advance_token(&self.db, BACKEND, key, floor).await
-    }
-}
-
-impl PgLeaseBackend {
-    /// Sleeps until queued waiter `waiter` of `key` is woken, or [`TURN_REFRESH`] or `max`
-    /// passed, whichever is first. Returns whether the wake-up said the lock was handed to
-    /// this waiter.
-    async fn turn(&self, key: &LockKey, waiter: OwnerId, max: Duration) -> Result<bool> {
-        crate::wakeups::turn(&self.db, BACKEND, key, waiter, max.min(TURN_REFRESH)).await
     }
 }
 

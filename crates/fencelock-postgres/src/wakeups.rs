@@ -329,17 +329,24 @@ fn wake_everyone(queues: &Queues) {
     }
 }
 
+/// The longest a queued waiter of either fair backend sleeps between tries, well inside its
+/// place ttl (2 s on the lease backend; on the advisory backend the waiter's `refused` bound
+/// keeps it within a quarter of its own).
+pub(crate) const TURN_REFRESH: Duration = Duration::from_millis(500);
+
 /// Sleeps until queued waiter `waiter` of `key` is woken (a release handed it the lock, told
-/// it its turn, or freed the key handing to nobody), or for `bound`; without notifications
-/// (behind a transaction pooler) it just sleeps that long. Returns whether the wake-up said
-/// the lock was handed to this waiter, or that it is its turn.
+/// it its turn, or freed the key handing to nobody), or [`TURN_REFRESH`] or `max` passed,
+/// whichever is first; without notifications (behind a transaction pooler) it just sleeps
+/// that long. Returns whether the wake-up said the lock was handed to this waiter, or that
+/// it is its turn.
 pub(crate) async fn turn(
     db: &crate::PgDatabase,
     backend: &'static str,
     key: &LockKey,
     waiter: OwnerId,
-    bound: Duration,
+    max: Duration,
 ) -> Result<bool> {
+    let bound = max.min(TURN_REFRESH);
     let wakeups = match db.protocol().await? {
         crate::exec::Protocol::Simple => None,
         _ => db.wakeups(backend).await.ok(),
