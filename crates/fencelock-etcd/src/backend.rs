@@ -503,41 +503,42 @@ impl LockBackend for EtcdLockBackend {
         let what = "listing the queue";
         let Applied { response, .. } = self.txn(what, txn).await?;
         let [lock, readers, places] = ranges(&response, what)?;
-        let mut entries = Vec::with_capacity(lock.len() + readers.len() + places.len());
-        for kv in &lock {
-            let holder = parse_holder(kv.value())?;
-            let entry = (holder.owner, QueueRole::Holder, Some(holder.token));
-            entries.push((entry, kv));
-        }
-        for kv in &readers {
-            let reader = keys
-                .reader_of(key, kv.key())
-                .ok_or_else(|| protocol(what))?;
-            let phase = parse_holder(kv.value())?;
-            entries.push(((reader, QueueRole::Reader, Some(phase.token)), kv));
-        }
-        for kv in &places {
-            let waiter = keys
-                .waiter_of(key, kv.key())
-                .ok_or_else(|| protocol(what))?;
-            entries.push(((waiter, QueueRole::Waiting, None), kv));
-        }
-        let mut listed = Vec::with_capacity(entries.len());
-        for ((owner, role, token), kv) in entries {
-            // A key on no lease keeps no time: shown as none left.
-            let remaining = match kv.lease() {
-                0 => Duration::ZERO,
-                _ => match self.time_left(kv).await? {
-                    Some(left) => left,
-                    None => continue,
-                },
-            };
-            listed.push(QueueEntry {
-                owner,
-                role,
-                token,
-                remaining,
-            });
+        let mut listed = Vec::with_capacity(lock.len() + readers.len() + places.len());
+        let ranked = [
+            (lock, QueueRole::Holder),
+            (readers, QueueRole::Reader),
+            (places, QueueRole::Waiting),
+        ];
+        for (kvs, role) in ranked {
+            for kv in &kvs {
+                let (owner, token) = match role {
+                    QueueRole::Holder => {
+                        let holder = parse_holder(kv.value())?;
+                        (Some(holder.owner), Some(holder.token))
+                    }
+                    // A reader key carries its phase's fence.
+                    QueueRole::Reader => (
+                        keys.reader_of(key, kv.key()),
+                        Some(parse_holder(kv.value())?.token),
+                    ),
+                    _ => (keys.waiter_of(key, kv.key()), None),
+                };
+                let owner = owner.ok_or_else(|| protocol(what))?;
+                // A key on no lease keeps no time: shown as none left.
+                let remaining = match kv.lease() {
+                    0 => Duration::ZERO,
+                    _ => match self.time_left(kv).await? {
+                        Some(left) => left,
+                        None => continue,
+                    },
+                };
+                listed.push(QueueEntry {
+                    owner,
+                    role,
+                    token,
+                    remaining,
+                });
+            }
         }
         Ok(Some(listed))
     }
