@@ -24,6 +24,11 @@ struct ReusesTokens(MemoryLockBackend);
 #[derive(Debug, Default)]
 struct ReleasesAnyOwner(MemoryLockBackend);
 
+/// Fault: keeps every lock for an hour, whatever ttl it was asked for; the lease it answers
+/// still says the ttl asked for, so only the server side outlives it.
+#[derive(Debug, Default)]
+struct NeverExpires(MemoryLockBackend);
+
 /// Fault: admits every operation, whatever its fence (a plain map, as storage without fencing).
 #[derive(Debug, Default)]
 struct SkipsFenceCheck(Mutex<HashMap<LockKey, Snapshot>>);
@@ -86,6 +91,41 @@ delegate_backend!(ReusesTokens, release: honest_release, try_acquire: |lease| {
     lease.map(|lease| Lease { token: FencingToken::MIN, ..lease })
 });
 delegate_backend!(ReleasesAnyOwner, release: release_any_owner, try_acquire: |lease| lease);
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+#[async_trait]
+impl LockBackend for NeverExpires {
+    fn name(&self) -> &'static str {
+        "NeverExpires"
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities()
+    }
+    async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
+        let granted = self.0.try_acquire(key, HOUR).await?;
+        Ok(granted.map(|lease| Lease {
+            ttl,
+            valid_until: tokio::time::Instant::now() + ttl,
+            ..lease
+        }))
+    }
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        self.0.extend(lease, ttl).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.0.release(lease).await
+    }
+    async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {
+        self.0.wait_for_release(key, max).await
+    }
+    async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
+        self.0.inspect(key).await
+    }
+    async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
+        self.0.advance_token(key, floor).await
+    }
+}
 
 #[async_trait]
 impl FencedStorage for SkipsFenceCheck {
@@ -341,6 +381,8 @@ fails!(reused_tokens_fail_paused_client: paused_client_is_refused on reused_toke
 fails!(any_owner_release_fails_stale_release: stale_release_is_a_noop on any_owner_release());
 fails!(any_owner_release_fails_double_release: double_release on any_owner_release());
 fails!(any_owner_release_fails_lost_takeover: lost_fires_when_lease_is_taken_over on any_owner_release());
+// Waited out, then tried for the suite's patience (10 s): the key is still held.
+fails!(never_expiring_fails_expiry: expiry_hands_over on setup(NeverExpires::default(), MemoryStorage::new()));
 fails!(unfenced_storage_fails_paused_client: paused_client_is_refused on unfenced_storage());
 fails!(unfenced_storage_fails_older_token: storage_refuses_older_token on unfenced_storage());
 fails!(unfenced_storage_fails_equal_token: storage_refuses_equal_token_other_owner on unfenced_storage());
@@ -367,6 +409,7 @@ mod honest_control {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn targeted_properties_pass() {
         properties::grant_contend_release(&honest().await).await;
+        properties::expiry_hands_over(&honest().await).await;
         properties::stale_release_is_a_noop(&honest().await).await;
         properties::double_release(&honest().await).await;
         properties::paused_client_is_refused(&honest().await).await;

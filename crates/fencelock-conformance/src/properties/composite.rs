@@ -7,7 +7,7 @@ use std::time::Duration;
 use fencelock_core::{Error, Locker, LostReason};
 use tokio::time::{sleep, timeout};
 
-use super::support::{LONG_TTL, PATIENCE, assert_stale, grant, key};
+use super::support::{LONG_TTL, PATIENCE, assert_stale, grant, grant_after_expiry, key};
 use crate::Setup;
 
 declare_properties!(__fencelock_conformance_composite, {
@@ -185,7 +185,7 @@ declare_properties!(__fencelock_conformance_composite, {
         // Keep `a` alive; let `k` lapse and go to another owner.
         held.member(a.as_str()).unwrap().extend(LONG_TTL).await.unwrap();
         sleep(s.past_short_ttl()).await;
-        let successor = grant(b, &k, LONG_TTL).await;
+        let successor = grant_after_expiry(b, &k, LONG_TTL).await;
         let lost = timeout(PATIENCE, held.lost()).await.expect("lost() did not fire after a member was lost");
         assert_eq!(lost.key, k, "lost() named the wrong member");
         assert!(matches!(lost.reason, LostReason::DeadlinePassed | LostReason::NotHeld | LostReason::Superseded));

@@ -6,7 +6,7 @@ use std::time::Duration;
 use fencelock_core::{Error, OwnerId};
 use tokio::time::{Instant, sleep};
 
-use super::support::{LONG_TTL, grant, key};
+use super::support::{LONG_TTL, grant, grant_after_expiry, key};
 use crate::Setup;
 
 declare_properties!(__fencelock_conformance_lease, {
@@ -51,7 +51,7 @@ declare_properties!(__fencelock_conformance_lease, {
         );
         sleep(s.past_short_ttl()).await;
         assert!(!old.is_valid(), "valid_until is later than the ttl");
-        let new = grant(b, &key, LONG_TTL).await;
+        let new = grant_after_expiry(b, &key, LONG_TTL).await;
         assert!(new.token > old.token);
         b.release(&new).await.unwrap();
     }
@@ -61,7 +61,9 @@ declare_properties!(__fencelock_conformance_lease, {
     pub async fn extend_keeps_lease_and_token(s: &Setup) {
         let b = &*s.backend;
         let key = key("extend");
-        let lease = grant(b, &key, s.short_ttl()).await;
+        // Twice the short ttl: the extend, sent a sixth of the way in, may stall for most of
+        // the rest on a loaded machine, and the wait below still outlasts the original ttl.
+        let lease = grant(b, &key, s.short_ttl() * 2).await;
         sleep(s.short_ttl() / 3).await;
         let extended = b.extend(&lease, Duration::from_secs(5)).await.unwrap();
         assert_eq!(extended.token, lease.token, "extend changed the token");
@@ -85,7 +87,7 @@ declare_properties!(__fencelock_conformance_lease, {
         let key = key("takeover");
         let old = grant(b, &key, s.short_ttl()).await;
         sleep(s.past_short_ttl()).await;
-        let new = grant(b, &key, LONG_TTL).await;
+        let new = grant_after_expiry(b, &key, LONG_TTL).await;
         match b.extend(&old, LONG_TTL).await {
             Err(Error::LeaseLost { .. }) => {}
             other => panic!("extend after takeover: expected LeaseLost, got {other:?}"),
@@ -133,7 +135,7 @@ declare_properties!(__fencelock_conformance_lease, {
         let key = key("stale-release");
         let old = grant(b, &key, s.short_ttl()).await;
         sleep(s.past_short_ttl()).await;
-        let new = grant(b, &key, LONG_TTL).await;
+        let new = grant_after_expiry(b, &key, LONG_TTL).await;
         assert!(
             !b.release(&old).await.unwrap(),
             "stale release returned true"

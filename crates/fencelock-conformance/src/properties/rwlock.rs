@@ -8,7 +8,7 @@ use std::time::Duration;
 use fencelock_core::{Error, LockBackend, LockKey, Locker, OwnerId, RwLocker};
 use tokio::time::sleep;
 
-use super::support::{LONG_TTL, PATIENCE, assert_stale, grant, key};
+use super::support::{LONG_TTL, PATIENCE, assert_stale, grant, grant_after_expiry, key};
 use crate::Setup;
 
 /// `true` when the backend claims shared locks. When it does not, checks that every shared
@@ -151,7 +151,7 @@ declare_properties!(__fencelock_conformance_rwlock, {
         let (r, reader) = read_lease(b, &key, s.short_ttl()).await;
         s.storage.read(&key, r.fence()).await.unwrap();
         sleep(s.past_short_ttl()).await;
-        let w = grant(b, &key, LONG_TTL).await;
+        let w = grant_after_expiry(b, &key, LONG_TTL).await;
         s.storage.write(&key, w.fence(), b"writer").await.unwrap();
         assert_stale(s.storage.read(&key, r.fence()).await, r.fence(), w.fence());
         assert_stale(s.storage.write(&key, r.fence(), b"stale").await, r.fence(), w.fence());

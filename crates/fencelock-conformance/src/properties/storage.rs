@@ -10,7 +10,7 @@ use fencelock_core::{
 use tokio::time::sleep;
 
 use super::support::{
-    LONG_TTL, assert_stale, grant, key, peek, successive_fences,
+    LONG_TTL, assert_stale, grant, grant_after_expiry, key, peek, successive_fences,
 };
 use crate::Setup;
 
@@ -29,7 +29,7 @@ declare_properties!(__fencelock_conformance_storage, {
             Some(first_info.clone())
         );
         sleep(s.past_short_ttl()).await; // the first holder's lease ends
-        let second = grant(b, &key, LONG_TTL).await;
+        let second = grant_after_expiry(b, &key, LONG_TTL).await;
         assert_eq!(
             read_holder(st, &key, second.fence()).await.unwrap(),
             None,
@@ -56,7 +56,7 @@ declare_properties!(__fencelock_conformance_storage, {
         let first = grant(b, &key, s.short_ttl()).await;
         assert_eq!(st.read(&key, first.fence()).await.unwrap(), None);
         sleep(s.past_short_ttl()).await; // the pause
-        let second = grant(b, &key, LONG_TTL).await;
+        let second = grant_after_expiry(b, &key, LONG_TTL).await;
         st.read(&key, second.fence()).await.unwrap();
         st.write(&key, second.fence(), b"second").await.unwrap();
         assert_stale(

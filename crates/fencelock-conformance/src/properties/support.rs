@@ -9,6 +9,7 @@ use fencelock_core::{
     Snapshot,
 };
 use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep};
 
 /// A ttl short enough to wait out in a test, on a backend that accepts it.
 const SHORT_TTL: Duration = Duration::from_millis(300);
@@ -59,6 +60,50 @@ pub(super) async fn grant(backend: &dyn LockBackend, key: &LockKey, ttl: Duratio
         .await
         .expect("try_acquire failed")
         .unwrap_or_else(|| panic!("{} refused a free key {key:?}", backend.name()))
+}
+
+/// The first grant of `key` in a try every 20 ms for up to [`PATIENCE`], or `None`.
+///
+/// For a key whose last lease has just been waited out ([`Setup::past_short_ttl`]): a server
+/// lets go of an expired lease on its own schedule (etcd's leader revokes expired leases in
+/// rounds, and later when it is loaded), so a single try at a fixed time would test the load
+/// as much as the backend. A lease the server never lets go is still refused throughout.
+pub(super) async fn grant_within_patience(
+    backend: &dyn LockBackend,
+    key: &LockKey,
+    ttl: Duration,
+) -> Option<Lease> {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(lease) = backend
+            .try_acquire(key, ttl)
+            .await
+            .expect("try_acquire failed")
+        {
+            return Some(lease);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A grant of `key` once its last lease ran out ([`grant_within_patience`]); panics if the
+/// server keeps the key held for [`PATIENCE`] after the ttl was waited out.
+pub(super) async fn grant_after_expiry(
+    backend: &dyn LockBackend,
+    key: &LockKey,
+    ttl: Duration,
+) -> Lease {
+    grant_within_patience(backend, key, ttl)
+        .await
+        .unwrap_or_else(|| {
+            panic!(
+                "{} kept {key:?} held for {PATIENCE:?} after its last lease ran out",
+                backend.name()
+            )
+        })
 }
 
 /// Two grants of the same key, the first expired before the second: fences with increasing
