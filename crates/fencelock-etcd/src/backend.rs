@@ -13,6 +13,7 @@ use fencelock_core::{
     LostReason, OwnerId, QueueEntry, QueueRole, ReadPhase, Result, TimeAuthority, TokenGuarantee,
     WakeUp, async_trait, valid_until, validate_floor, validate_ttl,
 };
+use futures_util::future::try_join_all;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -509,8 +510,8 @@ impl LockBackend for EtcdLockBackend {
             (readers, QueueRole::Reader),
             (places, QueueRole::Waiting),
         ];
-        for (kvs, role) in ranked {
-            for kv in &kvs {
+        for (kvs, role) in &ranked {
+            for kv in kvs {
                 let (owner, token) = match role {
                     QueueRole::Holder => {
                         let holder = parse_holder(kv.value())?;
@@ -524,23 +525,36 @@ impl LockBackend for EtcdLockBackend {
                     _ => (keys.waiter_of(key, kv.key()), None),
                 };
                 let owner = owner.ok_or_else(|| protocol(what))?;
-                // A key on no lease keeps no time: shown as none left.
-                let remaining = match kv.lease() {
-                    0 => Duration::ZERO,
-                    _ => match self.time_left(kv).await? {
-                        Some(left) => left,
-                        None => continue,
-                    },
-                };
-                listed.push(QueueEntry {
+                let entry = QueueEntry {
                     owner,
-                    role,
+                    role: *role,
                     token,
-                    remaining,
-                });
+                    remaining: Duration::ZERO,
+                };
+                listed.push((kv, entry));
             }
         }
-        Ok(Some(listed))
+        // Each entry's time left, from its lease: asked all at once, so a long queue costs
+        // about one round trip rather than one per entry. A key on no lease keeps no time
+        // (shown as none left); a lease gone since the listing drops its entry.
+        let left = try_join_all(listed.iter().map(|(kv, _)| async move {
+            match kv.lease() {
+                0 => Ok(Some(Duration::ZERO)),
+                _ => self.time_left(kv).await,
+            }
+        }))
+        .await?;
+        let entries = listed
+            .into_iter()
+            .zip(left)
+            .filter_map(|((_, entry), left)| {
+                Some(QueueEntry {
+                    remaining: left?,
+                    ..entry
+                })
+            })
+            .collect();
+        Ok(Some(entries))
     }
 
     async fn try_acquire_shared(
