@@ -64,10 +64,11 @@ pub(super) async fn grant(backend: &dyn LockBackend, key: &LockKey, ttl: Duratio
 
 /// The first grant of `key` in a try every 20 ms for up to [`PATIENCE`], or `None`.
 ///
-/// For a key whose last lease has just been waited out ([`Setup::past_short_ttl`]): a server
-/// lets go of an expired lease on its own schedule (etcd's leader revokes expired leases in
-/// rounds, and later when it is loaded), so a single try at a fixed time would test the load
-/// as much as the backend. A lease the server never lets go is still refused throughout.
+/// For a key the server should free on its own soon: after its last lease was waited out
+/// ([`Setup::past_short_ttl`]), or once a dropped guard's release is on its way. A server lets
+/// go of an expired lease on its own schedule (etcd's leader revokes expired leases in rounds,
+/// and later when it is loaded), so a single try at a fixed time would test the load as much
+/// as the backend. A lease the server never lets go is still refused throughout.
 pub(super) async fn grant_within_patience(
     backend: &dyn LockBackend,
     key: &LockKey,
