@@ -44,8 +44,7 @@ macro_rules! delegate_backend {
                 self.0.capabilities()
             }
             async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
-                let acquire: fn(Option<Lease>) -> Option<Lease> = $acquire;
-                Ok(acquire(self.0.try_acquire(key, ttl).await?))
+                $acquire(&self.0, key, ttl).await
             }
             async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
                 self.0.extend(lease, ttl).await
@@ -74,6 +73,40 @@ async fn honest_release(inner: &MemoryLockBackend, lease: &Lease) -> Result<bool
     inner.release(lease).await
 }
 
+async fn honest_acquire(
+    inner: &MemoryLockBackend,
+    key: &LockKey,
+    ttl: Duration,
+) -> Result<Option<Lease>> {
+    inner.try_acquire(key, ttl).await
+}
+
+async fn same_token_acquire(
+    inner: &MemoryLockBackend,
+    key: &LockKey,
+    ttl: Duration,
+) -> Result<Option<Lease>> {
+    let granted = inner.try_acquire(key, ttl).await?;
+    Ok(granted.map(|lease| Lease {
+        token: FencingToken::MIN,
+        ..lease
+    }))
+}
+
+/// Takes the lock for an hour and answers a lease of the ttl asked for.
+async fn hour_long_acquire(
+    inner: &MemoryLockBackend,
+    key: &LockKey,
+    ttl: Duration,
+) -> Result<Option<Lease>> {
+    let granted = inner.try_acquire(key, Duration::from_secs(3600)).await?;
+    Ok(granted.map(|lease| Lease {
+        ttl,
+        valid_until: tokio::time::Instant::now() + ttl,
+        ..lease
+    }))
+}
+
 async fn release_any_owner(inner: &MemoryLockBackend, lease: &Lease) -> Result<bool> {
     let info = inner.inspect(&lease.key).await?;
     let Some(holder) = info.holder else {
@@ -87,45 +120,9 @@ async fn release_any_owner(inner: &MemoryLockBackend, lease: &Lease) -> Result<b
     inner.release(&theirs).await
 }
 
-delegate_backend!(ReusesTokens, release: honest_release, try_acquire: |lease| {
-    lease.map(|lease| Lease { token: FencingToken::MIN, ..lease })
-});
-delegate_backend!(ReleasesAnyOwner, release: release_any_owner, try_acquire: |lease| lease);
-
-const HOUR: Duration = Duration::from_secs(3600);
-
-#[async_trait]
-impl LockBackend for NeverExpires {
-    fn name(&self) -> &'static str {
-        "NeverExpires"
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.0.capabilities()
-    }
-    async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
-        let granted = self.0.try_acquire(key, HOUR).await?;
-        Ok(granted.map(|lease| Lease {
-            ttl,
-            valid_until: tokio::time::Instant::now() + ttl,
-            ..lease
-        }))
-    }
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
-        self.0.extend(lease, ttl).await
-    }
-    async fn release(&self, lease: &Lease) -> Result<bool> {
-        self.0.release(lease).await
-    }
-    async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {
-        self.0.wait_for_release(key, max).await
-    }
-    async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
-        self.0.inspect(key).await
-    }
-    async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
-        self.0.advance_token(key, floor).await
-    }
-}
+delegate_backend!(ReusesTokens, release: honest_release, try_acquire: same_token_acquire);
+delegate_backend!(ReleasesAnyOwner, release: release_any_owner, try_acquire: honest_acquire);
+delegate_backend!(NeverExpires, release: honest_release, try_acquire: hour_long_acquire);
 
 #[async_trait]
 impl FencedStorage for SkipsFenceCheck {
