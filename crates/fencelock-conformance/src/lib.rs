@@ -81,6 +81,43 @@ macro_rules! storage_suite {
     };
 }
 
+/// [`conformance_suite!`], with a check awaited after every property: `$after` is an
+/// expression evaluating to a future of `()`, awaited once the property passed and its setup
+/// was dropped. For an invariant of the server that no property may break, checked after each
+/// (nothing left behind, no object of an intruder's run).
+#[macro_export]
+macro_rules! conformance_suite_then {
+    ($setup:expr, $after:expr) => {
+        $crate::__fencelock_conformance_all! { __fencelock_conformance_stamp_then, ($setup, $after) }
+    };
+}
+
+/// [`storage_suite!`], with a check awaited after every property, as in
+/// [`conformance_suite_then!`].
+#[macro_export]
+macro_rules! storage_suite_then {
+    ($setup:expr, $after:expr) => {
+        $crate::__fencelock_conformance_storage! { __fencelock_conformance_stamp_then, ($setup, $after) }
+    };
+}
+
+/// The callback of the `_then` stamping macros: one test per name, then the check.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __fencelock_conformance_stamp_then {
+    (($setup:expr, $after:expr); $($property:ident),*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $property() {
+                let setup: $crate::Setup = $setup.await;
+                $crate::properties::$property(&setup).await;
+                drop(setup);
+                $after.await;
+            }
+        )*
+    };
+}
+
 /// The callback the stamping macros hand to a list of properties: one test per name.
 #[doc(hidden)]
 #[macro_export]

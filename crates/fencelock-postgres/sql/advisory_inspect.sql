@@ -4,7 +4,7 @@
 SELECT c.last_token,
        h.owner,
        h.token,
-       GREATEST(0, (EXTRACT(EPOCH FROM (h.expires_at - clock_timestamp())) * 1000000))::bigint
+       GREATEST(0, (EXTRACT(EPOCH FROM (h.expires_at - clock_timestamp())) OPERATOR(pg_catalog.*) 1000000))::bigint
            AS remaining_us,
        (SELECT pl.pid FROM pg_locks pl
          WHERE pl.locktype = 'advisory'

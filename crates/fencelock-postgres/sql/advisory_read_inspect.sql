@@ -25,7 +25,7 @@ SELECT n.owner,
        n.token,
        (SELECT count(*) FROM live lv WHERE lv.token = n.token AND lv.owner = n.owner)
            AS readers,
-       (SELECT GREATEST(0, max(EXTRACT(EPOCH FROM (lv.expires_at - clock_timestamp())) * 1000000))::bigint
+       (SELECT GREATEST(0, max(EXTRACT(EPOCH FROM (lv.expires_at - clock_timestamp())) OPERATOR(pg_catalog.*) 1000000))::bigint
           FROM live lv WHERE lv.token = n.token AND lv.owner = n.owner) AS remaining_us,
        (SELECT min(s.pid) FROM sharers s
          WHERE NOT EXISTS (

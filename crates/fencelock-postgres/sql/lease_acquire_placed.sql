@@ -11,7 +11,7 @@
 -- mechanism is 'lease' (as lease_read_acquire.sql, `OFFSET 0` keeps the filter above the
 -- function scan). One statement, so it holds behind a transaction-mode pooler.
 SELECT r.token, r.live, COALESCE(r.exhausted, false) AS exhausted, s.bound, r.held_us,
-       ceil(extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS server_us
+       ceil(extract(epoch FROM clock_timestamp()) OPERATOR(pg_catalog.*) 1000000)::bigint AS server_us
   FROM (SELECT {schema}.fencelock_bind_mechanism('lease') AS bound) s
   LEFT JOIN LATERAL (
       SELECT f.token, f.live, f.exhausted, f.held_us

@@ -27,7 +27,7 @@ SELECT COALESCE(plain.token, r.token) AS token,
        COALESCE(r.exhausted, false) AS exhausted,
        s.bound,
        r.held_us,
-       ceil(extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS server_us
+       ceil(extract(epoch FROM clock_timestamp()) OPERATOR(pg_catalog.*) 1000000)::bigint AS server_us
   FROM serves s CROSS JOIN plain
   LEFT JOIN LATERAL (
       SELECT f.token, f.live, f.exhausted, f.held_us

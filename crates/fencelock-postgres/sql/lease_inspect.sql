@@ -3,7 +3,7 @@
 SELECT c.last_token,
        substring(l.owner FROM 1 FOR 16) AS owner,
        l.token,
-       GREATEST(0, (EXTRACT(EPOCH FROM (l.expires_at - clock_timestamp())) * 1000000))::bigint
+       GREATEST(0, (EXTRACT(EPOCH FROM (l.expires_at - clock_timestamp())) OPERATOR(pg_catalog.*) 1000000))::bigint
            AS remaining_us
   FROM (SELECT $1::text AS key) k
   LEFT JOIN {schema}.fencelock_counters c ON c.key = k.key

@@ -21,7 +21,7 @@ SELECT e.kind, e.who, e.token, t.left_us
        WHERE p.key = $1 AND NOT p.gone AND p.lapses_at > clock_timestamp()
   ) e
   CROSS JOIN LATERAL (
-      SELECT GREATEST(0, EXTRACT(EPOCH FROM (e.until - clock_timestamp())) * 1000000)::bigint
+      SELECT GREATEST(0, EXTRACT(EPOCH FROM (e.until - clock_timestamp())) OPERATOR(pg_catalog.*) 1000000)::bigint
           AS left_us
   ) t
  ORDER BY e.kind, e.arrival, e.who

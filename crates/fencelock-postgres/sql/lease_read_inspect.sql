@@ -5,7 +5,7 @@
 SELECT substring(l.owner FROM 1 FOR 16) AS owner,
        l.token,
        r.readers,
-       GREATEST(0, (EXTRACT(EPOCH FROM (r.latest - clock_timestamp())) * 1000000))::bigint
+       GREATEST(0, (EXTRACT(EPOCH FROM (r.latest - clock_timestamp())) OPERATOR(pg_catalog.*) 1000000))::bigint
            AS remaining_us
   FROM {schema}.fencelock_leases l
   CROSS JOIN LATERAL (

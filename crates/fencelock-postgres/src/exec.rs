@@ -60,13 +60,15 @@ impl Arg<'_> {
         .map_err(sqlx::Error::Encode)
     }
 
-    /// The parameter as a parenthesised SQL expression of its type.
+    /// The parameter as a parenthesised SQL expression of its type. Functions are named with
+    /// `pg_catalog.`: the statement runs on the caller's `search_path`, where an exact match
+    /// for `convert_from(bytea, unknown)` would otherwise win (DESIGN 8.1).
     fn write_literal(self, out: &mut String) {
         // `write!` to a String cannot fail.
         let _ = match self {
             Arg::Text(v) => write!(
                 out,
-                "(convert_from(decode('{}', 'hex'), 'UTF8'))",
+                "(pg_catalog.convert_from(pg_catalog.decode('{}', 'hex'), 'UTF8'))",
                 hex(v.as_bytes())
             ),
             Arg::TextArray(v) => {
@@ -86,7 +88,9 @@ impl Arg<'_> {
             Arg::Float8(v) if v > 0.0 => write!(out, "(CAST('Infinity' AS float8))"),
             Arg::Float8(_) => write!(out, "(CAST('-Infinity' AS float8))"),
             Arg::Bool(v) => write!(out, "({v})"),
-            Arg::Bytea(v) | Arg::OptBytea(Some(v)) => write!(out, "(decode('{}', 'hex'))", hex(v)),
+            Arg::Bytea(v) | Arg::OptBytea(Some(v)) => {
+                write!(out, "(pg_catalog.decode('{}', 'hex'))", hex(v))
+            }
             Arg::OptBytea(None) => write!(out, "(CAST(NULL AS bytea))"),
         };
     }
@@ -374,9 +378,9 @@ mod tests {
             .unwrap();
         assert_eq!(
             rendered,
-            "SELECT f((convert_from(decode('69742773202431205c78303020c3bc', 'hex'), 'UTF8')), \
+            "SELECT f((pg_catalog.convert_from(pg_catalog.decode('69742773202431205c78303020c3bc', 'hex'), 'UTF8')), \
              (CAST('-9223372036854775808' AS int8)), (CAST('300000' AS float8)), (true), \
-             (decode('00ff', 'hex')), (CAST(NULL AS bytea))), '$', $0"
+             (pg_catalog.decode('00ff', 'hex')), (CAST(NULL AS bytea))), '$', $0"
         );
         assert!(sql.render(&[Arg::Bool(false)]).is_err());
     }
@@ -387,8 +391,8 @@ mod tests {
         Arg::TextArray(&["a", "it's"]).write_literal(&mut out);
         assert_eq!(
             out,
-            "(CAST(ARRAY[(convert_from(decode('61', 'hex'), 'UTF8')), \
-             (convert_from(decode('69742773', 'hex'), 'UTF8'))] AS text[]))"
+            "(CAST(ARRAY[(pg_catalog.convert_from(pg_catalog.decode('61', 'hex'), 'UTF8')), \
+             (pg_catalog.convert_from(pg_catalog.decode('69742773', 'hex'), 'UTF8'))] AS text[]))"
         );
         let mut out = String::new();
         Arg::TextArray(&[]).write_literal(&mut out);

@@ -1,6 +1,6 @@
 //! Creating the schema and applying the embedded migrations.
 
-use fencelock_core::Result;
+use fencelock_core::{Error, Result};
 use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
@@ -62,6 +62,7 @@ impl Embedded {
             migration!(14, "lease queue", "0014_lease_queue.sql"),
             migration!(15, "handed grant", "0015_handed_grant.sql"),
             migration!(16, "advisory queue", "0016_advisory_queue.sql"),
+            migration!(17, "pinned paths", "0017_pinned_paths.sql"),
         ]
     }
 }
@@ -122,16 +123,53 @@ impl PgDatabase {
             // do not pool the connection. Behind a transaction pooler, its cache names
             // statements that were deallocated before the commit: do not pool it either.
             let _ = conn.close().await;
+        } else {
+            drop(conn);
         }
-        outcome
+        outcome?;
+        self.check_trust().await
+    }
+
+    /// Refuses a schema in which a role other than its owner (or a superuser) can create, or
+    /// owns a function, operator, relation or type (`sql/schema_trust.sql`): fencelock's
+    /// functions resolve names on a path that holds the schema (migration 17), so such a role
+    /// could plant an operator they would run, as whoever calls them, or replace a table the
+    /// fence rests on (DESIGN 8, *Security model*). Sent unprepared, as a one-off: nothing
+    /// is prepared at connect, whatever is between here and the server.
+    pub(crate) async fn check_trust(&self) -> Result<()> {
+        let inner = &self.inner;
+        let found: Option<String> = timed(
+            BACKEND,
+            inner.timeout,
+            Sql::new(include_str!("../../sql/schema_trust.sql")).scalar_optional(
+                Protocol::Simple,
+                &inner.pool,
+                &[Arg::Text(&inner.schema)],
+            ),
+        )
+        .await?;
+        match found {
+            None => Ok(()),
+            Some(what) => Err(Error::InvalidConfig {
+                message: format!(
+                    "{BACKEND}: schema {} is not fencelock's alone: {what}; only the schema's \
+                     owner (or a superuser) may create in it or own what is in it, since \
+                     fencelock's functions resolve names there (revoke the grant, or drop or \
+                     reassign the object)",
+                    quote_ident(&inner.schema)
+                ),
+                source: None,
+            }),
+        }
     }
 
     async fn migrate_on(&self, conn: &mut PgConnection, protocol: Protocol) -> Result<()> {
         let mut tx = sqlx::Connection::begin(conn)
             .await
             .map_err(|e| map_sqlx_error(BACKEND, e))?;
-        // pg_temp last, so a temporary table can never stand in for one of fencelock's.
-        let path = format!("{}, pg_temp", quote_ident(&self.inner.schema));
+        // pg_temp last, so a temporary table can never stand in for one of fencelock's. The
+        // path functions pin (`SET search_path FROM CURRENT`, migration 17).
+        let path = format!("{}, pg_catalog, pg_temp", quote_ident(&self.inner.schema));
         Sql::new("SELECT set_config('search_path', $1, true)")
             .execute(protocol, &mut *tx, &[Arg::Text(&path)])
             .await

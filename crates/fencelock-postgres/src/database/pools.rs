@@ -5,15 +5,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_core::{Error, Result};
+use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{Executor, PgPool};
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::pooler::{advisory_behind_pooler, known};
-use super::{BACKEND, Inner, PgDatabase};
-use crate::error::timed;
+use super::{Inner, PgDatabase};
 use crate::statements::Statements;
 use crate::{PgBackendKind, PgConfig, PgPooler};
 
@@ -69,14 +68,8 @@ impl PgConfig {
             if self.migrate {
                 db.migrate().await
             } else {
-                timed(
-                    BACKEND,
-                    db.inner.timeout,
-                    // Simple protocol: nothing is prepared, whatever is between here and the server.
-                    db.inner.pool.execute(sqlx::raw_sql("SELECT 1")),
-                )
-                .await
-                .map(drop)
+                // Answers that the server is there, and refuses a schema others can change.
+                db.check_trust().await
             }
         }
         .instrument(span)

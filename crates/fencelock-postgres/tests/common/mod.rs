@@ -4,6 +4,7 @@
 pub mod bouncer;
 pub mod own_tables;
 pub mod queue;
+pub mod trojans;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,13 +23,18 @@ pub const OP_TIMEOUT: Duration = Duration::from_secs(2);
 /// `app_schema`, which its connections have as `search_path` (the application's choice, made
 /// in its own connect options; fencelock sets nothing on a connection).
 pub fn app_pool(app_schema: &str) -> PgPool {
+    app_pool_on(pg_options(), app_schema)
+}
+
+/// [`app_pool`] on the server `options` name, with `search_path` `path`.
+pub fn app_pool_on(options: sqlx::postgres::PgConnectOptions, path: &str) -> PgPool {
     PgPoolOptions::new()
         .max_connections(10)
         .acquire_timeout(OP_TIMEOUT)
         .connect_lazy_with(
-            pg_options()
+            options
                 .application_name("fencelock-test-app")
-                .options([("search_path", app_schema)]),
+                .options([("search_path", path)]),
         )
 }
 
@@ -58,9 +64,15 @@ pub struct Split {
 
 /// A [`Split`]: fencelock adopts the application's pool, its tables in a schema of their own.
 pub async fn split() -> Split {
+    split_on(pg_options(), "").await
+}
+
+/// [`split`] on the server `options` name, with `path_tail` after the application's schema on
+/// its connections' `search_path` (`",public"`).
+pub async fn split_on(options: sqlx::postgres::PgConnectOptions, path_tail: &str) -> Split {
     let app = PgSchema::create().await;
     let locks = PgSchema::create().await;
-    let pool = app_pool(app.name());
+    let pool = app_pool_on(options, &format!("{}{path_tail}", app.name()));
     let db = PgDatabase::from_pool(pool.clone(), locks.name()).expect("a valid schema name");
     db.migrate().await.expect("migrating fencelock's schema");
     Split {
@@ -73,13 +85,21 @@ pub async fn split() -> Split {
 
 /// A database in a fresh schema, reached through a fault proxy.
 pub async fn proxied_database() -> (PgSchema, Arc<FaultProxy>, PgDatabase) {
+    proxied_database_on(pg_options()).await
+}
+
+/// [`proxied_database`] with fencelock's connections made from `options` (their startup
+/// options, a `search_path` say, kept).
+pub async fn proxied_database_on(
+    options: sqlx::postgres::PgConnectOptions,
+) -> (PgSchema, Arc<FaultProxy>, PgDatabase) {
     let schema = PgSchema::create().await;
     let proxy = Arc::new(
         FaultProxy::start(pg_addr())
             .await
             .expect("starting the proxy"),
     );
-    let db = PgConfig::from_options(pg_options().host("127.0.0.1").port(proxy.port()))
+    let db = PgConfig::from_options(options.host("127.0.0.1").port(proxy.port()))
         .schema(schema.name())
         .operation_timeout(OP_TIMEOUT)
         .connect()
@@ -92,6 +112,17 @@ pub async fn proxied_database() -> (PgSchema, Arc<FaultProxy>, PgDatabase) {
 type Pick = fn(&PgDatabase) -> Arc<dyn fencelock_core::LockBackend>;
 
 fn setup(schema: PgSchema, proxy: Arc<FaultProxy>, db: &PgDatabase, pick: Pick) -> Setup {
+    setup_on(pg_options(), schema, proxy, db, pick)
+}
+
+/// [`setup`], reopened with connections made from `options`.
+fn setup_on(
+    options: sqlx::postgres::PgConnectOptions,
+    schema: PgSchema,
+    proxy: Arc<FaultProxy>,
+    db: &PgDatabase,
+    pick: Pick,
+) -> Setup {
     let outage_proxy = proxy.clone();
     let name = schema.name().to_owned();
     Setup::new(
@@ -105,9 +136,9 @@ fn setup(schema: PgSchema, proxy: Arc<FaultProxy>, db: &PgDatabase, pick: Pick) 
     // Reopened as a new process would: a database of its own on the same schema, reached
     // directly (the proxy may be black-holed by then).
     .with_reopen(Box::new(move || {
-        let name = name.clone();
+        let (name, options) = (name.clone(), options.clone());
         Box::pin(async move {
-            let db = PgConfig::from_options(pg_options())
+            let db = PgConfig::from_options(options)
                 .schema(&name)
                 .operation_timeout(OP_TIMEOUT)
                 .connect()
