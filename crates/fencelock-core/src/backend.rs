@@ -119,6 +119,12 @@ pub trait LockBackend: Send + Sync + Debug + 'static {
     /// [`try_acquire_queued`](Self::try_acquire_queued) finds it as its own, and
     /// [`leave_queue`](Self::leave_queue) gives it up. The default waits with
     /// `wait_for_turn` and never returns a grant.
+    ///
+    /// A grant returned here must come from the server's own state (an answer to a request
+    /// of this waiter, or a change the server reports of its data), never from a message
+    /// another client could send: a backend whose hand-off is announced by a message anyone
+    /// may publish (`NOTIFY`, Redis pub/sub) keeps the default, and the waiter's next
+    /// [`try_acquire_queued`](Self::try_acquire_queued) takes the handed lock up.
     async fn wait_for_grant(
         &self,
         key: &LockKey,

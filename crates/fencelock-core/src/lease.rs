@@ -58,41 +58,6 @@ pub fn valid_until(sent_at: Instant, ttl: Duration) -> Instant {
         .unwrap_or(sent_at)
 }
 
-/// A grant a server made to a queued waiter by itself (a hand-off,
-/// [`LockBackend::wait_for_grant`](crate::LockBackend::wait_for_grant)), as a message told
-/// the waiter rather than a reply to its own request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HandedGrant {
-    /// The grant's fencing token.
-    pub token: FencingToken,
-    /// The server's clock when it granted, in µs.
-    pub granted_us: u64,
-    /// The (hand-off) ttl it granted for.
-    pub ttl: Duration,
-}
-
-impl HandedGrant {
-    /// The conservative deadline of this grant in this process's clock.
-    ///
-    /// The waiter's last refused try was sent at `tried_sent_at` (this process's clock) and
-    /// ran at `tried_us` by the server's clock, the clock of `granted_us`. The grant's start
-    /// here is no earlier than `tried_sent_at` plus the server's time between the try and the
-    /// grant, less the drift rate that [`drift_margin`] allows for (1 in 100): the try ran no
-    /// earlier than it was sent. The result is [`valid_until`] of that start.
-    ///
-    /// `None` when the grant is older than the try (a try that ran after a grant to this
-    /// waiter and was refused saw the grant already gone, or the message is stale), and when
-    /// the deadline has passed: the waiter then tries again, which takes up a grant still
-    /// held.
-    pub fn valid_until(&self, tried_sent_at: Instant, tried_us: u64) -> Option<Instant> {
-        const DRIFT_DIVISOR: u32 = 100;
-        let between = Duration::from_micros(self.granted_us.checked_sub(tried_us)?);
-        let granted_at = tried_sent_at.checked_add(between - between / DRIFT_DIVISOR)?;
-        let deadline = valid_until(granted_at, self.ttl);
-        (deadline > Instant::now()).then_some(deadline)
-    }
-}
-
 /// What a backend reports about a key, for operators ([`LockBackend::inspect`](crate::LockBackend::inspect)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockInfo {
@@ -160,43 +125,4 @@ pub struct QueueEntry {
     /// The time left before the entry lapses as the server counts it (the ttl for a grant or
     /// a reader, the place ttl for a waiter); zero for one past its time.
     pub remaining: Duration,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A grant at `granted_us` by the server's clock, for 2 s.
-    fn granted(granted_us: u64) -> HandedGrant {
-        HandedGrant {
-            token: FencingToken::new(7).unwrap(),
-            granted_us,
-            ttl: Duration::from_secs(2),
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_handed_grant_counts_from_the_refused_try_less_the_drift() {
-        let sent = Instant::now();
-        let ttl = Duration::from_secs(2);
-        // Granted 500 ms after the try by the server's clock: at least 495 ms here.
-        let deadline = granted(1_500_000).valid_until(sent, 1_000_000).unwrap();
-        let start = sent + Duration::from_millis(495);
-        assert_eq!(deadline, valid_until(start, ttl));
-        // In the same microsecond as the try: from the try's send.
-        assert_eq!(
-            granted(7).valid_until(sent, 7),
-            Some(valid_until(sent, ttl))
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_grant_older_than_the_try_or_past_its_deadline_is_none() {
-        let sent = Instant::now();
-        assert_eq!(granted(1_499_999).valid_until(sent, 1_500_000), None);
-        tokio::time::advance(Duration::from_secs(2)).await;
-        assert_eq!(granted(1_000_000).valid_until(sent, 1_000_000), None);
-        // Still ahead when the grant came late enough after the try.
-        assert!(granted(2_000_000).valid_until(sent, 1_000_000).is_some());
-    }
 }

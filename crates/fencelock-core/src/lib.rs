@@ -48,7 +48,7 @@ pub use kinds::{
     PermitRequest, ReadGuard, ReadPhase, ReadRequest, RwLocker, Semaphore, UpgradeableReadGuard,
     UpgradeableReadRequest, UpgradedGuard, WriteRequest,
 };
-pub use lease::{HandedGrant, Lease, LockInfo, QueueEntry, QueueRole, drift_margin, valid_until};
+pub use lease::{Lease, LockInfo, QueueEntry, QueueRole, drift_margin, valid_until};
 pub use locker::{LockOptions, LockRequest, Locker};
 pub use storage::{FencedStorage, Snapshot, validate_value};
 pub use storage_config::{BackendStorage, StorageConfig, StorageScheme};

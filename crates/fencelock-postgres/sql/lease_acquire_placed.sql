@@ -5,13 +5,10 @@
 -- nothing to do): the function alone (fencelock_lease_acquire_queued, migration 14). It
 -- takes up a lock handed to this waiter, or grants a free lock when this waiter heads the
 -- key's live queue (or none waits), or keeps the waiter's place. `token`, `live`,
--- `exhausted` as in lease_acquire.sql; `held_us` the holder's time left when refused;
--- `server_us` the server's clock after the try, in microseconds rounded up (a later hand-off
--- to this waiter is counted from it: migration 15). The function runs only when the schema's lock
+-- `exhausted` as in lease_acquire.sql; `held_us` the holder's time left when refused. The function runs only when the schema's lock
 -- mechanism is 'lease' (as lease_read_acquire.sql, `OFFSET 0` keeps the filter above the
 -- function scan). One statement, so it holds behind a transaction-mode pooler.
-SELECT r.token, r.live, COALESCE(r.exhausted, false) AS exhausted, s.bound, r.held_us,
-       ceil(extract(epoch FROM clock_timestamp()) OPERATOR(pg_catalog.*) 1000000)::bigint AS server_us
+SELECT r.token, r.live, COALESCE(r.exhausted, false) AS exhausted, s.bound, r.held_us
   FROM (SELECT {schema}.fencelock_bind_mechanism('lease') AS bound) s
   LEFT JOIN LATERAL (
       SELECT f.token, f.live, f.exhausted, f.held_us

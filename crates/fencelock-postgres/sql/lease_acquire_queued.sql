@@ -8,9 +8,7 @@
 -- up, the function decides (fencelock_lease_acquire_queued, migration 14): takes up a lock
 -- handed to this waiter, or grants a free lock when this waiter heads the key's live queue
 -- (or none waits), or keeps the waiter's place. `token`, `live`, `exhausted` as in
--- lease_acquire.sql; `held_us` the holder's time left when refused; `server_us` the
--- server's clock after the try, in microseconds rounded up (a later hand-off to this waiter
--- is counted from it: migration 15). The function runs only
+-- lease_acquire.sql; `held_us` the holder's time left when refused. The function runs only
 -- when the plain grant did not grant and the schema's lock mechanism is 'lease' (`OFFSET 0`
 -- keeps that filter above the function scan, a one-time filter checked before the scan).
 -- One statement, so it holds behind a transaction-mode pooler.
@@ -26,8 +24,7 @@ SELECT COALESCE(plain.token, r.token) AS token,
        CASE WHEN plain.token IS NOT NULL THEN plain.live ELSE r.live END AS live,
        COALESCE(r.exhausted, false) AS exhausted,
        s.bound,
-       r.held_us,
-       ceil(extract(epoch FROM clock_timestamp()) OPERATOR(pg_catalog.*) 1000000)::bigint AS server_us
+       r.held_us
   FROM serves s CROSS JOIN plain
   LEFT JOIN LATERAL (
       SELECT f.token, f.live, f.exhausted, f.held_us

@@ -240,7 +240,7 @@ impl PgAdvisoryBackend {
                             .and_then(|us| u64::try_from(us).ok())
                             .map(|us| replied_at + Duration::from_micros(us));
                         let until = left.map_or(refresh, |left| left.min(refresh));
-                        wakeups.refused(waiter, Some(until), None);
+                        wakeups.refused(waiter, Some(until));
                     }
                     tracing::debug!(outcome = "held", "not acquired");
                     return Ok(None);

@@ -259,14 +259,7 @@ type AcquireRow = (Option<i64>, Option<i64>, bool, Option<String>);
 
 /// A row of `lease_acquire_queued`: as [`AcquireRow`], then the holder's time left and the
 /// server's clock after the try, in µs.
-type QueuedRow = (
-    Option<i64>,
-    Option<i64>,
-    bool,
-    Option<String>,
-    Option<i64>,
-    Option<i64>,
-);
+type QueuedRow = (Option<i64>, Option<i64>, bool, Option<String>, Option<i64>);
 
 /// A lease renewed by an extend statement's `(extended, superseded)` row, or why not.
 pub(super) fn renewed(
@@ -530,17 +523,14 @@ impl LockBackend for PgLeaseBackend {
             let (token, sent_at) = match granted {
                 Ok((token, _, sent_at)) => (token, sent_at),
                 Err(refusal) => {
-                    if let (Some(wakeups), Some(((.., held_us, server_us), sent_at, received_at))) =
+                    if let (Some(wakeups), Some(((.., held_us), _, received_at))) =
                         (wakeups, refusal)
                     {
                         // Wake by the holder's deadline: an expiry sends no notification.
                         // Counted from the answer, which the server sent after it read its
                         // clock.
                         let left = remaining(held_us).map(|left| received_at + left);
-                        let tried = server_us
-                            .and_then(|us| u64::try_from(us).ok())
-                            .map(|us| (sent_at, us));
-                        wakeups.refused(waiter, left, tried);
+                        wakeups.refused(waiter, left);
                     }
                     return Ok(None);
                 }
@@ -567,37 +557,6 @@ impl LockBackend for PgLeaseBackend {
         crate::wakeups::turn(&self.db, BACKEND, key, waiter, max)
             .await
             .map(|_| ())
-    }
-
-    async fn wait_for_grant(
-        &self,
-        key: &LockKey,
-        waiter: OwnerId,
-        ttl: Duration,
-        max: Duration,
-    ) -> Result<Option<Lease>> {
-        if !crate::wakeups::turn(&self.db, BACKEND, key, waiter, max).await? {
-            return Ok(None);
-        }
-        // Handed the lock, and told the grant: the lease, valid for the hand-off ttl counted
-        // from the waiter's last refused try (DESIGN 5.3), for the caller to renew.
-        if let Ok(wakeups) = self.db.wakeups(BACKEND).await
-            && let Some((token, valid_until)) = wakeups.take_grant(waiter)
-        {
-            wakeups.dequeue(waiter);
-            tracing::debug!(token = token.get(), outcome = "handed", "acquired");
-            return Ok(Some(Lease {
-                key: key.clone(),
-                owner: waiter,
-                token,
-                ttl,
-                valid_until,
-            }));
-        }
-        // Handed the lock without a usable grant (a notification of an earlier version, or
-        // one that no refused try bounds): the queued try takes it up for the waiter's ttl in
-        // one statement.
-        self.try_acquire_queued(key, ttl, waiter).await
     }
 
     async fn leave_queue(&self, key: &LockKey, waiter: OwnerId) -> Result<()> {

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use fencelock_core::{FencingToken, HandedGrant, LockKey, OwnerId, Result};
+use fencelock_core::{LockKey, OwnerId, Result};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -28,10 +28,6 @@ struct Queued {
     key: Arc<str>,
     notify: Arc<Notify>,
     handed: bool,
-    /// The grant a hand-off's notification told, not yet taken up.
-    grant: Option<HandedGrant>,
-    /// When its last refused try was sent, and the server's clock (µs) after it ran.
-    last_try: Option<(Instant, u64)>,
     /// When its last try registered it.
     touched: Instant,
     /// When the holder its last refused try saw runs out, if one held the lock.
@@ -71,29 +67,6 @@ fn turn_of(payload: &str) -> Option<(OwnerId, &str)> {
     let rest = payload.strip_prefix('\u{b}')?;
     let (hex, key) = (rest.get(..32)?, rest.get(32..)?);
     Some((waiter_id(hex)?, key))
-}
-
-/// The payload that tells a hand-off's grant: a newline, then the waiter's id, the token,
-/// the server's clock at the grant and the hand-off ttl, the last two in µs, space-separated
-/// (`fencelock_handed_grant_payload`, migration 15).
-fn handed_grant(payload: &str) -> Option<(OwnerId, HandedGrant)> {
-    let mut parts = payload.strip_prefix('\n')?.split(' ');
-    let waiter = waiter_id(parts.next()?)?;
-    let token = parts.next()?.parse::<i64>().ok()?;
-    let token = FencingToken::new(u64::try_from(token).ok()?)?;
-    let granted_us = parts.next()?.parse::<u64>().ok()?;
-    let ttl = Duration::from_micros(parts.next()?.parse::<u64>().ok()?);
-    if parts.next().is_some() {
-        return None;
-    }
-    Some((
-        waiter,
-        HandedGrant {
-            token,
-            granted_us,
-            ttl,
-        },
-    ))
 }
 
 /// Release notifications of one schema. The listening task ends when this is dropped.
@@ -145,9 +118,6 @@ impl Wakeups {
         let mut registry = lock(&self.queues);
         if let Some(queued) = registry.queued.get_mut(&waiter) {
             queued.touched = now;
-            // Only this try's reading may bound a later grant: a try whose answer is lost may
-            // have run on another server (after a failover), by another clock.
-            queued.last_try = None;
             return false;
         }
         // A waiter that stopped trying without leaving (a caller of the raw trait that never
@@ -162,8 +132,6 @@ impl Wakeups {
                 key: Arc::from(key.as_str()),
                 notify: Arc::new(Notify::new()),
                 handed: false,
-                grant: None,
-                last_try: None,
                 touched: now,
                 holder_until: None,
             },
@@ -172,33 +140,11 @@ impl Wakeups {
     }
 
     /// Records a refused try of queued waiter `waiter`: when the holder that refused it runs
-    /// out (`None`: the lock is free but kept for another waiter), so its wait ends by then,
-    /// and when the try was sent with the server's clock after it ran, which a later
-    /// hand-off's grant is counted from ([`take_grant`](Self::take_grant)).
-    pub(crate) fn refused(
-        &self,
-        waiter: OwnerId,
-        holder_until: Option<Instant>,
-        tried: Option<(Instant, u64)>,
-    ) {
+    /// out (`None`: the lock is free but kept for another waiter), so its wait ends by then.
+    pub(crate) fn refused(&self, waiter: OwnerId, holder_until: Option<Instant>) {
         if let Some(queued) = lock(&self.queues).queued.get_mut(&waiter) {
             queued.holder_until = holder_until;
-            queued.last_try = tried;
         }
-    }
-
-    /// The grant a hand-off's notification told queued waiter `waiter` (and forgets it): its
-    /// token and how long this process may count on it, by [`HandedGrant::valid_until`] from the
-    /// waiter's last refused try. `None` when no grant was told, no refused try bounds it, it
-    /// is older than that try (which then found the lock not the waiter's: the grant lapsed),
-    /// or its deadline passed; the waiter's next try takes up a grant still held.
-    pub(crate) fn take_grant(&self, waiter: OwnerId) -> Option<(FencingToken, Instant)> {
-        let mut registry = lock(&self.queues);
-        let queued = registry.queued.get_mut(&waiter)?;
-        let grant = queued.grant.take()?;
-        let (sent_at, tried_us) = queued.last_try?;
-        let valid_until = grant.valid_until(sent_at, tried_us)?;
-        Some((grant.token, valid_until))
     }
 
     /// Forgets queued waiter `waiter` (granted, or gone).
@@ -268,18 +214,19 @@ async fn forward(mut listener: PgListener, queues: Arc<Queues>) {
 /// Wakes the waiters a payload names. Each `notify_one` is stored as a permit when nobody is
 /// parked yet, so a waiter between registering and parking still sees it.
 fn deliver(queues: &Queues, payload: &str) {
-    let mut registry = lock(queues);
-    if let Some((waiter, grant)) = handed_grant(payload) {
-        // The grant of a hand-off to this waiter; its name follows (for earlier versions).
-        registry.hand(waiter, Some(grant));
+    if payload.starts_with('\n') {
+        // The grant a hand-off tells (migration 15), never read: any role that may connect
+        // can NOTIFY, so a grant is only ever taken from a try's answer. The waiter's name
+        // follows, and wakes it; its next try takes the lock handed to it up.
         return;
     }
+    let mut registry = lock(queues);
     if let Some((waiter, key)) = turn_of(payload) {
         // A free lock kept for the head of its queue (advisory backend): that waiter's turn,
         // in whichever process it waits, and one waiter of this process that holds no place
         // (a reader, a request that waits without queueing), which the queue does not hold
         // back. The other queued waiters of the key sleep on: the queue would refuse them.
-        registry.hand(waiter, None);
+        registry.hand(waiter);
         if let Some(queue) = registry.keys.get(key) {
             queue.notify_one();
         }
@@ -287,7 +234,7 @@ fn deliver(queues: &Queues, payload: &str) {
     }
     if let Some(waiter) = handed_to(payload) {
         // Only the waiter the lock was handed to, in whichever process it waits.
-        registry.hand(waiter, None);
+        registry.hand(waiter);
         return;
     }
     if let Some(queue) = registry.keys.get(payload) {
@@ -305,13 +252,10 @@ fn deliver(queues: &Queues, payload: &str) {
 
 impl Registry {
     /// Tells queued waiter `waiter`, if it waits in this process, that the lock was handed to
-    /// it (with the grant, when the notification carried it) or that its turn came.
-    fn hand(&mut self, waiter: OwnerId, grant: Option<HandedGrant>) {
+    /// it or that its turn came: a hint, which its next try checks with the server.
+    fn hand(&mut self, waiter: OwnerId) {
         if let Some(queued) = self.queued.get_mut(&waiter) {
             queued.handed = true;
-            if grant.is_some() {
-                queued.grant = grant;
-            }
             queued.notify.notify_one();
         }
     }
@@ -408,29 +352,30 @@ mod tests {
     const WAITER: &str = "000102030405060708090a0b0c0d0e0f";
 
     #[test]
-    fn a_hand_off_grant_payload_is_read_whole_or_not_at_all() {
+    fn a_hand_off_names_its_waiter_and_a_told_grant_wakes_nobody() {
         let waiter = OwnerId::from_u128(0x0001_0203_0405_0607_0809_0a0b_0c0d_0e0f);
-        let (named, grant) = handed_grant(&format!("\n{WAITER} 42 1700000000123456 2000000"))
-            .expect("a well-formed grant");
-        assert_eq!(named, waiter);
-        assert_eq!(Some(grant.token), FencingToken::new(42));
-        assert_eq!(grant.granted_us, 1_700_000_000_123_456);
-        assert_eq!(grant.ttl, Duration::from_secs(2));
-        for bad in [
-            format!("\t{WAITER} 42 1 2"),
-            format!("\n{WAITER} 42 1"),
-            format!("\n{WAITER} 42 1 2 3"),
-            format!("\n{WAITER} 0 1 2"),
-            format!("\n{WAITER} -3 1 2"),
-            format!("\n{WAITER} 42 -1 2"),
-            format!("\n{} 42 1 2", &WAITER[1..]),
-            "\n".to_owned(),
-        ] {
-            assert_eq!(handed_grant(&bad), None, "{bad:?}");
-        }
-        // The name alone, as migration 14 sends it, is not a grant.
-        assert_eq!(handed_grant(&format!("\t{WAITER}")), None);
         assert_eq!(handed_to(&format!("\t{WAITER}")), Some(waiter));
+        let queues = Queues::default();
+        lock(&queues).queued.insert(
+            waiter,
+            Queued {
+                key: Arc::from("k"),
+                notify: Arc::new(Notify::new()),
+                handed: false,
+                touched: Instant::now(),
+                holder_until: None,
+            },
+        );
+        deliver(
+            &queues,
+            &format!("\n{WAITER} 999999 1700000000123456 60000000"),
+        );
+        assert!(
+            !lock(&queues).queued[&waiter].handed,
+            "a told grant was taken as a hand-off"
+        );
+        deliver(&queues, &format!("\t{WAITER}"));
+        assert!(lock(&queues).queued[&waiter].handed);
     }
 
     #[test]

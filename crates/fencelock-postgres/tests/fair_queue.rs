@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_conformance::queue_refused;
-use fencelock_core::{FencingToken, LockBackend, LockKey, Locker, OwnerId};
+use fencelock_core::{FencingToken, LockBackend, LockKey, Locker, OwnerId, QueueRole};
+use fencelock_testkit::postgres::pg_options;
 use sqlx::postgres::PgListener;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep, timeout};
@@ -110,12 +111,12 @@ async fn eight_waiters_are_handed_one_key_down_in_arrival_order() {
     );
 }
 
-/// A waiter takes a handed lock up from the hand-off's notification, without a statement:
-/// `wait_for_grant` answers a lease with the next token, valid for the hand-off ttl (not the
-/// waiter's 30 s, which the take-up statement would have renewed it to), that the server
-/// keeps at least as long.
+/// A hand-off's notification only wakes its waiter: `wait_for_grant` returns no grant (what a
+/// `NOTIFY` tells, anyone who may connect could have sent), and the woken waiter's next
+/// queued try takes the handed lock up from the server's answer, with the next token and
+/// renewed to the waiter's own ttl in the same statement.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_handed_lock_is_taken_up_from_its_notification() {
+async fn a_handed_lock_is_taken_up_by_the_woken_waiters_try() {
     let (_schema, db) = common::database().await;
     let backend = db.lease_backend();
     let key = key("told", &db);
@@ -130,33 +131,28 @@ async fn a_handed_lock_is_taken_up_from_its_notification() {
         "a held lock was granted to a queued try"
     );
     assert!(backend.release(&holder).await.unwrap());
-    let lease = timeout(
-        PATIENCE,
+    let woken = timeout(
+        PATIENCE / 2,
         backend.wait_for_grant(&key, waiter, TTL, PATIENCE),
     )
     .await
     .expect("the handed waiter was never woken")
-    .unwrap()
-    .expect("the hand-off was not taken up");
-    assert_eq!(lease.owner, waiter);
-    assert_eq!(lease.token, next(holder.token));
-    assert_eq!(lease.ttl, TTL, "the ttl to renew the grant to");
-    let left = lease.remaining();
-    assert!(
-        left > Duration::ZERO && left <= Duration::from_secs(2),
-        "not the notified grant's validity (the hand-off ttl): {left:?}"
-    );
+    .unwrap();
+    assert!(woken.is_none(), "a grant was taken from a notification");
     let info = backend.inspect(&key).await.unwrap();
-    let held = info.holder.expect("the handed lock is not held");
-    assert_eq!((held.owner, held.token), (waiter, lease.token));
+    let handed = info.holder.expect("the release handed nothing");
+    assert_eq!((handed.owner, handed.token), (waiter, next(holder.token)));
+    let lease = backend
+        .try_acquire_queued(&key, TTL, waiter)
+        .await
+        .unwrap()
+        .expect("the handed lock was not taken up");
+    assert_eq!((lease.owner, lease.token), (waiter, next(holder.token)));
     assert!(
-        lease.valid_until <= Instant::now() + info.remaining.unwrap(),
-        "this process counts on the grant longer than the server keeps it"
+        backend.inspect(&key).await.unwrap().remaining.unwrap() > Duration::from_secs(2),
+        "the take-up did not renew the hand-off ttl into the waiter's"
     );
-    // Renewed into the waiter's ttl by an ordinary extend, as the watchdog would.
-    let renewed = backend.extend(&lease, TTL).await.unwrap();
-    assert!(renewed.remaining() > Duration::from_secs(2));
-    assert!(backend.release(&renewed).await.unwrap());
+    assert!(backend.release(&lease).await.unwrap());
 }
 
 /// A lock handed to a waiter that queued with a raw queued try and never came back lapses
@@ -312,4 +308,77 @@ async fn a_queued_try_after_lost_volatile_state_starts_a_new_epoch() {
     );
     assert!(!backend.release(&first).await.unwrap());
     assert!(backend.release(&second).await.unwrap());
+}
+
+/// A hand-off is announced by `NOTIFY`, which any role that may connect can send: a forged
+/// grant (token 999999 for 60 s) and name, from a role with no right but CONNECT, told to a
+/// queued waiter while another client holds the lock, wake the waiter at most. It is not
+/// granted, the counter does not move, and the holder's release gives the waiter the next
+/// real token (DESIGN 4.0.1: a grant comes only from a try's answer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_hand_off_notify_grants_nothing() {
+    let (schema, db) = common::database().await;
+    let backend = Arc::new(db.lease_backend());
+    let key = key("forged", &db);
+    let held = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+    let locker = Locker::new(backend.clone());
+    let waiting = {
+        let (locker, key) = (locker.clone(), key.clone());
+        tokio::spawn(async move { locker.lock(key.as_str()).ttl(TTL).wait(PATIENCE * 2).await })
+    };
+    until_places(&db, LEASE, &key, 1).await;
+    let queue = backend.inspect_queue(&key).await.unwrap().unwrap();
+    let waiter = queue
+        .iter()
+        .find(|entry| entry.role == QueueRole::Waiting)
+        .expect("the waiter's place")
+        .owner;
+    // Time for the refused try's answer to reach the waiter, which then sleeps.
+    sleep(Duration::from_millis(300)).await;
+
+    let role = format!("{}_forger", schema.name());
+    sqlx::query(&format!("CREATE ROLE {role} LOGIN"))
+        .execute(schema.admin())
+        .await
+        .unwrap();
+    let forger = sqlx::PgPool::connect_with(pg_options().username(&role))
+        .await
+        .expect("the forger connects with CONNECT alone");
+    let hex = format!("{:032x}", waiter.as_u128());
+    sqlx::query(
+        "SELECT pg_notify($1, E'\\n' || $2 || ' 999999 ' \
+           || floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint || ' 60000000'), \
+           pg_notify($1, E'\\t' || $2)",
+    )
+    .bind(format!("fencelock_{}", db.schema()))
+    .bind(&hex)
+    .execute(&forger)
+    .await
+    .unwrap();
+    forger.close().await;
+    sleep(Duration::from_secs(1)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the forged NOTIFY granted the waiter the lock"
+    );
+    let info = backend.inspect(&key).await.unwrap();
+    assert_eq!(
+        info.holder.map(|h| h.token),
+        Some(held.token),
+        "the holder changed"
+    );
+    assert_eq!(info.last_token, Some(held.token), "the counter moved");
+
+    assert!(backend.release(&held).await.unwrap());
+    let guard = timeout(PATIENCE, waiting)
+        .await
+        .expect("the waiter was not granted after the release")
+        .unwrap()
+        .unwrap();
+    assert_eq!(guard.fence().token, next(held.token));
+    assert!(guard.release().await.unwrap());
+    sqlx::query(&format!("DROP ROLE {role}"))
+        .execute(schema.admin())
+        .await
+        .unwrap();
 }

@@ -301,10 +301,10 @@ impl Locks {
                 redis::Value::SimpleString(text) => text,
                 redis::Value::Nil | redis::Value::Int(_) => return Ok(None),
                 redis::Value::Array(refusal) => {
-                    if let (Some((waiters, waiter)), Some((holder_ms, server_us))) =
+                    if let (Some((waiters, waiter)), Some(holder_ms)) =
                         (waiter, parse_refusal(&refusal))
                     {
-                        waiters.refused(waiter, holder_ms, sent_at, server_us);
+                        waiters.refused(waiter, holder_ms);
                         return Ok(None);
                     }
                     return Err(fencelock_core::Error::Backend {
@@ -333,28 +333,6 @@ impl Locks {
         .instrument(span.clone())
         .await;
         finish_grant(&span, result)
-    }
-
-    /// Waits for `waiter`'s turn like [`wait_for_turn`](Self::wait_for_turn), and returns the
-    /// grant a release handed to `waiter` meanwhile (one server): a lease of `ttl` valid for
-    /// the hand-off ttl, counted from a lower bound on the grant's time (see
-    /// [`Waiters::take_grant`]).
-    pub(crate) async fn wait_for_grant(
-        &self,
-        key: &LockKey,
-        waiter: OwnerId,
-        ttl: Duration,
-        max: Duration,
-    ) -> Result<Option<Lease>> {
-        self.wait_for_turn(key, waiter, max).await?;
-        let Wake::Notify(waiters) = &self.wake else {
-            return Ok(None);
-        };
-        let granted = waiters.take_grant(key, waiter, ttl);
-        if granted.is_some() {
-            waiters.forget(waiter);
-        }
-        Ok(granted)
     }
 
     /// Waits for `waiter`'s turn (one server), or polls the lock (a cluster).
@@ -616,14 +594,16 @@ impl Locks {
 }
 
 /// A queued try's refusal, `{ holder's ms left or -1, the server's clock in µs as text }`.
-fn parse_refusal(reply: &[redis::Value]) -> Option<(i64, u64)> {
+fn parse_refusal(reply: &[redis::Value]) -> Option<i64> {
+    // The server's clock (the second element) told a hand-off's start when a publish told
+    // its grant; a grant is now only ever read from a try's answer, so it goes unused.
     let [redis::Value::Int(holder_ms), time] = reply else {
         return None;
     };
-    let server_us = match time {
-        redis::Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?.parse().ok()?,
-        redis::Value::SimpleString(text) => text.parse().ok()?,
+    match time {
+        redis::Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?.parse::<u64>().ok()?,
+        redis::Value::SimpleString(text) => text.parse::<u64>().ok()?,
         _ => return None,
     };
-    Some((*holder_ms, server_us))
+    Some(*holder_ms)
 }

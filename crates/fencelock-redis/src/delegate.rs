@@ -79,7 +79,13 @@ macro_rules! delegate_lock_backend {
                 ttl: std::time::Duration,
                 max: std::time::Duration,
             ) -> fencelock_core::Result<Option<fencelock_core::Lease>> {
-                self.locks.wait_for_grant(key, waiter, ttl, max).await
+                // A message only wakes: the waiter's next try takes a lock handed to it up
+                // from the server's answer (DESIGN 4.0.1), never from what a publish told.
+                let _ = ttl;
+                self.locks
+                    .wait_for_turn(key, waiter, max)
+                    .await
+                    .map(|()| None)
             }
 
             async fn leave_queue(

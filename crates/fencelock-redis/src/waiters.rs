@@ -18,15 +18,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
-use fencelock_core::{HandedGrant, Lease, LockKey, OwnerId, Result};
+use fencelock_core::{LockKey, OwnerId, Result};
 use futures_util::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 
-use crate::codec::parse_token;
 use crate::connection::Connection;
-use crate::error::REDIS;
 
 /// How long a queued waiter sleeps at most before it tries again, which keeps its place
 /// (a place lapses after [`PLACE_TTL`] without a try).
@@ -95,31 +93,6 @@ struct Queued {
     covered: bool,
     /// When the holder's time ran out, as the last refused try said.
     holder_until: Option<Instant>,
-    /// When the last refused try was sent, and the server's clock (µs) when it ran.
-    last_try: Option<(Instant, u64)>,
-    /// A grant a release handed this waiter, as its publish told, not yet taken up.
-    handed: Option<HandedGrant>,
-}
-
-/// Reads a hand-off message, `>waiter token time-us ms` on the channel (without its `>`):
-/// the waiter and its grant.
-fn parse_handed(message: &str) -> Option<(OwnerId, HandedGrant)> {
-    let mut parts = message.split(' ');
-    let waiter = parts.next()?.parse::<OwnerId>().ok()?;
-    let token = parse_token(REDIS, parts.next()?).ok()?;
-    let granted_us = parts.next()?.parse::<u64>().ok()?;
-    let ms = parts.next()?.parse::<u64>().ok()?;
-    if parts.next().is_some() {
-        return None;
-    }
-    Some((
-        waiter,
-        HandedGrant {
-            token,
-            granted_us,
-            ttl: Duration::from_millis(ms),
-        },
-    ))
 }
 
 struct Subscriber {
@@ -261,8 +234,6 @@ impl Waiters {
                     registration,
                     covered: false,
                     holder_until: None,
-                    last_try: None,
-                    handed: None,
                 },
             );
         }
@@ -275,48 +246,14 @@ impl Waiters {
         }
     }
 
-    /// A queued try of `waiter`, sent at `sent_at`, was refused; `holder_ms` is the holder's
-    /// time left (negative when unknown), `server_us` the server's clock when the try ran.
-    pub(crate) fn refused(
-        &self,
-        waiter: OwnerId,
-        holder_ms: i64,
-        sent_at: Instant,
-        server_us: u64,
-    ) {
+    /// A queued try of `waiter` was refused; `holder_ms` is the holder's time left (negative
+    /// when unknown).
+    pub(crate) fn refused(&self, waiter: OwnerId, holder_ms: i64) {
         if let Some(queued) = self.state().queued.get_mut(&waiter) {
             queued.holder_until = u64::try_from(holder_ms)
                 .ok()
                 .map(|ms| Instant::now() + Duration::from_millis(ms));
-            queued.last_try = Some((sent_at, server_us));
         }
-    }
-
-    /// The grant handed to `waiter`, as a lease of `ttl` whose `valid_until` counts the
-    /// granted (hand-off) ttl from a lower bound on the grant's time in this process's clock:
-    /// the send time of the last refused try, plus the server's time between that try and
-    /// the grant less the drift rate ([`HandedGrant::valid_until`]). `None` when nothing was
-    /// handed, when no refused try gives a bound, when the grant is older than the last
-    /// refused try (that try found the lock not ours: the grant lapsed) or when its deadline
-    /// passed; the next try then finds a grant still held and takes it up itself.
-    pub(crate) fn take_grant(
-        &self,
-        key: &LockKey,
-        waiter: OwnerId,
-        ttl: Duration,
-    ) -> Option<Lease> {
-        let mut state = self.state();
-        let queued = state.queued.get_mut(&waiter)?;
-        let handed = queued.handed.take()?;
-        let (sent_at, try_us) = queued.last_try?;
-        let valid_until = handed.valid_until(sent_at, try_us)?;
-        Some(Lease {
-            key: key.clone(),
-            owner: waiter,
-            token: handed.token,
-            ttl,
-            valid_until,
-        })
     }
 
     /// `waiter`'s request ended (granted, or gave its place up): it is no longer woken.
@@ -340,8 +277,6 @@ impl Waiters {
         let (notify, covered, holder_until) = {
             let state = self.state();
             match state.queued.get(&waiter) {
-                // The lock was handed to this waiter: its turn has come.
-                Some(queued) if queued.handed.is_some() => return Ok(()),
                 Some(queued) => (
                     Some(Arc::clone(&queued.registration.notify)),
                     queued.covered,
@@ -541,20 +476,17 @@ impl Waiters {
         Ok(())
     }
 
-    /// A release on `channel` named `next`: wakes that queued waiter (keeping the grant it
-    /// was handed, if the message is one) and every waiter that waits for any release; a
-    /// message that names no waiter (a lock value has a `:`) wakes them all.
+    /// A release on `channel` named `next`: wakes that queued waiter and every waiter that
+    /// waits for any release; a message that names no waiter (a lock value has a `:`) wakes
+    /// them all. A hand-off's message (`>waiter ...`) names its waiter first; the rest, the
+    /// grant it tells, is never read: anyone allowed to publish could have sent it, so a
+    /// woken waiter takes a lock handed to it up with its next try, from the server's answer.
     fn wake(&self, channel: &str, message: &str) {
-        let mut state = self.state();
-        let mut next = message;
-        if let Some(grant) = message.strip_prefix('>') {
-            next = grant.split(' ').next().unwrap_or_default();
-            if let Some((waiter, handed)) = parse_handed(grant)
-                && let Some(queued) = state.queued.get_mut(&waiter)
-            {
-                queued.handed = Some(handed);
-            }
-        }
+        let state = self.state();
+        let next = match message.strip_prefix('>') {
+            Some(handed) => handed.split(' ').next().unwrap_or_default(),
+            None => message,
+        };
         let everyone = next.contains(':');
         if let Some(channel) = state.channels.get(channel) {
             for entry in channel.entries.values() {

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use fencelock_core::{LockBackend, LockKey, Locker, OwnerId};
+use fencelock_core::{LockBackend, LockKey, Locker, OwnerId, QueueRole};
 use fencelock_redis::{RedisConfig, RedisLockBackend};
 use fencelock_testkit::redis::RedisServer;
 use tokio::time::{Instant, sleep, timeout};
@@ -283,4 +283,100 @@ async fn inspect_queue_lists_the_holder_then_the_waiters_by_arrival() {
     assert!(backend.release_shared(&phase, r1).await.unwrap());
     assert!(backend.release_shared(&phase, r2).await.unwrap());
     assert_eq!(backend.inspect_queue(&key).await.unwrap(), Some(Vec::new()));
+}
+
+/// A hand-off is announced by a publish, which any client with the publish right can send:
+/// a forged one, from an ACL user that may only read and publish, naming a queued waiter and
+/// telling it a grant (token 777777, 60 s) while another client holds the lock, wakes the
+/// waiter at most. It is not granted, the key's counter does not move, and when the holder
+/// releases, the waiter gets the next real token (DESIGN 4.0.1: a grant comes only from a
+/// try's answer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_hand_off_publish_grants_nothing() {
+    let server = RedisServer::spawn();
+    let backend = connect(&server).await;
+    let key = LockKey::new("forged").unwrap();
+    let held = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+    let waiting = tokio::spawn(
+        Locker::new(backend.clone())
+            .lock(key.as_str())
+            .ttl(TTL)
+            .wait(PATIENCE * 3)
+            .into_future(),
+    );
+    let deadline = Instant::now() + PATIENCE;
+    let waiter = loop {
+        let queue = backend
+            .inspect_queue(&key)
+            .await
+            .unwrap()
+            .unwrap_or_default();
+        if let Some(entry) = queue.iter().find(|e| e.role == QueueRole::Waiting) {
+            break entry.owner;
+        }
+        assert!(Instant::now() < deadline, "the waiter never queued");
+        sleep(Duration::from_millis(20)).await;
+    };
+    // Time for the waiter to subscribe to the key's channel.
+    sleep(Duration::from_millis(500)).await;
+
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg(
+            &[
+                "SETUSER",
+                "forger",
+                "on",
+                ">forger-pass",
+                "~*",
+                "&*",
+                "-@all",
+                "+@read",
+                "+publish",
+            ][..],
+        )
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let forger = redis::Client::open(format!(
+        "redis://forger:forger-pass@127.0.0.1:{}",
+        server.port()
+    ))
+    .unwrap();
+    let mut forger = forger.get_multiplexed_async_connection().await.unwrap();
+    let time: Vec<String> = redis::cmd("TIME").query_async(&mut admin).await.unwrap();
+    let now_us = time[0].parse::<u64>().unwrap() * 1_000_000 + time[1].parse::<u64>().unwrap();
+    let channel = format!("handoff:{{{}}}:released", key.as_str());
+    let heard: i64 = redis::cmd("PUBLISH")
+        .arg(&channel)
+        .arg(format!(">{waiter} 777777 {now_us} 60000"))
+        .query_async(&mut forger)
+        .await
+        .unwrap();
+    assert_eq!(
+        heard, 1,
+        "nobody listens on {channel}: the forgery tests nothing"
+    );
+    sleep(Duration::from_secs(1)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the forged publish granted the waiter the lock"
+    );
+    let info = backend.inspect(&key).await.unwrap();
+    assert_eq!(
+        info.holder.map(|h| h.token),
+        Some(held.token),
+        "the holder changed"
+    );
+    assert_eq!(info.last_token, Some(held.token), "the counter moved");
+
+    assert!(backend.release(&held).await.unwrap());
+    let guard = timeout(PATIENCE, waiting)
+        .await
+        .expect("the waiter was not granted after the release")
+        .unwrap()
+        .unwrap();
+    assert_eq!(guard.fence().token.get(), held.token.get() + 1);
+    assert!(guard.release().await.unwrap());
 }
