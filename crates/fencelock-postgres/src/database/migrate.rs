@@ -86,6 +86,9 @@ impl PgDatabase {
     pub async fn migrate(&self) -> Result<()> {
         let inner = &self.inner;
         let protocol = self.protocol().await?;
+        if self.is_current().await? {
+            return self.check_trust().await;
+        }
         let exists: bool =
             timed(
                 BACKEND,
@@ -128,6 +131,44 @@ impl PgDatabase {
         }
         outcome?;
         self.check_trust().await
+    }
+
+    /// Whether the schema holds exactly the embedded migrations, each applied with the same
+    /// checksum: then migrating changes nothing, and is skipped, so a role that may use the
+    /// schema but not create in it (no CREATE: the migrator's bookkeeping table is created
+    /// `IF NOT EXISTS`, which PostgreSQL checks the right for even when the table exists)
+    /// connects to a schema its owner migrated. Anything else (no table, a version missing,
+    /// one of another build) goes to the migrator, which applies what is missing or says what
+    /// does not match. Two unprepared reads.
+    async fn is_current(&self) -> Result<bool> {
+        let inner = &self.inner;
+        let table = format!("{}._sqlx_migrations", quote_ident(&inner.schema));
+        let exists: bool =
+            timed(
+                BACKEND,
+                inner.timeout,
+                Sql::new("SELECT pg_catalog.to_regclass($1::pg_catalog.text) IS NOT NULL")
+                    .scalar_one(Protocol::Simple, &inner.pool, &[Arg::Text(&table)]),
+            )
+            .await?;
+        if !exists {
+            return Ok(false);
+        }
+        let applied: Vec<(i64, Vec<u8>)> = timed(
+            BACKEND,
+            inner.timeout,
+            Sql::new(&format!(
+                "SELECT version, checksum FROM {table} WHERE success ORDER BY version"
+            ))
+            .fetch_all(Protocol::Simple, &inner.pool, &[]),
+        )
+        .await?;
+        let embedded = Embedded::migrations();
+        Ok(applied.len() == embedded.len()
+            && applied
+                .iter()
+                .zip(&embedded)
+                .all(|((version, checksum), m)| *version == m.version && **checksum == *m.checksum))
     }
 
     /// Refuses a schema in which a role other than its owner (or a superuser) can create, or
