@@ -170,7 +170,54 @@ impl Statements {
     /// several processes: tables are created `IF NOT EXISTS`, and a procedure another process
     /// created first is left as it is (procedure names carry a version, so a changed body
     /// gets a new name rather than replacing one in use).
+    ///
+    /// When every table and procedure is there already, nothing is created: `CREATE TABLE IF
+    /// NOT EXISTS` needs the CREATE privilege even for a table that exists, so an account
+    /// that may use an installation but not change it (no CREATE, no CREATE ROUTINE) connects
+    /// to one its owner made (DESIGN 8.3).
     pub(crate) async fn install(&self, pool: &MySqlPool) -> Result<()> {
+        if !self.is_complete(pool).await? {
+            self.create(pool).await?;
+        }
+        // The epoch row (and, on a new installation, its live marker): after the tables it
+        // reads and the procedure that writes it.
+        let epoch = format!("CALL {}install_epoch_v1()", self.prefix);
+        pool.execute(sqlx::raw_sql(&epoch))
+            .await
+            .map_err(|e| map_sqlx_error(BACKEND, e))?;
+        Ok(())
+    }
+
+    /// Whether every table and procedure of this installation exists in the database, as the
+    /// connecting account sees them.
+    async fn is_complete(&self, pool: &MySqlPool) -> Result<bool> {
+        let names = |count: usize| vec!["?"; count].join(", ");
+        let sql = format!(
+            "SELECT (SELECT COUNT(*) FROM information_schema.tables \
+                      WHERE table_schema = DATABASE() AND table_name IN ({})), \
+                    (SELECT COUNT(*) FROM information_schema.routines \
+                      WHERE routine_schema = DATABASE() AND routine_type = 'PROCEDURE' \
+                        AND routine_name IN ({}))",
+            names(TABLES.len()),
+            names(PROCEDURES.len())
+        );
+        let mut query = sqlx::query_as::<_, (i64, i64)>(&sql);
+        for table in TABLES {
+            query = query.bind(format!("{}{}", self.prefix, table.name));
+        }
+        for (name, _) in PROCEDURES {
+            query = query.bind(format!("{}{name}", self.prefix));
+        }
+        let (tables, procedures) = query
+            .fetch_one(pool)
+            .await
+            .map_err(|e| map_sqlx_error(BACKEND, e))?;
+        Ok(usize::try_from(tables).ok() == Some(TABLES.len())
+            && usize::try_from(procedures).ok() == Some(PROCEDURES.len()))
+    }
+
+    /// Creates the tables and procedures that are missing.
+    async fn create(&self, pool: &MySqlPool) -> Result<()> {
         for table in TABLES {
             pool.execute(sqlx::raw_sql(&fill(table.create, &self.prefix)))
                 .await
@@ -201,12 +248,6 @@ impl Statements {
                 }
             }
         }
-        // The epoch row (and, on a new installation, its live marker): after the tables it
-        // reads and the procedure that writes it.
-        let epoch = format!("CALL {}install_epoch_v1()", self.prefix);
-        pool.execute(sqlx::raw_sql(&epoch))
-            .await
-            .map_err(|e| map_sqlx_error(BACKEND, e))?;
         Ok(())
     }
 

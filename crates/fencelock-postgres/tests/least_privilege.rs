@@ -1,7 +1,7 @@
 //! An application role that may use fencelock's schema but not create in it (USAGE on the
 //! schema, DML on its tables and sequences) connects to a schema its owner migrated, locks,
 //! and writes through the fence: connecting skips the migrator when the schema is current
-//! (DESIGN 8, *Security model*).
+//! (DESIGN 8, *Security model*). A role with SELECT alone inspects.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -65,9 +65,37 @@ async fn a_role_without_create_uses_a_schema_its_owner_migrated() {
     assert!(backend.release(&lease).await.unwrap());
     app.close().await;
 
+    // A monitoring role with SELECT alone inspects (fencelock inspect does nothing more).
+    let monitor = format!("{name}_monitor");
     schema
         .admin()
-        .execute(format!("DROP OWNED BY {role}; DROP ROLE {role}").as_str())
+        .execute(
+            format!(
+                "CREATE ROLE {monitor} LOGIN; \
+                 GRANT USAGE ON SCHEMA {name} TO {monitor}; \
+                 GRANT SELECT ON ALL TABLES IN SCHEMA {name} TO {monitor}"
+            )
+            .as_str(),
+        )
+        .await
+        .unwrap();
+    let watching = PgConfig::from_options(pg_options().username(&monitor))
+        .schema(name)
+        .operation_timeout(common::OP_TIMEOUT)
+        .connect()
+        .await
+        .expect("a role with SELECT alone connects");
+    let info = watching.lease_backend().inspect(&key).await.unwrap();
+    assert_eq!(info.last_token, Some(lease.token));
+    watching.lease_backend().inspect_queue(&key).await.unwrap();
+    watching.close().await;
+
+    schema
+        .admin()
+        .execute(
+            format!("DROP OWNED BY {role}; DROP ROLE {role}; DROP OWNED BY {monitor}; DROP ROLE {monitor}")
+                .as_str(),
+        )
         .await
         .unwrap();
 }
