@@ -8,7 +8,8 @@ use crate::spec::{BACKEND_ENV, Spec, SpecParser};
 /// The `--backend` option of every subcommand but `chaos`.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct BackendArg {
-    /// Backend spec, a URL (memory://, in-process, by default).
+    /// Backend spec, a URL (memory://, in-process, by default), or @FILE to read it from a
+    /// file: a password in a spec on the command line is visible in the process list.
     #[arg(
         long,
         env = BACKEND_ENV,
@@ -23,8 +24,9 @@ pub(crate) struct BackendArg {
 /// `inspect`, `advance-token`): no default, and never in-process.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct SharedBackendArg {
-    /// Backend spec, the URL of a lock shared between processes. Required here (memory://
-    /// lives inside one process and excludes nothing across processes).
+    /// Backend spec, the URL of a lock shared between processes, or @FILE to read it from a
+    /// file (a password on the command line is visible in the process list). Required here
+    /// (memory:// lives inside one process and excludes nothing across processes).
     #[arg(
         long,
         env = BACKEND_ENV,

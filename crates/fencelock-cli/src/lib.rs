@@ -149,8 +149,22 @@ pub async fn main_with(schemes: &[Scheme]) -> ExitCode {
 /// and code on a usage error, or after printing help).
 pub fn parse() -> Cli {
     let matches = command().get_matches();
-    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let typed = matches.subcommand().is_some_and(|(_, sub)| {
+        sub.try_get_raw("backend").is_ok()
+            && sub.value_source("backend") == Some(clap::parser::ValueSource::CommandLine)
+    });
+    if typed && cli.command.spec().is_some_and(Spec::password_in_text) {
+        eprintln!("{ARGV_PASSWORD_WARNING}");
+    }
+    cli
 }
+
+/// Printed when `--backend` on the command line carries a password.
+pub const ARGV_PASSWORD_WARNING: &str = "fencelock: warning: the --backend spec carries a \
+    password, which every user of this machine can read in the process list while fencelock \
+    runs; put the spec in a file only you can read and pass --backend @FILE (or \
+    FENCELOCK_BACKEND=@FILE)";
 
 /// The command-line definition, with the schemes registered in this process (see
 /// [`fencelock::spec::register`]) listed in the help of every `--backend`: their names in

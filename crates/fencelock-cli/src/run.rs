@@ -36,6 +36,8 @@ pub(crate) const EXAMPLES: &str = "  # a cron job that runs once across hosts
   # wait up to a minute for the lock, with a 10 s lease renewed while the job runs
   export FENCELOCK_BACKEND=postgres://app@db.example/app
   fencelock run --key migrate --wait 1m --ttl 10s -- ./migrate
+  # a spec with a password: from a file only you can read, never on the command line
+  fencelock run --backend @$HOME/.config/fencelock/backend --key nightly -- ./report.sh
   # readers side by side, every writer (a plain run) kept out while they run
   fencelock run --key catalog --shared -- ./export-catalog.sh
   # at most 4 transcoders at once across hosts
@@ -473,6 +475,8 @@ async fn hold_locks_while_running(
         .ok_or_else(|| CliError::Input("no command given".into()))?;
     let mut to_start = tether::command(program, &rest);
     to_start
+        // The spec may carry a password, which the command has no need of.
+        .env_remove(crate::spec::BACKEND_ENV)
         .envs(guard.env())
         .envs(extra_env.iter().map(|(name, value)| (name, value)))
         .process_group(0)

@@ -29,6 +29,9 @@ pub(crate) const NAMESPACE_HINT: &str = "locks taken under another key prefix, s
 pub struct Spec {
     spec: BackendSpec,
     secrets: Vec<String>,
+    /// Read from a file (`@PATH`): the text of the spec was never on a command line or in an
+    /// environment variable.
+    from_file: bool,
 }
 
 impl Spec {
@@ -41,11 +44,41 @@ impl Spec {
                     // The config cannot say (or says nothing while the text has a password):
                     // read the text, so that no form the user typed slips through.
                     .unwrap_or_else(|| fallback(text, spec.config()));
-                Ok(Spec { spec, secrets })
+                Ok(Spec {
+                    spec,
+                    secrets,
+                    from_file: false,
+                })
             }
             // No config exists to ask: the text is all there is.
             Err(e) => Err(redact(&e.to_string(), &fencelock::url::passwords(text))),
         }
+    }
+
+    /// Parses `value`: a spec, or `@PATH`, the spec read from the file at PATH (its first
+    /// line, surrounding whitespace dropped), so that a password is never in the process's
+    /// arguments or environment, where other users and the command of `run` could read it.
+    /// The error names the file, never what it holds.
+    pub fn parse_value(value: &str) -> Result<Self, String> {
+        let Some(path) = value.strip_prefix('@') else {
+            return Spec::parse(value);
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read the backend spec from the file {path:?}: {e}"))?;
+        let line = text.lines().next().unwrap_or_default().trim();
+        if line.is_empty() {
+            return Err(format!(
+                "the file {path:?} holds no backend spec (its first line is empty)"
+            ));
+        }
+        let mut spec = Spec::parse(line).map_err(|e| format!("in the file {path:?}: {e}"))?;
+        spec.from_file = true;
+        Ok(spec)
+    }
+
+    /// Whether the spec's own text carries a password (not read from a file).
+    pub fn password_in_text(&self) -> bool {
+        !self.from_file && !self.secrets.is_empty()
     }
 
     /// The parsed spec.
@@ -86,7 +119,7 @@ impl TypedValueParser for SpecParser {
         value: &OsStr,
     ) -> Result<Spec, clap::Error> {
         let parsed = match value.to_str() {
-            Some(text) => Spec::parse(text),
+            Some(text) => Spec::parse_value(text),
             None => Err("the backend spec is not valid UTF-8".to_owned()),
         };
         parsed.map_err(|reason| {
