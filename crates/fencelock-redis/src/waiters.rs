@@ -8,8 +8,10 @@
 //! and each command carries every channel that needs one at the time it is sent, so waiters
 //! arriving on many keys at once are covered by one round trip, not one each in turn. On one
 //! server a release hands the lock to the first live queued waiter and publishes the grant
-//! (`>waiter token time-us ms`, see `scripts/queue.lua`), which is kept for that waiter and
-//! wakes it; a message with a waiter's id alone wakes that waiter to try; a release that
+//! (`>waiter token time-us ms`, see `scripts/queue.lua`), which wakes that waiter to take it
+//! up with its next try (what the message tells of the grant is never read: anyone with the
+//! publish right could have sent it); a message with a waiter's id alone wakes that waiter
+//! to try; a release that
 //! names no waiter (a lock value, from Redlock nodes and read phases) wakes every waiter of
 //! the channel.
 
