@@ -17,6 +17,7 @@ mod lease_table;
 mod session_faults;
 mod statements;
 mod storage;
+mod tls;
 mod transaction;
 mod wakeups;
 

@@ -107,3 +107,40 @@ async fn require_against_a_server_without_tls_fails_clearly() {
     );
     assert!(message.contains("TLS"), "{message}");
 }
+
+/// `verify-ca` checks the server's chain but not its host name: with the CA that signed the
+/// certificate it connects (it once panicked, no crypto provider being installed), and with
+/// another CA it is refused. `require` with a root certificate verifies the chain the same
+/// way, as libpq does; the driver alone would have checked nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_ca_and_require_with_a_root_certificate_check_the_chain() {
+    let certs = TestCerts::generate();
+    let server = TlsPostgres::spawn(Some(&certs));
+    for mode in ["verify-ca", "require"] {
+        let url = format!(
+            "{}?sslmode={mode}&sslrootcert={}",
+            server.url(),
+            path(&certs.ca())
+        );
+        let database = PgConfig::from_url(&url)
+            .unwrap()
+            .connect()
+            .await
+            .unwrap_or_else(|e| panic!("{mode} with the signing CA: {e}"));
+        database.close().await;
+    }
+    let wrong = TestCerts::other_ca();
+    for mode in ["verify-ca", "require"] {
+        let url = format!(
+            "postgres://postgres:s3cr3t@localhost:{}/postgres?sslmode={mode}&sslrootcert={}",
+            server.port(),
+            path(&wrong.ca())
+        );
+        let error = connect_error(&url).await;
+        assert!(
+            matches!(error, Error::InvalidConfig { .. }),
+            "{mode} with another CA: expected InvalidConfig, got {error:?}"
+        );
+        assert!(error.to_string().contains("not trusted"), "{mode}: {error}");
+    }
+}

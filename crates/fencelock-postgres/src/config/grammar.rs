@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use fencelock_core::url::{Known, Options, decode_part, port_problem, redact, safe_to_echo};
 use fencelock_core::{Error, HostPort, Result};
-use sqlx::postgres::PgConnectOptions;
+use sqlx::postgres::{PgConnectOptions, PgSslMode};
 use url::{Host, Url, form_urlencoded};
 
 use super::{
@@ -312,11 +312,28 @@ fn connect_options(base: &Url, driver: &[(String, String)]) -> Result<PgConnectO
     if !driver.is_empty() {
         url.query_pairs_mut().extend_pairs(driver);
     }
-    PgConnectOptions::from_str(url.as_str()).map_err(|e| Error::InvalidConfig {
+    let options = PgConnectOptions::from_str(url.as_str()).map_err(|e| Error::InvalidConfig {
         // The driver's message names the option; the URL is shown redacted.
         message: format!("Postgres URL {}: {e}", shown(base)),
         source: None,
-    })
+    })?;
+    // As libpq: with a root certificate given, `require` verifies the server's certificate
+    // against it (`verify-ca`), where the driver alone would check nothing.
+    let root_cert = KNOWN_OPTIONS
+        .iter()
+        .filter(|known| known.name == "sslrootcert")
+        .any(|known| {
+            driver
+                .iter()
+                .any(|(name, _)| known.name == name || known.aliases.contains(&name.as_str()))
+        });
+    Ok(
+        if root_cert && matches!(options.get_ssl_mode(), PgSslMode::Require) {
+            options.ssl_mode(PgSslMode::VerifyCa)
+        } else {
+            options
+        },
+    )
 }
 
 /// `url` for messages: the password replaced by `***`, by the one rule of

@@ -210,6 +210,7 @@ impl PgConfig {
 
     /// The connect options the driver gets.
     pub fn connect_options(&self) -> &PgConnectOptions {
+        crate::tls::ensure_crypto_provider();
         &self.options
     }
 }

@@ -43,6 +43,7 @@ impl PgConfig {
                 "idle_in_transaction_timeout is longer than PostgreSQL accepts (about 24 days)",
             ));
         }
+        crate::tls::ensure_crypto_provider();
         let mut options = self.options.clone();
         if options.get_application_name().is_none() {
             options = options.application_name("fencelock");
