@@ -90,8 +90,9 @@ pub(crate) struct Args {
     /// it; fencelock's own stdout stays the command's.
     #[arg(long)]
     json: bool,
-    /// Write the grant, the same JSON line as --json, to PATH before the command starts (the
-    /// file is replaced, never appended to): a way to read it that mixes with nothing.
+    /// Write the grant, the same JSON line as --json, to PATH before the command starts (a new
+    /// file renamed over PATH: a file or symlink there is replaced, never written through):
+    /// a way to read it that mixes with nothing.
     #[arg(long, value_name = "PATH")]
     grant_file: Option<PathBuf>,
     #[command(flatten)]
@@ -360,7 +361,7 @@ async fn run_granted(
     let talk = args.verbosity;
     let grant = grant_json(&guard, spec, extra_env);
     if let Some(path) = &args.grant_file
-        && let Err(e) = std::fs::write(path, format!("{grant}\n"))
+        && let Err(e) = write_replacing(path, format!("{grant}\n").as_bytes())
     {
         guard.release().await?;
         return Err(CliError::io(
@@ -660,4 +661,37 @@ async fn release(
         eprintln!("fencelock: the lease on {key:?} at {server} was lost before the command exited");
     }
     Ok(held)
+}
+
+/// Writes `contents` to a new file beside `path` (created, never opened if it exists) and
+/// renames it over `path`. A symlink at `path` is replaced, not followed, so a link planted
+/// there (to a file of the user's, or of another user's in a shared directory) cannot turn the
+/// write against its target; a reader of `path` never sees half a grant.
+fn write_replacing(path: &std::path::Path, contents: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::new(ErrorKind::InvalidInput, "the path names no file"))?;
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => std::path::Path::new("."),
+    };
+    let mut temp_name = std::ffi::OsString::from(".");
+    temp_name.push(name);
+    temp_name.push(format!(
+        ".fencelock-{}-{:08x}",
+        std::process::id(),
+        fencelock::OwnerId::random().as_u128() as u32
+    ));
+    let temp = dir.join(temp_name);
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&temp)
+        .and_then(|mut file| file.write_all(contents))
+        .and_then(|()| std::fs::rename(&temp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written
 }

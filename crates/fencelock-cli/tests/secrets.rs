@@ -116,3 +116,46 @@ async fn a_password_stays_off_the_command_line_and_out_of_the_command() {
     assert_eq!(code(&out), 2, "{}", explain(&out));
     assert!(!stderr(&out).contains(PASSWORD), "{}", explain(&out));
 }
+
+/// `--grant-file` never writes through a symlink: a link planted at the path (to a file of
+/// the user's) is replaced by the grant, and its target keeps what it held.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grant_file_replaces_a_symlink_and_spares_its_target() {
+    let schema = PgSchema::create().await;
+    let dir = tempfile::tempdir().unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let grant = dir.path().join("grant.json");
+    std::os::unix::fs::symlink(&victim, &grant).unwrap();
+    let out = common::command()
+        .args([
+            "run",
+            "--backend",
+            &spec(&schema),
+            "--key",
+            "k",
+            "--grant-file",
+        ])
+        .arg(&grant)
+        .args(["--", "true"])
+        .env_remove("FENCELOCK_BACKEND")
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", explain(&out));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    assert!(
+        !std::fs::symlink_metadata(&grant)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    let written = std::fs::read_to_string(&grant).unwrap();
+    assert!(written.contains("\"token\""), "{written}");
+    // Nothing is left beside it.
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+}
