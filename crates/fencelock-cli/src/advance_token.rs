@@ -35,7 +35,16 @@ pub(crate) struct Args {
     /// tokens the storage already holds, the next grant is admitted again.
     #[arg(long, value_name = "RESOURCE")]
     to_fence_of: Option<String>,
+    /// Raise the counter even when the floor leaves the key fewer than 2^32 further grants
+    /// before its counter runs out (at 2^63 - 1): a key whose counter is used up can never be
+    /// locked again.
+    #[arg(long)]
+    force: bool,
 }
+
+/// How many grants a floor must leave a key, unless `--force`: one call, by a typo or on
+/// purpose, cannot use up a key's counter.
+const HEADROOM: u64 = 1 << 32;
 
 pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     let spec = args.backend.shared("fencelock advance-token")?;
@@ -62,6 +71,20 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
             ));
         }
     };
+    let last_safe = i64::MAX.unsigned_abs() - HEADROOM;
+    if floor.get() > last_safe {
+        if !args.force {
+            return Err(CliError::Input(format!(
+                "a floor of {floor} leaves {key} fewer than 2^32 more grants before its token \
+                 counter runs out at 2^63 - 1, after which the key can never be locked again; \
+                 floors up to {last_safe} leave room (pass --force to raise it all the same)"
+            )));
+        }
+        eprintln!(
+            "fencelock: warning: a floor of {floor} leaves {key} fewer than 2^32 more grants \
+             before its token counter runs out"
+        );
+    }
     let counter = connected.backend.advance_token(&key, floor).await?;
     println!(
         "token counter of {key} is at {counter}: the next grant carries a token above {floor}"

@@ -134,3 +134,53 @@ fn moving_to_another_lock_service_is_healed_from_the_storage_fence() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("holds no fence for never-written"), "{err}");
 }
+
+/// One call cannot use up a key's counter by accident: a floor that leaves fewer than 2^32
+/// grants before 2^63 - 1 is refused (exit 2, saying so and changing nothing) unless
+/// `--force`, which warns.
+#[test]
+fn a_floor_that_would_use_up_the_counter_needs_force() {
+    let server = RedisServer::spawn();
+    let url = server.url();
+    assert_eq!(token_of_a_run(&url, "near-end"), 1);
+    let near_end = (i64::MAX - 1).to_string();
+    let advance = |extra: &[&str]| {
+        let mut args = vec![
+            "advance-token",
+            "--backend",
+            &url,
+            "--key",
+            "near-end",
+            "--to",
+            &near_end,
+        ];
+        args.extend(extra);
+        fencelock(&args)
+    };
+    let (code, out, err) = advance(&[]);
+    assert_eq!(code, 2, "{out}\n{err}");
+    assert!(
+        err.contains("fewer than 2^32 more grants") && err.contains("--force"),
+        "{err}"
+    );
+    assert_eq!(
+        token_of_a_run(&url, "near-end"),
+        2,
+        "the refused floor moved the counter"
+    );
+    let last_safe = (i64::MAX.unsigned_abs() - (1 << 32)).to_string();
+    let (code, _, err) = fencelock(&[
+        "advance-token",
+        "--backend",
+        &url,
+        "--key",
+        "near-end",
+        "--to",
+        &last_safe,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("warning"), "{err}");
+    let (code, out, err) = advance(&["--force"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(err.contains("warning"), "{err}");
+}
