@@ -111,6 +111,12 @@ pub struct Capabilities {
     /// its own token, in one round trip. [`Locker::lock_all`](crate::Locker::lock_all) tries
     /// that first and takes the keys one at a time in order when it is refused or not offered.
     pub atomic_sets: bool,
+    /// The most locks one backend value can hold at once, where each held lock keeps a
+    /// server session of a bounded pool (`GET_LOCK`, PostgreSQL advisory locks); `None` when
+    /// held locks take no session. [`Locker::lock_all`](crate::Locker::lock_all) refuses a set
+    /// of more keys at once: taken one at a time, it would hold every session and wait for one
+    /// more that never comes.
+    pub max_held: Option<u32>,
 }
 
 impl Capabilities {
@@ -132,6 +138,7 @@ impl Capabilities {
             kinds: LockKinds::GENERIC,
             fair: false,
             atomic_sets: false,
+            max_held: None,
         }
     }
 
@@ -155,6 +162,12 @@ impl Capabilities {
     /// Sets [`atomic_sets`](Self::atomic_sets).
     pub const fn with_atomic_sets(mut self, atomic: bool) -> Self {
         self.atomic_sets = atomic;
+        self
+    }
+
+    /// Sets [`max_held`](Self::max_held).
+    pub const fn with_max_held(mut self, max: u32) -> Self {
+        self.max_held = Some(max);
         self
     }
 

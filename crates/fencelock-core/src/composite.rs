@@ -102,7 +102,19 @@ impl LockAllRequest {
         keys.sort();
         keys.dedup();
         let options = self.options;
-        validate_ttl(options.ttl, &self.locker.backend().capabilities())?;
+        let capabilities = self.locker.backend().capabilities();
+        validate_ttl(options.ttl, &capabilities)?;
+        if let Some(max) = capabilities.max_held
+            && keys.len() > max as usize
+        {
+            return Err(Error::config(format!(
+                "a set of {} keys is more than {} can hold at once: each held lock keeps one of \
+                 its {max} server sessions, so the set would wait for a session it holds itself \
+                 (raise the backend's session pool, or lock fewer keys together)",
+                keys.len(),
+                self.locker.backend().name()
+            )));
+        }
         for key in &keys {
             self.locker.refuse_held(key)?;
         }

@@ -205,6 +205,7 @@ impl LockBackend for MySqlLockBackend {
         .with_locks_survive_restart(false)
         .with_kinds(LockKinds::GENERIC.with_shared())
         .with_fair(true)
+        .with_max_held(self.db.session_pool_size())
     }
 
     async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {

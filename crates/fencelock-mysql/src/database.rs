@@ -188,6 +188,11 @@ impl MySqlDatabase {
         }
     }
 
+    /// The size of the pool of holding sessions: each held lock keeps one.
+    pub(crate) fn session_pool_size(&self) -> u32 {
+        self.inner.sessions.options().get_max_connections()
+    }
+
     /// The fenced storage table of this database.
     pub fn storage(&self) -> MySqlStorage {
         MySqlStorage::new(self)

@@ -169,3 +169,53 @@ async fn a_killed_session_lets_go_of_every_lock_it_held() {
     .await;
     assert!(freed, "a killed session kept one of its locks");
 }
+
+/// Each member of a set keeps a holding session, so a set of more keys than the session pool
+/// could never be granted: it would hold every session and wait for one more. It is refused
+/// at once, naming both numbers, and takes nothing; a set that fits is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_larger_than_the_session_pool_is_refused_at_once() {
+    let (db, cleanup) = common::database("setpool").await;
+    db.close().await;
+    let db = cleanup
+        .config()
+        .clone()
+        .session_pool_size(3)
+        .connect()
+        .await
+        .unwrap();
+    let backend = db.lock_backend();
+    assert_eq!(backend.capabilities().max_held, Some(3));
+    let locker = Locker::new(backend.clone());
+    let keys = [key("p1"), key("p2"), key("p3"), key("p4")];
+    let started = std::time::Instant::now();
+    match locker
+        .lock_all(keys.iter().map(LockKey::as_str))
+        .wait(Duration::from_secs(30))
+        .await
+    {
+        Err(Error::InvalidConfig { message, .. }) => {
+            assert!(
+                message.contains("4 keys") && message.contains('3'),
+                "{message}"
+            );
+        }
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "not refused at once"
+    );
+    for key in &keys {
+        assert!(
+            backend.inspect(key).await.unwrap().holder.is_none(),
+            "{key} was taken"
+        );
+    }
+    let set = locker
+        .lock_all(keys[..3].iter().map(LockKey::as_str))
+        .await
+        .unwrap();
+    assert!(set.release().await.unwrap());
+    db.close().await;
+}

@@ -384,6 +384,8 @@ impl LockBackend for PgAdvisoryBackend {
         // Waiters queue by arrival, and a release wakes the first (DESIGN 5.3). The backend
         // needs a session of its own, so a `LISTEN` is always possible.
         .with_fair(true)
+        // Each held lock keeps a session of the holder pool.
+        .with_max_held(self.db.holder_pool_size())
     }
 
     async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {

@@ -98,6 +98,12 @@ impl PgDatabase {
         advisory_lock_id_in(&self.inner.schema, key)
     }
 
+    /// The size of the pool of holding sessions (the advisory backend's): each held lock keeps
+    /// one.
+    pub(crate) fn holder_pool_size(&self) -> u32 {
+        self.inner.holders.options().get_max_connections()
+    }
+
     /// The pool fencelock runs its statements on (the application's, with
     /// [`from_pool`](Self::from_pool)). fencelock sets no session state on its connections.
     pub fn pool(&self) -> &PgPool {
