@@ -583,7 +583,7 @@ impl LockBackend for EtcdLockBackend {
     }
 
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {
-        validate_floor(floor, u64::MAX, "an etcd counter")?;
+        validate_floor(floor, crate::seen::LAST_TOKEN, "an etcd counter")?;
         let counter_key = self.shared.keys.counter(key);
         let mut response = self.shared.get("advancing the token", &counter_key).await?;
         let mut current = counter_seen(response.take_kvs().first())?;

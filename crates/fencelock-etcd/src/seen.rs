@@ -13,6 +13,11 @@ use crate::error::BACKEND;
 /// round trip on its next grant, nothing else).
 const REMEMBERED_KEYS: usize = 65_536;
 
+/// The largest token a grant draws, 2^63 - 1: what a signed 64-bit column holds, so a fence
+/// from etcd fits every fenced storage (PostgreSQL and MySQL `bigint`, ZooKeeper's and Redis's
+/// signed counters), as every other backend's tokens do.
+pub(crate) const LAST_TOKEN: u64 = i64::MAX.unsigned_abs();
+
 /// The counter of a key as last seen.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct CounterSeen {
@@ -24,14 +29,17 @@ pub(crate) struct CounterSeen {
 
 impl CounterSeen {
     /// The token a grant of `key` draws from this counter: the last one + 1, or an error when
-    /// the counter has none left.
+    /// the counter has none left. Tokens stop at [`LAST_TOKEN`], as on every other backend.
     pub(crate) fn next_token(&self, key: &LockKey) -> Result<FencingToken> {
         self.last
             .checked_add(1)
+            .filter(|next| *next <= LAST_TOKEN)
             .and_then(FencingToken::new)
             .ok_or_else(|| Error::Backend {
                 backend: BACKEND,
-                message: format!("the token counter of {key:?} is exhausted"),
+                message: format!(
+                    "the token counter of {key:?} is exhausted (tokens stop at 2^63 - 1)"
+                ),
                 source: None,
             })
     }
@@ -117,5 +125,30 @@ impl Seen {
     /// The last revision at which the lock was seen held, if any.
     pub(crate) fn held_at(&self, key: &LockKey) -> Option<(i64, HeldBy)> {
         self.keys().get(key).and_then(|k| k.held_at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_stop_at_the_largest_signed_64_bit_value() {
+        let key = LockKey::new("k").unwrap_or_else(|_| unreachable!("a valid key"));
+        let near = CounterSeen {
+            last: LAST_TOKEN - 1,
+            mod_revision: 1,
+        };
+        assert_eq!(
+            near.next_token(&key).ok().map(FencingToken::get),
+            Some(LAST_TOKEN)
+        );
+        for last in [LAST_TOKEN, LAST_TOKEN + 1, u64::MAX] {
+            let used_up = CounterSeen {
+                last,
+                mod_revision: 1,
+            };
+            assert!(used_up.next_token(&key).is_err(), "{last}");
+        }
     }
 }
