@@ -69,7 +69,10 @@ pub trait LockBackend: Send + Sync + Debug + 'static {
     /// Renews `lease` for `ttl` from now, keeping its owner and token.
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease>;
 
-    /// Releases `lease`. `Ok(false)` when it was no longer held by this owner.
+    /// Releases `lease`. `Ok(false)` when it was no longer held by this owner: only when the
+    /// backend knows that (its server said so, or the lease's deadline has passed). A release
+    /// whose outcome is unknown (the connection failed before its answer came: it may have
+    /// run) is an error, never `Ok(false)`, which callers read as a lease lost while held.
     async fn release(&self, lease: &Lease) -> Result<bool>;
 
     /// Waits until the lock on `key` may have been released, or at most `max`.

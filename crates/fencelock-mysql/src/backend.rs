@@ -385,11 +385,15 @@ impl LockBackend for MySqlLockBackend {
                     }
                     _ => return Err(protocol(format!("release answered {rows:?}"))),
                 },
-                // The session ended on its own (time-out, KILL): the lock went with it.
+                // The connection failed after the lease's deadline: the server has ended the
+                // session (its `wait_timeout` is the deadline), and the lock went with it.
                 Err(Error::Unavailable {
                     source: Some(_), ..
-                }) => false,
-                // Dropping `holder` closes the session, which lets go of the lock.
+                }) if session.deadline() <= Instant::now() => false,
+                // Before it, the release may have run and its answer been lost, or the session
+                // may have ended first (a KILL): unknown, so said as the error it is, never as
+                // a lock that was no longer held. Dropping `holder` closes the session, which
+                // lets go of the lock if it still held it.
                 Err(error) => return Err(error),
             };
             self.wakeups.released(&name, next);

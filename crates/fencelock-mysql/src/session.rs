@@ -78,7 +78,7 @@ impl Session {
         *self.deadline.lock().unwrap_or_else(PoisonError::into_inner) = deadline;
     }
 
-    fn deadline(&self) -> Instant {
+    pub(crate) fn deadline(&self) -> Instant {
         *self.deadline.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

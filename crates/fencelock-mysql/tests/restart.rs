@@ -172,3 +172,58 @@ async fn a_database_kept_across_a_restart_works_once_the_server_is_back() {
     assert!(backend.release(&again).await.unwrap());
     db.close().await;
 }
+
+/// A release whose connection fails under it (the proxy closes the connection at the server's
+/// first answer, so the release may or may not have run) is an error, its outcome unknown,
+/// never `Ok(false)`, which says the lock was lost while held (`fencelock run` exits 76 on
+/// it); the key is granted again afterwards (at the latest once the lease's ttl ran out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_answer_is_lost_is_an_error_not_a_loss() {
+    use fencelock_core::HostPort;
+    use fencelock_servers::proxy::FaultProxy;
+    /// Short, so a lease the lost release left held lapses within the test's patience.
+    const TTL: Duration = Duration::from_secs(3);
+
+    let (db, cleanup) = common::database("lostans").await;
+    let server = cleanup.config().hosts()[0].clone();
+    let target = tokio::net::lookup_host(server.to_string())
+        .await
+        .unwrap()
+        .next()
+        .unwrap();
+    let proxy = FaultProxy::start(target).await.unwrap();
+    let proxied = cleanup
+        .config()
+        .clone()
+        .with_hosts(&[HostPort::new("127.0.0.1", proxy.port())])
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let backend = proxied.lock_backend();
+    let key = LockKey::new("lost-answer").unwrap();
+    let lease = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+    proxy.set_lose_answers(true);
+    let released = backend.release(&lease).await;
+    proxy.heal();
+    assert!(
+        matches!(released, Err(Error::Unavailable { .. })),
+        "a release whose answer was lost: {released:?}"
+    );
+    let fresh = db.lock_backend();
+    let started = std::time::Instant::now();
+    let again = loop {
+        if let Some(lease) = fresh.try_acquire(&key, TTL).await.unwrap() {
+            break lease;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the key was never granted again"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(again.token > lease.token);
+    assert!(fresh.release(&again).await.unwrap());
+    proxied.close().await;
+    db.close().await;
+}

@@ -298,3 +298,43 @@ async fn inspect_reports_a_plain_sql_holder_with_its_pid() {
     }
     schema.cleanup().await;
 }
+
+/// A release whose connection fails under it (the proxy closes the connection at the server's
+/// first answer, so the release may or may not have run) is an error, its outcome unknown,
+/// never `Ok(false)`, which says the lock was lost while held (`fencelock run` exits 76 on
+/// it); closing the session frees the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_answer_is_lost_is_an_error_not_a_loss() {
+    let (schema, proxy, db) = common::proxied_database().await;
+    let backend = db.advisory_backend();
+    let key = LockKey::new(format!("lost-answer/{}", schema.name())).unwrap();
+    let lease = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+    proxy.set_lose_answers(true);
+    let released = backend.release(&lease).await;
+    proxy.heal();
+    assert!(
+        matches!(released, Err(Error::Unavailable { .. })),
+        "a release whose answer was lost: {released:?}"
+    );
+    let direct =
+        fencelock_postgres::PgConfig::from_options(fencelock_testkit::postgres::pg_options())
+            .schema(schema.name())
+            .connect()
+            .await
+            .unwrap();
+    let started = std::time::Instant::now();
+    while direct
+        .advisory_backend()
+        .inspect(&key)
+        .await
+        .unwrap()
+        .is_held()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the lock stayed held"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    direct.close().await;
+}

@@ -13,6 +13,7 @@
 //! proxy.set_delay(Duration::from_millis(50));         // every chunk, each direction
 //! proxy.set_blackhole(true);                          // accept, swallow, forward nothing
 //! proxy.set_reset(true);                              // close everything, refuse new
+//! proxy.set_lose_answers(true);                       // requests run, answers are lost
 //! proxy.heal();                                       // back to a plain proxy
 //! # let _ = via; Ok(()) }
 //! ```
@@ -37,6 +38,9 @@ pub struct Faults {
     pub blackhole: bool,
     /// Close every connection and refuse (accept and close at once) new ones.
     pub reset: bool,
+    /// Forward what clients send, but close a connection, both ways, when its server
+    /// answers, dropping the answer: a request the server carried out whose answer was lost.
+    pub lose_answers: bool,
 }
 
 #[derive(Debug)]
@@ -133,6 +137,12 @@ impl FaultProxy {
         self.update(|f| f.reset = on);
     }
 
+    /// Drops every answer of the server and closes its connection, while on: requests still
+    /// reach the server and run, their outcome unknown to the client.
+    pub fn set_lose_answers(&self, on: bool) {
+        self.update(|f| f.lose_answers = on);
+    }
+
     /// Removes every fault. Connections cut by a reset stay cut.
     pub fn heal(&self) {
         self.set_faults(Faults::default());
@@ -209,8 +219,8 @@ async fn forward(
     };
     let _ = server.set_nodelay(true);
     let (server_read, server_write) = server.into_split();
-    let up = pump(client_read, server_write, Arc::clone(shared));
-    let down = pump(server_read, client_write, Arc::clone(shared));
+    let up = pump(client_read, server_write, Arc::clone(shared), false);
+    let down = pump(server_read, client_write, Arc::clone(shared), true);
     tokio::select! {
         _ = up => {}
         _ = down => {}
@@ -219,7 +229,8 @@ async fn forward(
     // Dropping both halves of both sockets closes the connection in both directions.
 }
 
-async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, shared: Arc<Shared>) {
+/// Copies `from` to `to` under the faults in force; `answers` is the server-to-client way.
+async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, shared: Arc<Shared>, answers: bool) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buf).await {
@@ -229,6 +240,10 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, shared: Arc<Share
         let faults = shared.faults();
         if faults.blackhole {
             continue;
+        }
+        if answers && faults.lose_answers {
+            // Returning ends `forward`, which closes both sockets.
+            return;
         }
         if !faults.delay.is_zero() {
             tokio::time::sleep(faults.delay).await;

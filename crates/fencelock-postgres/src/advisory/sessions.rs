@@ -192,7 +192,23 @@ pub(super) fn lease_id(lease: &Lease) -> LeaseId {
     (lease.key.clone(), lease.owner, lease.token)
 }
 
-/// Whether `error` means the holding session is gone (and with it the lock).
+/// Whether `error` is the server saying it ended the session before running the statement:
+/// terminated by an administrator or a crash shutdown, or timed out idle (SQLSTATE 57P01,
+/// 57P02, 57P05, 25P03).
+fn ended_by_server(error: &Error) -> bool {
+    let (Error::Unavailable { source, .. } | Error::Backend { source, .. }) = error else {
+        return false;
+    };
+    source
+        .as_deref()
+        .and_then(|source| source.downcast_ref::<sqlx::Error>())
+        .and_then(sqlx::Error::as_database_error)
+        .and_then(|db| db.code())
+        .is_some_and(|code| matches!(&*code, "57P01" | "57P02" | "57P05" | "25P03"))
+}
+
+/// Whether `error` is the holding session's connection failing: the session may have ended
+/// (and with it the lock), or a request have run and its answer been lost.
 pub(super) fn session_gone(error: &Error) -> bool {
     match error {
         Error::Unavailable { source, .. } => source.is_some(),
@@ -305,9 +321,19 @@ impl PgAdvisoryBackend {
                 }
                 Ok(unlocked)
             }
-            // The session ended on its own (time-out, termination): the lock went with it.
-            Err(error) if session_gone(&error) => Ok(false),
-            // Dropping `holder` closes the session, which frees the lock.
+            // The server said it ended the session (terminated, timed out), or the connection
+            // failed after the lease's deadline, when the server has ended the session (its
+            // idle timeout is the deadline): the lock went with it.
+            Err(error)
+                if ended_by_server(&error)
+                    || (session_gone(&error) && held.deadline() <= Instant::now()) =>
+            {
+                Ok(false)
+            }
+            // Before it, the release may have run and its answer been lost, or the session
+            // may have ended first: unknown, so said as the error it is, never as a lock
+            // that was no longer held. Dropping `holder` closes the session, which frees the
+            // lock if it still held it.
             Err(error) => Err(error),
         }
     }
