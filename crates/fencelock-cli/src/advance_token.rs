@@ -71,8 +71,9 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
             ));
         }
     };
+    // A floor at 2^63 - 1 or above leaves no token at all: the backend refuses it, saying so.
     let last_safe = i64::MAX.unsigned_abs() - HEADROOM;
-    if floor.get() > last_safe {
+    if floor.get() > last_safe && floor.get() < i64::MAX.unsigned_abs() {
         if !args.force {
             return Err(CliError::Input(format!(
                 "a floor of {floor} leaves {key} fewer than 2^32 more grants before its token \
