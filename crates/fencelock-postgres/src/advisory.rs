@@ -402,9 +402,7 @@ impl LockBackend for PgAdvisoryBackend {
     }
 
     async fn wait_for_turn(&self, key: &LockKey, waiter: OwnerId, max: Duration) -> Result<()> {
-        crate::wakeups::turn(&self.db, BACKEND, key, waiter, max)
-            .await
-            .map(|_| ())
+        crate::wakeups::turn(&self.db, BACKEND, key, waiter, max).await
     }
 
     async fn leave_queue(&self, key: &LockKey, waiter: OwnerId) -> Result<()> {

@@ -257,8 +257,7 @@ type GrantRow = (Option<i64>, Option<i64>, bool);
 /// A row of `lease_acquire`: token, live epoch, `exhausted`, and the schema's mechanism.
 type AcquireRow = (Option<i64>, Option<i64>, bool, Option<String>);
 
-/// A row of `lease_acquire_queued`: as [`AcquireRow`], then the holder's time left and the
-/// server's clock after the try, in µs.
+/// A row of `lease_acquire_queued`: as [`AcquireRow`], then the holder's time left in µs.
 type QueuedRow = (Option<i64>, Option<i64>, bool, Option<String>, Option<i64>);
 
 /// A lease renewed by an extend statement's `(extended, superseded)` row, or why not.
@@ -554,9 +553,7 @@ impl LockBackend for PgLeaseBackend {
     }
 
     async fn wait_for_turn(&self, key: &LockKey, waiter: OwnerId, max: Duration) -> Result<()> {
-        crate::wakeups::turn(&self.db, BACKEND, key, waiter, max)
-            .await
-            .map(|_| ())
+        crate::wakeups::turn(&self.db, BACKEND, key, waiter, max).await
     }
 
     async fn leave_queue(&self, key: &LockKey, waiter: OwnerId) -> Result<()> {

@@ -22,12 +22,11 @@ struct Registry {
     queued: HashMap<OwnerId, Queued>,
 }
 
-/// A queued waiter: its key, its wake-up, and whether a release handed it the lock (or told
+/// A queued waiter: its key and its wake-up (a release handed it the lock, or told
 /// it its turn at a free lock).
 struct Queued {
     key: Arc<str>,
     notify: Arc<Notify>,
-    handed: bool,
     /// When its last try registered it.
     touched: Instant,
     /// When the holder its last refused try saw runs out, if one held the lock.
@@ -131,7 +130,6 @@ impl Wakeups {
             Queued {
                 key: Arc::from(key.as_str()),
                 notify: Arc::new(Notify::new()),
-                handed: false,
                 touched: now,
                 holder_until: None,
             },
@@ -152,17 +150,12 @@ impl Wakeups {
         lock(&self.queues).queued.remove(&waiter);
     }
 
-    /// Waits until queued waiter `waiter` is woken, or `max`. Returns whether the wake-up
-    /// said the lock was handed to it (and clears that mark). A waiter not registered returns
+    /// Waits until queued waiter `waiter` is woken, or `max`. A waiter not registered returns
     /// at once.
-    pub(crate) async fn turn(&self, waiter: OwnerId, max: Duration) -> bool {
-        let (notify, holder_until) = match lock(&self.queues).queued.get_mut(&waiter) {
-            Some(queued) if queued.handed => {
-                queued.handed = false;
-                return true;
-            }
+    pub(crate) async fn turn(&self, waiter: OwnerId, max: Duration) {
+        let (notify, holder_until) = match lock(&self.queues).queued.get(&waiter) {
             Some(queued) => (queued.notify.clone(), queued.holder_until),
-            None => return false,
+            None => return,
         };
         let now = Instant::now();
         let mut until = now + max;
@@ -172,11 +165,6 @@ impl Wakeups {
         }
         // A wake-up sent before this wait is kept as the `Notify`'s permit.
         let _ = tokio::time::timeout_at(until, notify.notified()).await;
-        let mut queues = lock(&self.queues);
-        match queues.queued.get_mut(&waiter) {
-            Some(queued) => std::mem::take(&mut queued.handed),
-            None => false,
-        }
     }
 
     /// A waiter for the next release of `key`, registered from now on.
@@ -220,7 +208,7 @@ fn deliver(queues: &Queues, payload: &str) {
         // follows, and wakes it; its next try takes the lock handed to it up.
         return;
     }
-    let mut registry = lock(queues);
+    let registry = lock(queues);
     if let Some((waiter, key)) = turn_of(payload) {
         // A free lock kept for the head of its queue (advisory backend): that waiter's turn,
         // in whichever process it waits, and one waiter of this process that holds no place
@@ -253,9 +241,8 @@ fn deliver(queues: &Queues, payload: &str) {
 impl Registry {
     /// Tells queued waiter `waiter`, if it waits in this process, that the lock was handed to
     /// it or that its turn came: a hint, which its next try checks with the server.
-    fn hand(&mut self, waiter: OwnerId) {
-        if let Some(queued) = self.queued.get_mut(&waiter) {
-            queued.handed = true;
+    fn hand(&self, waiter: OwnerId) {
+        if let Some(queued) = self.queued.get(&waiter) {
             queued.notify.notify_one();
         }
     }
@@ -281,15 +268,14 @@ pub(crate) const TURN_REFRESH: Duration = Duration::from_millis(500);
 /// Sleeps until queued waiter `waiter` of `key` is woken (a release handed it the lock, told
 /// it its turn, or freed the key handing to nobody), or [`TURN_REFRESH`] or `max` passed,
 /// whichever is first; without notifications (behind a transaction pooler) it just sleeps
-/// that long. Returns whether the wake-up said the lock was handed to this waiter, or that
-/// it is its turn.
+/// that long.
 pub(crate) async fn turn(
     db: &crate::PgDatabase,
     backend: &'static str,
     key: &LockKey,
     waiter: OwnerId,
     max: Duration,
-) -> Result<bool> {
+) -> Result<()> {
     let bound = max.min(TURN_REFRESH);
     let wakeups = match db.protocol().await? {
         crate::exec::Protocol::Simple => None,
@@ -297,10 +283,11 @@ pub(crate) async fn turn(
     };
     let Some(wakeups) = wakeups else {
         tokio::time::sleep(bound).await;
-        return Ok(false);
+        return Ok(());
     };
     let span = tracing::debug_span!("fencelock.pg.wait_for_turn", backend, key = %key);
-    Ok(tracing::Instrument::instrument(wakeups.turn(waiter, bound), span).await)
+    tracing::Instrument::instrument(wakeups.turn(waiter, bound), span).await;
+    Ok(())
 }
 
 /// A waiter for `key`'s release notifications, or `None` when no listener can be started (for
@@ -351,17 +338,24 @@ mod tests {
 
     const WAITER: &str = "000102030405060708090a0b0c0d0e0f";
 
-    #[test]
-    fn a_hand_off_names_its_waiter_and_a_told_grant_wakes_nobody() {
+    /// Whether `notify` holds a wake-up (its permit), taking it.
+    async fn woken(notify: &Notify) -> bool {
+        tokio::time::timeout(Duration::ZERO, notify.notified())
+            .await
+            .is_ok()
+    }
+
+    #[tokio::test]
+    async fn a_hand_off_names_its_waiter_and_a_told_grant_wakes_nobody() {
         let waiter = OwnerId::from_u128(0x0001_0203_0405_0607_0809_0a0b_0c0d_0e0f);
         assert_eq!(handed_to(&format!("\t{WAITER}")), Some(waiter));
         let queues = Queues::default();
+        let notify = Arc::new(Notify::new());
         lock(&queues).queued.insert(
             waiter,
             Queued {
                 key: Arc::from("k"),
-                notify: Arc::new(Notify::new()),
-                handed: false,
+                notify: notify.clone(),
                 touched: Instant::now(),
                 holder_until: None,
             },
@@ -370,12 +364,9 @@ mod tests {
             &queues,
             &format!("\n{WAITER} 999999 1700000000123456 60000000"),
         );
-        assert!(
-            !lock(&queues).queued[&waiter].handed,
-            "a told grant was taken as a hand-off"
-        );
+        assert!(!woken(&notify).await, "a told grant woke its waiter");
         deliver(&queues, &format!("\t{WAITER}"));
-        assert!(lock(&queues).queued[&waiter].handed);
+        assert!(woken(&notify).await, "a hand-off did not wake its waiter");
     }
 
     #[test]
