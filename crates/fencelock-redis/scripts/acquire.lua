@@ -5,7 +5,8 @@
 -- a cluster)
 -- ARGV[1] owner (32 hex digits; a queued try's owner is its waiter id)
 -- ARGV[2] ttl in milliseconds
--- ARGV[3] waiter (32 hex digits; empty for a try that does not queue), ARGV[4] place ttl ms
+-- ARGV[3] waiter (32 hex digits; empty for a try that does not queue), ARGV[4] place ttl ms,
+-- ARGV[5] the waiter's grant box (a list under the prefix, see hand_off; may be absent)
 -- Returns the new token as a decimal string; for a queued try that finds the lock already
 -- handed to its waiter (release.lua, leave.lua), renews that grant for the ttl and returns
 -- its token. Refused: false without a queue; with one, for a try that does not queue the
@@ -57,7 +58,11 @@ redis.call('ZADD', KEYS[4], now + tonumber(ARGV[4]), waiter)
 redis.call('PEXPIRE', KEYS[3], ARGV[4])
 redis.call('PEXPIRE', KEYS[4], ARGV[4])
 if KEYS[5] then
-  redis.call('HSET', KEYS[5], waiter, ARGV[2])
+  local ask = ARGV[2]
+  if ARGV[5] and ARGV[5] ~= '' then
+    ask = ask .. ' ' .. ARGV[5]
+  end
+  redis.call('HSET', KEYS[5], waiter, ask)
   redis.call('PEXPIRE', KEYS[5], ARGV[4])
 end
 return { left, now_us() }

@@ -61,10 +61,12 @@ end
 
 -- The lock is free: grants it to the first live waiter, as that waiter's own try would (the
 -- waiter id is the grant's owner, the token the counter's next value), for the shorter of
--- the ttl it asked for and `handoff_ms`, and publishes '>' waiter token grant-time-us ms.
--- A waiter that left no ask, or a token counter that cannot give a token (nothing changed),
--- gets the old wake-up instead (its id: it tries for itself, and its try reports the
--- counter). With nobody queued, publishes `otherwise`.
+-- the ttl it asked for and `handoff_ms`. A waiter whose ask names its process's grant box
+-- (`<ms> <box>`) gets the grant pushed there, `<waiter> <token> <ms>`, which its blocked pop
+-- answers; one without a box is woken by a publish of '>' waiter. A waiter that left no ask,
+-- or a token counter that cannot give a token (nothing changed), gets the old wake-up instead
+-- (its id: it tries for itself, and its try reports the counter). With nobody queued,
+-- publishes `otherwise`.
 local function hand_off(lock, counter, queue, places, asks, channel, handoff_ms, otherwise)
   local head = queue_head(queue, places, asks)
   if head == nil then
@@ -76,14 +78,24 @@ local function hand_off(lock, counter, queue, places, asks, channel, handoff_ms,
   local asked = asks and redis.call('HGET', asks, head)
   local token = nil
   local ms = 0
-  if asked and string.match(asked, '^%d+$') then
-    ms = math.min(tonumber(asked), tonumber(handoff_ms))
-    token = grant(lock, counter, head, ms)
+  local box = nil
+  if asked then
+    local want
+    want, box = string.match(asked, '^(%d+) ?(.*)$')
+    if want then
+      ms = math.min(tonumber(want), tonumber(handoff_ms))
+      token = grant(lock, counter, head, ms)
+    end
   end
   if not token then
     redis.call('PUBLISH', channel, head)
     return
   end
   unqueue(queue, places, asks, head)
-  redis.call('PUBLISH', channel, '>' .. head .. ' ' .. token .. ' ' .. now_us() .. ' ' .. ms)
+  if box ~= nil and box ~= '' then
+    redis.call('RPUSH', box, head .. ' ' .. token .. ' ' .. ms)
+    redis.call('PEXPIRE', box, handoff_ms)
+  else
+    redis.call('PUBLISH', channel, '>' .. head)
+  end
 end

@@ -81,7 +81,7 @@ impl RedisLockBackend {
         .with_atomic_sets(true);
         RedisLockBackend {
             locks: Locks {
-                wake: Wake::Notify(Arc::new(Waiters::new(conn.clone()))),
+                wake: Wake::Notify(Arc::new(Waiters::with_grant_box(conn.clone()))),
                 conn,
                 capabilities,
             },
@@ -251,8 +251,10 @@ impl Locks {
         validate_ttl(ttl, &self.capabilities)?;
         match &self.wake {
             Wake::Notify(waiters) => {
-                waiters.before_try(key, waiter);
-                let granted = self.acquire(key, ttl, Some((waiters, waiter))).await;
+                let grant_box = waiters.before_try(key, waiter);
+                let granted = self
+                    .acquire(key, ttl, Some((waiters, waiter, grant_box)))
+                    .await;
                 if matches!(granted, Ok(Some(_))) {
                     waiters.forget(waiter);
                 }
@@ -268,14 +270,14 @@ impl Locks {
         &self,
         key: &LockKey,
         ttl: Duration,
-        waiter: Option<(&Arc<Waiters>, OwnerId)>,
+        waiter: Option<(&Arc<Waiters>, OwnerId, Option<&str>)>,
     ) -> Result<Option<Lease>> {
         let backend = self.conn.backend;
         let span = tracing::debug_span!("try_acquire", backend, key = %key, ?ttl, token = Empty, outcome = Empty);
         let result = async {
             // A request draws its waiter id once and is granted at most once: the id is a
             // fresh owner for that grant.
-            let owner = waiter.map_or_else(OwnerId::random, |(_, waiter)| waiter);
+            let owner = waiter.map_or_else(OwnerId::random, |(_, waiter, _)| waiter);
             let mut invocation = SCRIPTS.acquire.prepare_invoke();
             invocation
                 .key(self.conn.keys.lock(key))
@@ -287,8 +289,13 @@ impl Locks {
                     .key(self.conn.keys.queue(key))
                     .key(self.conn.keys.places(key))
                     .key(self.conn.keys.asks(key))
-                    .arg(waiter.map(|(_, w)| w.to_string()).unwrap_or_default())
-                    .arg(PLACE_TTL.as_millis() as u64);
+                    .arg(waiter.map(|(_, w, _)| w.to_string()).unwrap_or_default())
+                    .arg(PLACE_TTL.as_millis() as u64)
+                    .arg(
+                        waiter
+                            .and_then(|(_, _, grant_box)| grant_box)
+                            .unwrap_or_default(),
+                    );
             }
             let mut conn = self.conn.link.clone();
             let sent_at = Instant::now();
@@ -301,7 +308,7 @@ impl Locks {
                 redis::Value::SimpleString(text) => text,
                 redis::Value::Nil | redis::Value::Int(_) => return Ok(None),
                 redis::Value::Array(refusal) => {
-                    if let (Some((waiters, waiter)), Some(holder_ms)) =
+                    if let (Some((waiters, waiter, _)), Some(holder_ms)) =
                         (waiter, parse_refusal(&refusal))
                     {
                         waiters.refused(waiter, holder_ms);
@@ -333,6 +340,44 @@ impl Locks {
         .instrument(span.clone())
         .await;
         finish_grant(&span, result)
+    }
+
+    /// Waits for `waiter`'s turn like [`wait_for_turn`](Self::wait_for_turn), and returns the
+    /// grant a release handed to `waiter` meanwhile, as the grant box's pop delivered it (one
+    /// server): a lease of `ttl` valid for the hand-off ttl counted from the grant's floor
+    /// (see [`crate::grant_box`]). A grant whose validity so counted is mostly gone is left to
+    /// the waiter's next try, which takes it up renewed from its own send.
+    pub(crate) async fn wait_for_grant(
+        &self,
+        key: &LockKey,
+        waiter: OwnerId,
+        ttl: Duration,
+        max: Duration,
+    ) -> Result<Option<Lease>> {
+        self.wait_for_turn(key, waiter, max).await?;
+        let Wake::Notify(waiters) = &self.wake else {
+            return Ok(None);
+        };
+        let Some(handed) = waiters.take_grant(waiter) else {
+            return Ok(None);
+        };
+        // The box holds what the release script wrote; a token it cannot parse is left to
+        // the next try, whose answer reports it.
+        let Ok(token) = parse_token(self.conn.backend, &handed.token) else {
+            return Ok(None);
+        };
+        let valid_until = valid_until(handed.floor, handed.ttl);
+        if valid_until.saturating_duration_since(Instant::now()) < handed.ttl / 3 {
+            return Ok(None);
+        }
+        waiters.forget(waiter);
+        Ok(Some(Lease {
+            key: key.clone(),
+            owner: waiter,
+            token,
+            ttl,
+            valid_until,
+        }))
     }
 
     /// Waits for `waiter`'s turn (one server), or polls the lock (a cluster).

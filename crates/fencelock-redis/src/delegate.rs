@@ -79,13 +79,9 @@ macro_rules! delegate_lock_backend {
                 ttl: std::time::Duration,
                 max: std::time::Duration,
             ) -> fencelock_core::Result<Option<fencelock_core::Lease>> {
-                // A message only wakes: the waiter's next try takes a lock handed to it up
-                // from the server's answer (DESIGN 4.0.1), never from what a publish told.
-                let _ = ttl;
-                self.locks
-                    .wait_for_turn(key, waiter, max)
-                    .await
-                    .map(|()| None)
+                // A publish only wakes; a grant comes from the grant box's pop, whose reply
+                // the server gives from the list the release script wrote (DESIGN 4.0.1).
+                self.locks.wait_for_grant(key, waiter, ttl, max).await
             }
 
             async fn leave_queue(

@@ -101,6 +101,13 @@ impl KeySpace {
         self.name(key, "released")
     }
 
+    /// `{prefix}:box:<id>`: a process's grant box (one server only), a list of the grants
+    /// hand-offs made to its waiters, `<waiter> <token> <ms>`, which it pops with `BLMPOP`;
+    /// expiring with the hand-off ttl of its last grant.
+    pub(crate) fn grant_box(&self, id: &fencelock_core::OwnerId) -> String {
+        format!("{}:box:{id}", self.prefix)
+    }
+
     /// `{prefix}:{<resource>}:data`: the hash of a fenced-storage resource.
     pub(crate) fn data(&self, resource: &LockKey) -> String {
         self.name(resource, "data")

@@ -16,6 +16,7 @@ mod slot;
 mod config;
 mod connection;
 mod fence;
+mod grant_box;
 mod poll;
 mod waiters;
 

@@ -27,6 +27,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::connection::Connection;
+use crate::grant_box::{GrantBox, Handed};
 
 /// How long a queued waiter sleeps at most before it tries again, which keeps its place
 /// (a place lapses after [`PLACE_TTL`] without a try).
@@ -47,6 +48,8 @@ pub(crate) struct Waiters {
     conn: Connection,
     state: Mutex<State>,
     generation: AtomicU64,
+    /// Where hand-offs deliver grants (one server; Redlock nodes hand nothing off).
+    grants: Option<Arc<GrantBox>>,
 }
 
 impl std::fmt::Debug for Waiters {
@@ -163,6 +166,15 @@ impl Waiters {
             conn,
             state: Mutex::new(State::default()),
             generation: AtomicU64::new(0),
+            grants: None,
+        }
+    }
+
+    /// Waiters whose hand-offs arrive in a grant box (one server).
+    pub(crate) fn with_grant_box(conn: Connection) -> Self {
+        Waiters {
+            grants: Some(Arc::new(GrantBox::new(conn.clone()))),
+            ..Waiters::new(conn)
         }
     }
 
@@ -225,7 +237,8 @@ impl Waiters {
 
     /// Before a queued try of `waiter` on `key`: registers the waiter (once per request) so
     /// that a release after the try wakes it, and notes whether the channel is subscribed.
-    pub(crate) fn before_try(self: &Arc<Self>, key: &LockKey, waiter: OwnerId) {
+    /// Returns the grant box for the try to name, where there is one.
+    pub(crate) fn before_try(self: &Arc<Self>, key: &LockKey, waiter: OwnerId) -> Option<&str> {
         let channel = self.conn.keys.channel(key);
         let exists = self.state().queued.contains_key(&waiter);
         if !exists {
@@ -243,9 +256,17 @@ impl Waiters {
         let generation = state.subscriber.as_ref().map(|s| s.generation);
         let subscribed = generation.is_some()
             && state.channels.get(&channel).map(|c| c.subscribed) == Some(generation);
-        if let Some(queued) = state.queued.get_mut(&waiter) {
+        let notify = state.queued.get_mut(&waiter).map(|queued| {
             queued.covered = subscribed;
-        }
+            Arc::clone(&queued.registration.notify)
+        });
+        drop(state);
+        self.grants.as_ref()?.enter(waiter, &notify?)
+    }
+
+    /// The grant a hand-off delivered to `waiter` through the grant box, if one did.
+    pub(crate) fn take_grant(&self, waiter: OwnerId) -> Option<Handed> {
+        self.grants.as_ref()?.take(waiter)
     }
 
     /// A queued try of `waiter` was refused; `holder_ms` is the holder's time left (negative
@@ -263,6 +284,9 @@ impl Waiters {
         // Dropped outside the lock: the registration's drop takes it.
         let queued = self.state().queued.remove(&waiter);
         drop(queued);
+        if let Some(grants) = &self.grants {
+            grants.forget(waiter);
+        }
     }
 
     /// Waits until it may be `waiter`'s turn on `key`: a release names it, the holder's time

@@ -380,3 +380,136 @@ async fn a_forged_hand_off_publish_grants_nothing() {
     assert_eq!(guard.fence().token.get(), held.token.get() + 1);
     assert!(guard.release().await.unwrap());
 }
+
+/// Waits until a client of `server` is blocked in a grant box's pop.
+async fn pop_blocked(admin: &mut redis::aio::MultiplexedConnection) {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let clients: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query_async(admin)
+            .await
+            .unwrap();
+        if clients.contains("cmd=blmpop") {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no waiter blocked in BLMPOP: {clients}"
+        );
+        sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The grant a release hands over arrives in the reply of the pop the waiter's process has
+/// blocked in the server: the guard comes with the hand-off ttl the release script set, not
+/// the whole ttl a take-up try would renew it to. (A periodic try of the waiter may find the
+/// grant first if it lands in the moment between the release and the pop's reply, so up to
+/// three hand-offs are made; before the grant box, every one was taken up by a try.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_grant_arrives_in_the_reply_of_the_blocked_pop() {
+    let server = RedisServer::spawn();
+    let holder = connect(&server).await;
+    // The waiter's process: a backend of its own, with its own grant box.
+    let waiting = connect(&server).await;
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+    let mut boxed = 0;
+    for round in 0..3 {
+        let key = LockKey::new(format!("boxed/{round}")).unwrap();
+        let held = holder.try_acquire(&key, TTL).await.unwrap().unwrap();
+        let waiter = tokio::spawn(
+            Locker::new(waiting.clone())
+                .lock(key.as_str())
+                .ttl(TTL)
+                .wait(PATIENCE * 3)
+                .into_future(),
+        );
+        pop_blocked(&mut admin).await;
+        sleep(Duration::from_millis(100)).await;
+        let released = Instant::now();
+        assert!(holder.release(&held).await.unwrap());
+        let guard = timeout(PATIENCE, waiter).await.unwrap().unwrap().unwrap();
+        let lease = guard.lease();
+        assert_eq!(lease.token.get(), held.token.get() + 1);
+        let info = holder.inspect(&key).await.unwrap();
+        assert_eq!(info.holder, Some(guard.fence()));
+        if lease.valid_until <= released + HANDOFF {
+            boxed += 1;
+            // Under the watchdog the short grant becomes the waiter's whole ttl.
+            sleep(HANDOFF + Duration::from_secs(1)).await;
+            assert!(guard.is_held(), "the boxed grant was not renewed");
+            assert!(holder.inspect(&key).await.unwrap().remaining.unwrap() > HANDOFF * 2);
+            assert!(guard.release().await.unwrap());
+            break;
+        }
+        assert!(guard.release().await.unwrap());
+    }
+    assert_eq!(
+        boxed, 1,
+        "in three hand-offs, every grant was taken up by a try: none came from the pop"
+    );
+}
+
+/// A server that refuses `BLMPOP` (an ACL without it here; a server before 7.0 alike) turns
+/// the grant box off: waiters are granted as before, woken by the publish, and the asks
+/// their tries leave stop naming a box.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_refuses_the_pop_still_hands_off_by_publish() {
+    let server = RedisServer::spawn();
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg(
+            &[
+                "SETUSER",
+                "nopop",
+                "on",
+                ">nopop-pass",
+                "~*",
+                "&*",
+                "+@all",
+                "-blmpop",
+            ][..],
+        )
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let holder = connect(&server).await;
+    let waiting = RedisConfig::new(format!(
+        "redis://nopop:nopop-pass@127.0.0.1:{}",
+        server.port()
+    ))
+    .prefix("handoff")
+    .connect()
+    .await
+    .unwrap();
+    for round in 0..2 {
+        let key = LockKey::new(format!("nopop/{round}")).unwrap();
+        let held = holder.try_acquire(&key, TTL).await.unwrap().unwrap();
+        let waiter = tokio::spawn(
+            Locker::new(waiting.clone())
+                .lock(key.as_str())
+                .ttl(TTL)
+                .wait(PATIENCE * 3)
+                .into_future(),
+        );
+        sleep(Duration::from_millis(300)).await;
+        let asks: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(format!("handoff:{{{}}}:asks", key.as_str()))
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        assert_eq!(asks.len(), 1, "the waiter left no ask: {asks:?}");
+        if round == 1 {
+            assert!(
+                asks.values().all(|ask| !ask.contains(' ')),
+                "after the server refused the pop, a try still names the box: {asks:?}"
+            );
+        }
+        assert!(holder.release(&held).await.unwrap());
+        let guard = timeout(PATIENCE, waiter).await.unwrap().unwrap().unwrap();
+        assert_eq!(guard.token().get(), held.token.get() + 1);
+        assert!(guard.release().await.unwrap());
+    }
+}
