@@ -159,7 +159,13 @@ pub(crate) async fn prepare(
         )],
         Scenario::ContendedOneKey | Scenario::ContendedManyKeys => {
             let mut cases = Vec::new();
-            for (index, (subject, is_baseline)) in suite.contenders().into_iter().enumerate() {
+            let mut contenders = suite.contenders();
+            // On a backend that queues, the barging mode beside the fair default.
+            if fenced.backend().capabilities().fair {
+                let barging: Arc<dyn Subject> = Arc::new(fenced.barging());
+                contenders.insert(2, (barging, false));
+            }
+            for (index, (subject, is_baseline)) in contenders.into_iter().enumerate() {
                 let keys = if step == Scenario::ContendedOneKey {
                     vec![suite.key(index, "contended")?]
                 } else {

@@ -204,8 +204,23 @@ mod tests {
             "{lines:?}"
         );
         // Memory: the baseline and the fenced lock, no peers; the hand-off with the watchdog
-        // off and on; every lock kind; the singles and composite rows of both set sizes.
-        assert_eq!(report.rows.len(), 22);
+        // off and on; both contended steps fair and barging; every lock kind; the singles and
+        // composite rows of both set sizes.
+        assert_eq!(report.rows.len(), 24);
+        let contended: Vec<&str> = report
+            .rows
+            .iter()
+            .filter(|r| r.scenario == Scenario::ContendedOneKey)
+            .map(|r| r.subject.as_str())
+            .collect();
+        assert_eq!(
+            contended,
+            [
+                "raw tokio Mutex<HashMap> insert + remove",
+                "fencelock memory",
+                "fencelock memory (barging)"
+            ]
+        );
         let handoffs: Vec<&str> = report
             .rows
             .iter()

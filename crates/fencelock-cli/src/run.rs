@@ -15,8 +15,8 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use fencelock::{
-    CompositeGuard, Error, FencedStorage, HolderInfo, LockGuard, LockKey, Locker, LostReason,
-    RwLocker, Semaphore, holder_resource,
+    CompositeGuard, Error, FencedStorage, HolderInfo, LockGuard, LockKey, LockOptions, Locker,
+    LostReason, RwLocker, Semaphore, holder_resource,
 };
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
@@ -85,6 +85,11 @@ pub(crate) struct Args {
     /// must pass the same N.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     permits: Option<u32>,
+    /// While waiting, do not queue: try again at each release, and whoever tries first after
+    /// it gets the lock (faster on a hot key, with a longer tail). The default waits its turn
+    /// in arrival order where the backend queues. Readers, permits and sets never queue.
+    #[arg(long)]
+    no_fair: bool,
     /// Write the grant as one JSON line on stderr before the command starts: {"key", "token",
     /// "owner", "backend"} (and "slot" or "reader"). Nothing the command writes comes before
     /// it; fencelock's own stdout stays the command's.
@@ -310,7 +315,10 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
         connected = budget.connect() => connected?,
         signal = signals.recv() => return Ok(not_started(signal)),
     };
-    let locker = Locker::new(connected.backend);
+    let locker = Locker::new(connected.backend).with_options(LockOptions {
+        fair: !args.no_fair,
+        ..LockOptions::default()
+    });
     let storage = connected.storage;
     let outcome = async {
         let (guard, extra_env) = tokio::select! {

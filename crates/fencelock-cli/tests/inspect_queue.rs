@@ -205,3 +205,53 @@ async fn inspect_lists_the_etcd_queue() {
         .unwrap();
     lists_the_holder_then_a_waiter_whose_token_is_to_come(&server.url(), "queue/etcd").await;
 }
+
+/// `run --no-fair` waits without a place in the queue (a plain `run --wait` takes one), and
+/// still gets the lock at the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_no_fair_waits_without_a_place_in_the_queue() {
+    let server = RedisServer::spawn();
+    let spec = server.url();
+    let connected = spec
+        .parse::<BackendSpec>()
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let backend = connected.backend.clone();
+    let locker = Locker::new(connected.backend);
+    let key = "queue/barging";
+    let lock_key = LockKey::new(key).unwrap();
+    let held = locker.lock(key).ttl(Duration::from_secs(30)).await.unwrap();
+    let mut waiting = common::command()
+        .args([
+            "run",
+            "--no-fair",
+            "--wait",
+            "30s",
+            "--backend",
+            &spec,
+            "--key",
+            key,
+        ])
+        .args(["--", "true"])
+        .spawn()
+        .unwrap();
+    // Time to connect and try, many times over.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let entries = backend.inspect_queue(&lock_key).await.unwrap().unwrap();
+    assert_eq!(
+        entries.len(),
+        1,
+        "a `run --no-fair` took a place in the queue: {entries:?}"
+    );
+    assert!(
+        waiting.try_wait().unwrap().is_none(),
+        "the barging run ended while the lock was held"
+    );
+    assert!(held.release().await.unwrap());
+    let status = tokio::task::spawn_blocking(move || waiting.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "the barging run failed: {status:?}");
+}

@@ -35,6 +35,12 @@ pub struct LockOptions {
     pub watchdog: bool,
     /// Pauses between tries while waiting.
     pub backoff: Backoff,
+    /// Whether a waiting request keeps its place in arrival order on a backend that queues
+    /// ([`Capabilities::fair`](crate::Capabilities::fair)). Default on. Off, it barges: it
+    /// never queues, and waits for a release's wake-up to try again, so whichever barging
+    /// request tries first after a release takes the lock (it never passes a queued fair
+    /// request). See [`LockRequest::fair`].
+    pub fair: bool,
 }
 
 impl Default for LockOptions {
@@ -44,6 +50,7 @@ impl Default for LockOptions {
             wait: Duration::from_secs(10),
             watchdog: true,
             backoff: Backoff::default(),
+            fair: true,
         }
     }
 }
@@ -398,6 +405,21 @@ impl LockRequest {
         self
     }
 
+    /// Whether the request waits its turn in arrival order (the default) or barges.
+    ///
+    /// Fair, on a backend that queues its waiters, the request keeps one place in the key's
+    /// queue and the release hands the lock to the first live place: no waiter starves, and
+    /// the p99 wait is about the queue's length times one hold. Barging, it never queues: it
+    /// waits for a release's wake-up (or its pause) and tries, and the first try after the
+    /// release wins, which on a hot key keeps the lock with whoever is quickest (often the
+    /// process that just released it) at the price of a long tail. A barging request never
+    /// takes a free lock a queued fair request waits for. On a backend without a queue every
+    /// request barges. BENCHMARKS.md measures both.
+    pub fn fair(mut self, fair: bool) -> Self {
+        self.options.fair = fair;
+        self
+    }
+
     /// The wait itself, as one future: its state is the request's fields and the loop's,
     /// with nothing held twice, so the box `into_future` makes stays a small allocation.
     /// `key` has passed the request's checks (`into_future`).
@@ -420,8 +442,9 @@ impl LockRequest {
             let deadline = started.checked_add(options.wait);
             let before_deadline = |now: Instant| deadline.is_none_or(|deadline| now < deadline);
             let name = backend.name();
-            // A request that waits on a fair backend queues; one that tries once never does.
-            let queued = backend.capabilities().fair && !options.wait.is_zero();
+            // A fair request that waits on a backend that queues keeps a place; one that
+            // tries once, or barges, never does.
+            let queued = backend.capabilities().fair && options.fair && !options.wait.is_zero();
             let mut place = QueuePlace {
                 backend: backend.clone(),
                 key,

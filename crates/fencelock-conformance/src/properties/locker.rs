@@ -4,11 +4,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fencelock_core::{Error, Locker, LostReason, WakeUp};
+use fencelock_core::{Error, Locker, LostReason, QueueRole, WakeUp};
 use tokio::time::{Instant, sleep, timeout};
 
 use super::support::{
-    LONG_TTL, PATIENCE, grant, grant_after_expiry, grant_within_patience, key, peek, spawn_waiter,
+    LONG_TTL, PATIENCE, grant, grant_after_expiry, grant_within_patience, key, peek,
+    spawn_barging, spawn_waiter,
 };
 use crate::Setup;
 
@@ -186,6 +187,80 @@ declare_properties!(__fencelock_conformance_locker, {
             "the lock is held by someone other than the waiter that was granted"
         );
         assert!(guard.release().await.unwrap());
+    }
+
+    /// A request that barges (`fair(false)`) keeps no place in the key's queue, is granted
+    /// after the release, and one cancelled while it waited never ends up holding the lock.
+    pub async fn a_barging_waiter_keeps_no_place_and_is_granted(s: &Setup) {
+        let b = &*s.backend;
+        let key = key("barging");
+        let held = grant(b, &key, LONG_TTL).await;
+        let locker = Locker::new(s.backend.clone());
+        let cancelled = spawn_barging(&locker, &key);
+        let waiter = spawn_barging(&locker, &key);
+        sleep(Duration::from_millis(400)).await;
+        if let Some(queue) = b.inspect_queue(&key).await.unwrap() {
+            assert!(
+                queue.iter().all(|entry| entry.role != QueueRole::Waiting),
+                "{}: a barging request took a place in the queue: {queue:?}",
+                b.name()
+            );
+        }
+        cancelled.abort();
+        assert!(
+            cancelled.await.is_err_and(|e| e.is_cancelled()),
+            "the barging waiter to cancel got a held lock"
+        );
+        assert!(b.release(&held).await.unwrap());
+        let guard = timeout(PATIENCE, waiter)
+            .await
+            .expect("the barging waiter was not granted within 10 s of the release")
+            .unwrap()
+            .expect("the barging waiter failed");
+        assert!(guard.token() > held.token);
+        assert_eq!(
+            b.inspect(&key).await.unwrap().holder,
+            Some(guard.fence()),
+            "the lock is held by someone other than the barging waiter that was granted"
+        );
+        assert!(guard.release().await.unwrap());
+    }
+
+    /// On a backend that queues, a barging request never takes a free lock a queued fair
+    /// request waits for: the fair one, there first, is granted first.
+    pub async fn a_barging_waiter_never_passes_a_queued_one(s: &Setup) {
+        if !s.backend.capabilities().fair {
+            return;
+        }
+        let b = &*s.backend;
+        let key = key("barging-behind");
+        let held = grant(b, &key, LONG_TTL).await;
+        let locker = Locker::new(s.backend.clone());
+        let fair = spawn_waiter(&locker, &key);
+        sleep(Duration::from_millis(400)).await;
+        let barging = spawn_barging(&locker, &key);
+        sleep(Duration::from_millis(400)).await;
+        assert!(b.release(&held).await.unwrap());
+        let first = timeout(PATIENCE, fair)
+            .await
+            .expect("the queued fair waiter was not granted within 10 s of the release")
+            .unwrap()
+            .expect("the queued fair waiter failed");
+        assert!(
+            !barging.is_finished(),
+            "{}: a barging request was granted while the queued fair one held the lock",
+            b.name()
+        );
+        assert_eq!(b.inspect(&key).await.unwrap().holder, Some(first.fence()));
+        let first_token = first.token();
+        assert!(first.release().await.unwrap());
+        let second = timeout(PATIENCE, barging)
+            .await
+            .expect("the barging waiter was not granted within 10 s of the fair one's release")
+            .unwrap()
+            .expect("the barging waiter failed");
+        assert!(second.token() > first_token);
+        assert!(second.release().await.unwrap());
     }
 
     /// A waiter granted when the holder releases holds the lock for its whole ttl, however

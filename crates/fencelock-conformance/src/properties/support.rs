@@ -54,6 +54,18 @@ pub(super) fn spawn_waiter(locker: &Locker, key: &LockKey) -> JoinHandle<Result<
     )
 }
 
+/// [`spawn_waiter`] for a request that barges (`fair(false)`): it never queues.
+pub(super) fn spawn_barging(locker: &Locker, key: &LockKey) -> JoinHandle<Result<LockGuard>> {
+    tokio::spawn(
+        locker
+            .lock(key.as_str())
+            .ttl(LONG_TTL)
+            .wait(PATIENCE * 3)
+            .fair(false)
+            .into_future(),
+    )
+}
+
 pub(super) async fn grant(backend: &dyn LockBackend, key: &LockKey, ttl: Duration) -> Lease {
     backend
         .try_acquire(key, ttl)
