@@ -203,7 +203,9 @@ impl PgAdvisoryBackend {
             // place and goes to the queue's function at once (DESIGN 5.3).
             let statement = match (waiter, wakeups) {
                 (None, _) => Statement::Plain,
-                (Some(waiter), Some(wakeups)) if !wakeups.enqueue(key, waiter) => Statement::Placed,
+                (Some(waiter), Some(wakeups)) if !wakeups.enqueue(key, waiter, false) => {
+                    Statement::Placed
+                }
                 (Some(_), _) => Statement::Queued,
             };
             let owner = waiter.unwrap_or_else(OwnerId::random);

@@ -499,7 +499,7 @@ impl LockBackend for PgLeaseBackend {
             // place, or was handed the lock, and goes to the function at once (DESIGN 5.3).
             let first = wakeups
                 .as_ref()
-                .is_none_or(|wakeups| wakeups.enqueue(key, waiter));
+                .is_none_or(|wakeups| wakeups.enqueue(key, waiter, true));
             let statement = if first {
                 &self.db.sql().lease_acquire_queued
             } else {

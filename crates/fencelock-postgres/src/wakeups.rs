@@ -3,8 +3,12 @@
 //! only.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
+
+use std::future::Future;
+use std::pin::Pin;
 
 use fencelock_core::{LockKey, OwnerId, Result};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
@@ -31,7 +35,25 @@ struct Queued {
     touched: Instant,
     /// When the holder its last refused try saw runs out, if one held the lock.
     holder_until: Option<Instant>,
+    /// Whether the process's place keeper keeps its place (the lease backend), so it need
+    /// not try to keep it.
+    kept: bool,
+    /// Whether its last refused try found the lock free but kept for another waiter (the
+    /// head, which may have vanished): it tries again within [`TURN_REFRESH`].
+    behind_free: bool,
 }
+
+/// One round of the place keeper: the keys and waiters (32 hex digits) of the kept places,
+/// pairwise; answers the waiters (hex) that should try now.
+pub(crate) type KeepPlaces = Arc<
+    dyn Fn(Vec<String>, Vec<String>) -> Pin<Box<dyn Future<Output = Result<Vec<String>>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// How long a kept waiter sleeps at most between tries while the keeper works: its place
+/// is kept for it, and the keeper wakes it when its try has something to do.
+const KEPT_TURN: Duration = Duration::from_secs(10);
 
 /// How long a queued waiter stays registered without trying: far past the place ttl (2 s)
 /// after which the server forgets its place anyway.
@@ -80,11 +102,18 @@ fn turn_of(payload: &str) -> Option<(OwnerId, &str)> {
 pub(crate) struct Wakeups {
     queues: Arc<Queues>,
     task: JoinHandle<()>,
+    keeper: Option<JoinHandle<()>>,
+    /// Whether the keeper's last round succeeded: while it fails, kept waiters try every
+    /// [`TURN_REFRESH`] as the others do.
+    keeping: Arc<AtomicBool>,
 }
 
 impl Drop for Wakeups {
     fn drop(&mut self) {
         self.task.abort();
+        if let Some(keeper) = &self.keeper {
+            keeper.abort();
+        }
     }
 }
 
@@ -95,6 +124,7 @@ impl Wakeups {
         options: PgConnectOptions,
         channel: &str,
         timeout: Duration,
+        keep: Option<KeepPlaces>,
     ) -> Result<Self> {
         let pool = PgPoolOptions::new()
             .max_connections(1)
@@ -104,7 +134,15 @@ impl Wakeups {
         timed(backend, timeout, listener.listen(channel)).await?;
         let queues = Arc::new(Queues::default());
         let task = tokio::spawn(forward(listener, queues.clone()));
-        Ok(Wakeups { queues, task })
+        let keeping = Arc::new(AtomicBool::new(true));
+        let keeper = keep
+            .map(|keep| tokio::spawn(keep_places(Arc::downgrade(&queues), keep, keeping.clone())));
+        Ok(Wakeups {
+            queues,
+            task,
+            keeper,
+            keeping,
+        })
     }
 
     /// Registers queued waiter `waiter` of `key` before a try (again: it stays registered, and
@@ -112,7 +150,8 @@ impl Wakeups {
     /// release of its key that hands to nobody, wakes it from now on.
     /// Returns whether it was not registered before (its first try, as far as this process
     /// knows).
-    pub(crate) fn enqueue(&self, key: &LockKey, waiter: OwnerId) -> bool {
+    /// `kept`: whether the place keeper keeps its place (the lease backend).
+    pub(crate) fn enqueue(&self, key: &LockKey, waiter: OwnerId, kept: bool) -> bool {
         let now = Instant::now();
         let mut registry = lock(&self.queues);
         if let Some(queued) = registry.queued.get_mut(&waiter) {
@@ -132,6 +171,8 @@ impl Wakeups {
                 notify: Arc::new(Notify::new()),
                 touched: now,
                 holder_until: None,
+                kept: kept && self.keeper.is_some(),
+                behind_free: false,
             },
         );
         true
@@ -142,6 +183,7 @@ impl Wakeups {
     pub(crate) fn refused(&self, waiter: OwnerId, holder_until: Option<Instant>) {
         if let Some(queued) = lock(&self.queues).queued.get_mut(&waiter) {
             queued.holder_until = holder_until;
+            queued.behind_free = holder_until.is_none();
         }
     }
 
@@ -150,15 +192,21 @@ impl Wakeups {
         lock(&self.queues).queued.remove(&waiter);
     }
 
-    /// Waits until queued waiter `waiter` is woken, or `max`. A waiter not registered returns
-    /// at once.
+    /// Waits until queued waiter `waiter` is woken, or `max`, or [`TURN_REFRESH`] (a kept
+    /// waiter while the keeper works and the lock was held at its last try: [`KEPT_TURN`]).
+    /// A waiter not registered returns at once.
     pub(crate) async fn turn(&self, waiter: OwnerId, max: Duration) {
-        let (notify, holder_until) = match lock(&self.queues).queued.get(&waiter) {
-            Some(queued) => (queued.notify.clone(), queued.holder_until),
+        let (notify, holder_until, refresh) = match lock(&self.queues).queued.get(&waiter) {
+            Some(queued) => {
+                let kept =
+                    queued.kept && !queued.behind_free && self.keeping.load(Ordering::Relaxed);
+                let refresh = if kept { KEPT_TURN } else { TURN_REFRESH };
+                (queued.notify.clone(), queued.holder_until, refresh)
+            }
             None => return,
         };
         let now = Instant::now();
-        let mut until = now + max;
+        let mut until = now + max.min(refresh);
         if let Some(holder_until) = holder_until {
             // Just past the holder's end, so the next try finds it expired.
             until = until.min(holder_until.max(now) + Duration::from_millis(1));
@@ -248,6 +296,49 @@ impl Registry {
     }
 }
 
+/// How often the keeper keeps the process's places.
+const KEEP_EVERY: Duration = TURN_REFRESH;
+
+/// The place keeper: every [`KEEP_EVERY`], one statement keeps the live places of every kept
+/// waiter of this process and names the waiters whose try has something to do, which it
+/// wakes. A failed round wakes every kept waiter (their tries keep their places) and has
+/// them try every [`TURN_REFRESH`] until a round succeeds. It ends with its `Wakeups`.
+async fn keep_places(queues: Weak<Queues>, keep: KeepPlaces, keeping: Arc<AtomicBool>) {
+    let mut tick = tokio::time::interval(KEEP_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(queues) = queues.upgrade() else {
+            return;
+        };
+        let (keys, waiters): (Vec<String>, Vec<String>) = lock(&queues)
+            .queued
+            .iter()
+            .filter(|(_, queued)| queued.kept)
+            .map(|(waiter, queued)| (queued.key.to_string(), waiter.to_string()))
+            .unzip();
+        if keys.is_empty() {
+            continue;
+        }
+        match keep(keys, waiters).await {
+            Ok(woken) => {
+                keeping.store(true, Ordering::Relaxed);
+                let registry = lock(&queues);
+                for waiter in woken.iter().filter_map(|hex| waiter_id(hex)) {
+                    registry.hand(waiter);
+                }
+            }
+            Err(error) => {
+                tracing::debug!(%error, "keeping the queued places failed; waiters try");
+                keeping.store(false, Ordering::Relaxed);
+                for queued in lock(&queues).queued.values().filter(|q| q.kept) {
+                    queued.notify.notify_one();
+                }
+            }
+        }
+    }
+}
+
 fn wake_everyone(queues: &Queues) {
     let registry = lock(queues);
     for queue in registry.keys.values() {
@@ -276,17 +367,16 @@ pub(crate) async fn turn(
     waiter: OwnerId,
     max: Duration,
 ) -> Result<()> {
-    let bound = max.min(TURN_REFRESH);
     let wakeups = match db.protocol().await? {
         crate::exec::Protocol::Simple => None,
         _ => db.wakeups(backend).await.ok(),
     };
     let Some(wakeups) = wakeups else {
-        tokio::time::sleep(bound).await;
+        tokio::time::sleep(max.min(TURN_REFRESH)).await;
         return Ok(());
     };
     let span = tracing::debug_span!("fencelock.pg.wait_for_turn", backend, key = %key);
-    tracing::Instrument::instrument(wakeups.turn(waiter, bound), span).await;
+    tracing::Instrument::instrument(wakeups.turn(waiter, max), span).await;
     Ok(())
 }
 
@@ -358,6 +448,8 @@ mod tests {
                 notify: notify.clone(),
                 touched: Instant::now(),
                 holder_until: None,
+                kept: false,
+                behind_free: false,
             },
         );
         deliver(

@@ -382,3 +382,76 @@ async fn a_forged_hand_off_notify_grants_nothing() {
         .await
         .unwrap();
 }
+
+/// Calls of the queue function in `db`'s schema the server has counted (`track_functions`
+/// is on for the pool's connections).
+async fn queue_function_calls(db: &fencelock_postgres::PgDatabase) -> i64 {
+    sqlx::query_scalar(
+        "SELECT COALESCE(sum(calls), 0)::bigint FROM pg_stat_user_functions \
+          WHERE schemaname = $1 AND funcname = 'fencelock_lease_acquire_queued'",
+    )
+    .bind(db.schema())
+    .fetch_one(db.pool())
+    .await
+    .unwrap()
+}
+
+/// Waiters queued behind a held lock do not each send a statement to keep their place: the
+/// process's place keeper keeps them all with one statement per refresh interval (DESIGN
+/// 5.3, *One refresh per process*). 48 waiters queued for 4 s called the queue function about
+/// twice a second each before it (about 380 calls); now none of them tries while nothing
+/// happens to the lock, their places stay live, and the release still hands the lock down the
+/// queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_waiters_keep_their_places_without_a_statement_each() {
+    const WAITERS: i64 = 48;
+    let schema = fencelock_testkit::postgres::PgSchema::create().await;
+    let pool = common::app_pool_on(
+        pg_options().options([("track_functions", "pl")]),
+        schema.name(),
+    );
+    let db = fencelock_postgres::PgDatabase::from_pool(pool, schema.name()).unwrap();
+    db.migrate().await.unwrap();
+    let backend = Arc::new(db.lease_backend());
+    let key = key("kept", &db);
+    let holder = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+    let locker = Locker::new(backend.clone());
+    let (granted, mut grants) = mpsc::unbounded_channel();
+    for _ in 0..WAITERS {
+        let (locker, waited, granted) = (locker.clone(), key.clone(), granted.clone());
+        tokio::spawn(async move {
+            let guard = locker
+                .lock(waited.as_str())
+                .ttl(TTL)
+                .wait(PATIENCE * 2)
+                .await
+                .expect("a queued waiter was not granted");
+            granted.send(guard).unwrap();
+        });
+    }
+    until_places(&db, LEASE, &key, WAITERS).await;
+    // The first tries' counts reach the statistics (a backend reports at most every second).
+    sleep(Duration::from_secs(2)).await;
+    let before = queue_function_calls(&db).await;
+    sleep(Duration::from_secs(4)).await;
+    let during = queue_function_calls(&db).await - before;
+    assert_eq!(
+        places(&db, LEASE, &key).await,
+        WAITERS,
+        "queued waiters lost their places"
+    );
+    assert!(
+        during < WAITERS,
+        "{WAITERS} waiters called the queue function {during} times in 4 s while the lock \
+         stayed held: each keeps its own place"
+    );
+    assert!(backend.release(&holder).await.unwrap());
+    let mut last = holder.token;
+    for _ in 0..WAITERS {
+        let guard = timeout(PATIENCE, grants.recv()).await.unwrap().unwrap();
+        assert!(guard.token() > last);
+        last = guard.token();
+        assert!(guard.release().await.unwrap());
+    }
+    schema.cleanup().await;
+}

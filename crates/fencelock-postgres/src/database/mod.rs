@@ -13,10 +13,13 @@ use sqlx::postgres::PgConnectOptions;
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
+use crate::codec::micros;
+use crate::error::timed;
+use crate::exec::Arg;
 use crate::exec::Protocol;
 use crate::hash::advisory_lock_id_in;
 use crate::statements::Statements;
-use crate::wakeups::Wakeups;
+use crate::wakeups::{KeepPlaces, Wakeups};
 use crate::{PgAdvisoryBackend, PgBackendKind, PgFence, PgLeaseBackend, PgPooler, PgStorage};
 
 mod binding;
@@ -157,6 +160,35 @@ impl PgDatabase {
         &self.inner.sql
     }
 
+    /// One round of the lease backend's place keeper (`lease_keep_places.sql`), on the
+    /// statement pool: the waiters whose try has something to do.
+    fn place_keeper(&self) -> KeepPlaces {
+        let (pool, sql, timeout) = (
+            self.inner.pool.clone(),
+            self.inner.sql.lease_keep_places.clone(),
+            self.inner.timeout,
+        );
+        Arc::new(move |keys: Vec<String>, waiters: Vec<String>| {
+            let (pool, sql) = (pool.clone(), sql.clone());
+            Box::pin(async move {
+                let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+                let waiters: Vec<&str> = waiters.iter().map(String::as_str).collect();
+                let args = [
+                    Arg::TextArray(&keys),
+                    Arg::TextArray(&waiters),
+                    Arg::Float8(micros(crate::lease_table::PLACE_TTL)),
+                ];
+                let rows: Vec<(String,)> = timed(
+                    crate::lease_table::BACKEND,
+                    timeout,
+                    sql.fetch_all(Protocol::Prepared, &pool, &args),
+                )
+                .await?;
+                Ok(rows.into_iter().map(|(waiter,)| waiter).collect())
+            })
+        })
+    }
+
     /// The release wake-ups, starting the shared listener on first use.
     pub(crate) async fn wakeups(&self, backend: &'static str) -> Result<&Wakeups> {
         let inner = &self.inner;
@@ -177,6 +209,7 @@ impl PgDatabase {
                     inner.options.clone(),
                     &inner.channel,
                     inner.timeout,
+                    Some(self.place_keeper()),
                 )
             })
             .await
