@@ -162,6 +162,30 @@ fn a_frozen_server_ends_the_run_with_76_naming_the_server() {
     }
 }
 
+/// Once the lease is lost (the server frozen past the 1 s ttl), fencelock stops the command
+/// and exits promptly: its release of the lost lease is bounded by a quarter of the ttl, not
+/// left to the 5 s call time-out against a server that does not answer (which made the exit
+/// 5.2-6.7 s after the freeze).
+#[test]
+fn a_lost_lease_ends_the_run_promptly() {
+    let server = RedisServer::spawn();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    for sub in HOLDING {
+        let key = format!("{sub}-prompt");
+        let held = Held::start(dir.path(), sub, &url, &key, "1s");
+        server.stop();
+        let (out, took) = held.wait(Instant::now());
+        server.cont();
+        assert_eq!(code(&out), 76, "{sub}: {}", explain(&out));
+        // The ttl (about 0.8 s left at most) and a quarter-ttl release, with a wide margin.
+        assert!(
+            took < Duration::from_secs(4),
+            "{sub}: exited {took:?} after the server froze"
+        );
+    }
+}
+
 /// The server is frozen when the command exits: the release cannot be confirmed, so fencelock
 /// exits 1 within a bound, saying it was releasing after the command ended (with its code), so
 /// the error does not read as the command's own failure.

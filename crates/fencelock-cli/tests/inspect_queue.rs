@@ -255,3 +255,61 @@ async fn run_no_fair_waits_without_a_place_in_the_queue() {
         .unwrap();
     assert!(status.success(), "the barging run failed: {status:?}");
 }
+
+/// A `run` waiting in the queue that gets SIGTERM gives its place up before it exits (143), so
+/// the waiter behind it is not held up until the place lapses (2 s on one Redis server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_run_stopped_by_a_signal_leaves_the_queue_before_it_exits() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    let server = RedisServer::spawn();
+    let spec = server.url();
+    let connected = spec
+        .parse::<BackendSpec>()
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let backend = connected.backend.clone();
+    let locker = Locker::new(connected.backend);
+    let key = "queue/signalled";
+    let lock_key = LockKey::new(key).unwrap();
+    let held = locker.lock(key).ttl(Duration::from_secs(30)).await.unwrap();
+    for round in 0..3 {
+        let mut waiting = common::command()
+            .args(["run", "--wait", "30s", "--backend", &spec, "--key", key])
+            .args(["--", "true"])
+            .spawn()
+            .unwrap();
+        let mut queued = false;
+        for _ in 0..200 {
+            if backend
+                .inspect_queue(&lock_key)
+                .await
+                .unwrap()
+                .unwrap()
+                .len()
+                == 2
+            {
+                queued = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        assert!(queued, "round {round}: the waiting run never queued");
+        let pid = Pid::from_raw(i32::try_from(waiting.id()).unwrap());
+        kill(pid, Signal::SIGTERM).unwrap();
+        let status = tokio::task::spawn_blocking(move || waiting.wait().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(status.code(), Some(143), "round {round}: {status:?}");
+        let entries = backend.inspect_queue(&lock_key).await.unwrap().unwrap();
+        assert_eq!(
+            entries.len(),
+            1,
+            "round {round}: the run exited and left its place in the queue: {entries:?}"
+        );
+    }
+    assert!(held.release().await.unwrap());
+}

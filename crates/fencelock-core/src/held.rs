@@ -47,6 +47,10 @@ pub(crate) struct Registration {
     pub(crate) id: u64,
 }
 
+/// The shortest and the longest bound on the release of a lease already lost.
+const LOST_RELEASE_MIN: Duration = Duration::from_millis(50);
+const LOST_RELEASE_MAX: Duration = Duration::from_secs(1);
+
 /// One held lease.
 pub(crate) struct Held {
     pub(crate) backend: Arc<dyn LockBackend>,
@@ -216,13 +220,35 @@ impl Held {
             key = %lease.key,
             token = lease.token.get(),
         );
-        let released = self.backend.release(&lease).instrument(span.clone()).await;
+        let release = self.backend.release(&lease).instrument(span.clone());
+        // A lease already lost (its deadline passed, or the server said so) is released as a
+        // courtesy to the next holder: bounded by a quarter of its ttl (at most 1 s, at least
+        // 50 ms), since a server that let it lapse may not be answering at all, and whoever
+        // waits for this release (a `run` about to exit, `Locker::shutdown`) must not wait a
+        // whole call time-out for it. Past the bound the lease is reported not held, which it
+        // is not, by the client's own clock.
+        let released = if self.lost_before_release() {
+            let bound = (lease.ttl / 4).clamp(LOST_RELEASE_MIN, LOST_RELEASE_MAX);
+            tokio::time::timeout(bound, release)
+                .await
+                .unwrap_or(Ok(false))
+        } else {
+            release.await
+        };
         if let Err(e) = &released {
             metrics::backend_error(self.backend.name(), "release", e);
         }
         span.in_scope(|| tracing::debug!(outcome = ?released.as_ref().ok(), "released"));
         self.release_finished();
         released
+    }
+
+    /// Whether the lease was lost before its release was claimed (the claim marks it lost
+    /// with [`LostReason::Released`] only when nothing did first).
+    fn lost_before_release(&self) -> bool {
+        self.reason
+            .get()
+            .is_some_and(|reason| *reason != LostReason::Released)
     }
 
     /// Releases the lease in a task of the current runtime, if there is one; only after

@@ -275,7 +275,10 @@ impl Locker {
     /// alive, and waits for the releases that dropped guards started and for the calls the
     /// backend still runs in the background
     /// ([`finish_background`](LockBackend::finish_background): a Redlock's nodes past the
-    /// quorum); returns how many of the releases made here found the lock still held.
+    /// quorum); returns how many of the releases made here found the lock still held. It also
+    /// waits (1 s at most) for the queue places that requests dropped while they waited are
+    /// giving up ([`LockBackend::leave_queue`]), so the waiters behind them are not held up
+    /// until those places lapse.
     ///
     /// Call it before the runtime ends (say, as the last line of `main`): a guard's drop only
     /// spawns its release, and a runtime that shuts down first never runs it (see
@@ -328,6 +331,9 @@ impl Locker {
         for held in &leases {
             held.wait_released().await;
         }
+        // The places of requests dropped while they waited (a cancelled wait, a signal): given
+        // up before the process goes, not left to lapse.
+        self.registry.wait_for_leaves().await;
         self.backend.finish_background().await;
         first_error.map_or(Ok(released), Err)
     }
@@ -450,6 +456,7 @@ impl LockRequest {
                 key,
                 waiter: OwnerId::random(),
                 taken: false,
+                registry: registry.clone(),
             };
             let mut attempt = 0u32;
             // A grant the backend handed to the waiter, taken up in place of the next try.
@@ -592,6 +599,8 @@ struct QueuePlace {
     waiter: OwnerId,
     /// Whether a queued try was sent since the last grant, so the backend may hold a place.
     taken: bool,
+    /// The locker's, which tracks a leave spawned at a drop for `Locker::shutdown`.
+    registry: Arc<Registry>,
 }
 
 impl QueuePlace {
@@ -617,7 +626,9 @@ impl Drop for QueuePlace {
         }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let (backend, key, waiter) = (self.backend.clone(), self.key.clone(), self.waiter);
-            runtime.spawn(async move {
+            // Tracked: `Locker::shutdown` waits for it, so a process that shuts its locker
+            // down after a cancelled wait (a signal) leaves no place behind.
+            self.registry.spawn_leave(&runtime, async move {
                 if let Err(e) = backend.leave_queue(&key, waiter).await {
                     tracing::debug!(error = %e, "leaving the queue failed");
                 }
