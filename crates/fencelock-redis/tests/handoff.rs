@@ -513,3 +513,73 @@ async fn a_server_that_refuses_the_pop_still_hands_off_by_publish() {
         assert!(guard.release().await.unwrap());
     }
 }
+
+/// The requests clients sent the server, as `MONITOR` shows them, collected from now on: the
+/// commands a script ran (`[0 lua]`) are left out, so a script is one request.
+struct Requests {
+    seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Requests {
+    async fn watch(server: &RedisServer) -> Requests {
+        use futures_util::StreamExt;
+        let client = redis::Client::open(server.url()).unwrap();
+        let monitor = client.get_async_monitor().await.unwrap();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let task = tokio::spawn({
+            let seen = seen.clone();
+            async move {
+                let mut lines = monitor.into_on_message::<String>();
+                while let Some(line) = lines.next().await {
+                    if !line.contains(" lua]") {
+                        seen.lock().unwrap().push(line);
+                    }
+                }
+            }
+        });
+        Requests { seen, task }
+    }
+
+    /// The requests seen since the last call, once the monitor caught up.
+    async fn since_last(&self) -> Vec<String> {
+        sleep(Duration::from_millis(200)).await;
+        std::mem::take(&mut *self.seen.lock().unwrap())
+    }
+}
+
+impl Drop for Requests {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// An uncontended grant and its release are one request each (one script, its SHA cached),
+/// as `MONITOR` sees them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_free_grant_and_its_release_are_one_request_each() {
+    let server = RedisServer::spawn();
+    let backend = connect(&server).await;
+    let key = LockKey::new("one-trip").unwrap();
+    // The scripts are loaded by the first use of each.
+    let warm = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+    assert!(backend.release(&warm).await.unwrap());
+    let requests = Requests::watch(&server).await;
+    let _ = requests.since_last().await;
+    for round in 0..3 {
+        let lease = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+        let granted = requests.since_last().await;
+        assert_eq!(
+            granted.len(),
+            1,
+            "round {round}: a free grant sent {granted:?}"
+        );
+        assert!(backend.release(&lease).await.unwrap());
+        let released = requests.since_last().await;
+        assert_eq!(
+            released.len(),
+            1,
+            "round {round}: a release sent {released:?}"
+        );
+    }
+}
