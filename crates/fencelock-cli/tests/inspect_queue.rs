@@ -206,23 +206,37 @@ async fn inspect_lists_the_etcd_queue() {
     lists_the_holder_then_a_waiter_whose_token_is_to_come(&server.url(), "queue/etcd").await;
 }
 
-/// `run --no-fair` waits without a place in the queue (a plain `run --wait` takes one), and
-/// still gets the lock at the release.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_no_fair_waits_without_a_place_in_the_queue() {
+/// A private Redis server, a backend on it, and `key` held there (30 s) through a `Locker`.
+async fn held_on_a_redis_server(
+    key: &str,
+) -> (
+    RedisServer,
+    std::sync::Arc<dyn LockBackend>,
+    fencelock::LockGuard,
+) {
     let server = RedisServer::spawn();
-    let spec = server.url();
-    let connected = spec
+    let connected = server
+        .url()
         .parse::<BackendSpec>()
         .unwrap()
         .connect()
         .await
         .unwrap();
     let backend = connected.backend.clone();
-    let locker = Locker::new(connected.backend);
-    let key = "queue/barging";
-    let lock_key = LockKey::new(key).unwrap();
-    let held = locker.lock(key).ttl(Duration::from_secs(30)).await.unwrap();
+    let held = Locker::new(connected.backend)
+        .lock(key)
+        .ttl(Duration::from_secs(30))
+        .await
+        .unwrap();
+    (server, backend, held)
+}
+
+/// `run --no-fair` waits without a place in the queue (a plain `run --wait` takes one), and
+/// still gets the lock at the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_no_fair_waits_without_a_place_in_the_queue() {
+    let (server, backend, held) = held_on_a_redis_server("queue/barging").await;
+    let (spec, key, lock_key) = (server.url(), "queue/barging", held.lease().key);
     let mut waiting = common::command()
         .args([
             "run",
@@ -263,19 +277,8 @@ async fn a_waiting_run_stopped_by_a_signal_leaves_the_queue_before_it_exits() {
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
 
-    let server = RedisServer::spawn();
-    let spec = server.url();
-    let connected = spec
-        .parse::<BackendSpec>()
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let backend = connected.backend.clone();
-    let locker = Locker::new(connected.backend);
-    let key = "queue/signalled";
-    let lock_key = LockKey::new(key).unwrap();
-    let held = locker.lock(key).ttl(Duration::from_secs(30)).await.unwrap();
+    let (server, backend, held) = held_on_a_redis_server("queue/signalled").await;
+    let (spec, key, lock_key) = (server.url(), "queue/signalled", held.lease().key);
     for round in 0..3 {
         let mut waiting = common::command()
             .args(["run", "--wait", "30s", "--backend", &spec, "--key", key])
