@@ -46,9 +46,9 @@ impl FencedSubject {
         }
     }
 
-    /// The same lock, its contended requests barging ([`LockRequest::fair`]
-    /// (fencelock_core::LockRequest::fair) off): measured beside the fair default on a
-    /// backend that queues.
+    /// The same lock, its contended requests barging
+    /// ([`fair`](fencelock_core::LockRequest::fair) off): measured beside the fair default on
+    /// a backend that queues.
     pub fn barging(&self) -> Self {
         FencedSubject {
             fair: false,
