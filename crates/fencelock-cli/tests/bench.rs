@@ -106,9 +106,11 @@ fn bench_memory_prints_a_table() {
         .copied()
         .collect();
     // Memory has every lock kind, the reader included, both composite sets with their
-    // single grants, and the hand-off with the waiter's watchdog off and on.
-    assert_eq!(rows.len(), 22, "{out}");
+    // single grants, the hand-off with the waiter's watchdog off and on, and both contended
+    // steps fair and barging (memory queues its waiters).
+    assert_eq!(rows.len(), 24, "{out}");
     assert!(out.contains("fencelock memory (watchdog on)"), "{out}");
+    assert!(out.contains("fencelock memory (barging)"), "{out}");
     assert!(out.contains("composite of 8 grant+release"), "{out}");
     assert!(out.contains("reader grant+release"), "{out}");
     for row in &rows {
