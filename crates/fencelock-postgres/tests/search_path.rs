@@ -86,8 +86,28 @@ async fn operator_paths_resolve_nothing_on_the_callers_path() {
             .await
             .unwrap();
     }
-    let fence = db.fence();
     let lease = db.lock_backend(PgBackendKind::Lease);
+    // The place keeper's statement: a waiter queued past the place ttl keeps its place only
+    // if the keeper's rounds ran (the waiter itself does not try while the lock is held).
+    let held = lease
+        .try_acquire(&key, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .expect("a free key");
+    let waiter = tokio::spawn(
+        fencelock_core::Locker::new(lease.clone())
+            .lock(key.as_str())
+            .ttl(Duration::from_secs(5))
+            .wait(Duration::from_secs(30))
+            .into_future(),
+    );
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let queue = lease.inspect_queue(&key).await.unwrap().unwrap();
+    assert_eq!(queue.len(), 2, "the kept place lapsed: {queue:?}");
+    assert!(lease.release(&held).await.unwrap());
+    let granted = waiter.await.unwrap().unwrap();
+    assert!(granted.release().await.unwrap());
+    let fence = db.fence();
     let mut fences = Vec::new();
     for _ in 0..2 {
         let held = lease
