@@ -3,12 +3,11 @@
 //! only.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
-
-use std::future::Future;
-use std::pin::Pin;
 
 use fencelock_core::{LockKey, OwnerId, Result};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
