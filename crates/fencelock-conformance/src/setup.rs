@@ -33,6 +33,9 @@ pub struct Setup {
     /// Reopens the backend on the same state. Required when its capabilities claim durable
     /// tokens: the suite checks the claim through it.
     pub reopen: Option<Reopen>,
+    /// The same backend as an operator reaches it, for the operator's steps
+    /// (`advance_token`), when the role under test may not take them. `None`: the backend.
+    pub operator: Option<Arc<dyn LockBackend>>,
 }
 
 impl fmt::Debug for Setup {
@@ -57,6 +60,7 @@ impl Setup {
             outage,
             keep_alive: Vec::new(),
             reopen: None,
+            operator: None,
         }
     }
 
@@ -64,6 +68,20 @@ impl Setup {
     pub fn with_reopen(mut self, reopen: Reopen) -> Self {
         self.reopen = Some(reopen);
         self
+    }
+
+    /// With `operator`, the same backend (the same server and namespace) as an operator
+    /// reaches it: the suite takes the operator's steps (`advance_token`) through it. For a
+    /// backend under test that runs as a role without the operator's rights.
+    pub fn with_operator(mut self, operator: Arc<dyn LockBackend>) -> Self {
+        self.operator = Some(operator);
+        self
+    }
+
+    /// The backend the operator's steps go through: [`operator`](Self::operator) if set,
+    /// otherwise the backend under test.
+    pub fn operator(&self) -> &dyn LockBackend {
+        self.operator.as_deref().unwrap_or(&*self.backend)
     }
 
     /// A setup for [`storage_suite!`](crate::storage_suite): `backend` only supplies fencing

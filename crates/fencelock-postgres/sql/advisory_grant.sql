@@ -9,7 +9,8 @@
 -- migration 9, recording 'advisory' when none is) is 'advisory'; `bound` returns it, so a
 -- schema bound to leases is refused by the grant itself, whatever the client knew.
 -- Every table written here is UNLOGGED: the commit waits for no WAL flush (DESIGN 5.3).
--- Same next-token rule (fencelock_next_token, migration 8) and signals as lease_acquire.sql:
+-- Same next-token rule (fencelock_issue_token, migration 18, the one writer of a counter a
+-- client statement may call) and signals as lease_acquire.sql:
 -- granted the lock but no token, with `live` NULL or `exhausted`, the caller unlocks, starts a
 -- new epoch and tries again.
 serves AS (
@@ -22,17 +23,14 @@ serves AS (
            AS got
       FROM serves, queue_clear
 ), counter AS (
-    INSERT INTO {schema}.fencelock_counters AS c (key, last_token)
-    SELECT $2, {schema}.fencelock_next_token(NULL, live.epoch) FROM locked, live WHERE locked.got
-    ON CONFLICT (key) DO UPDATE
-        SET last_token = {schema}.fencelock_next_token(c.last_token, EXCLUDED.last_token >> 32)
-        WHERE NOT {schema}.fencelock_token_exhausted(c.last_token, EXCLUDED.last_token >> 32)
-    RETURNING last_token
+    SELECT {schema}.fencelock_issue_token($2, false) AS last_token
+      FROM locked, live WHERE locked.got
 ), holder AS (
     INSERT INTO {schema}.fencelock_advisory_holders AS h (key, lock_id, owner, token, pid, expires_at)
     SELECT $2, $1, $3, counter.last_token, pg_backend_pid(),
            clock_timestamp() + $4::float8 * interval '1 microsecond'
       FROM counter
+     WHERE counter.last_token IS NOT NULL
     ON CONFLICT (key) DO UPDATE
         SET lock_id = EXCLUDED.lock_id,
             owner = EXCLUDED.owner,

@@ -4,9 +4,9 @@
 -- $1 key, $2 owner, $3 ttl in microseconds, $4 lock_timeout in ms.
 -- `free` is a plain read first: while the lock is held, a try neither locks the counter row
 -- nor writes anything, so many waiters retrying a held lock do not queue on that row lock.
--- The next token, under the counter row's lock, by fencelock_next_token (migration 8; the
--- inserted row is the live epoch's first token, so EXCLUDED.last_token >> 32 is the live
--- epoch), refused while the key's counter is used up (fencelock_token_exhausted). The final
+-- The next token comes from fencelock_issue_token (migration 18, which runs as the schema's
+-- owner: the application role cannot write the counters), under the counter row's lock, by
+-- fencelock_next_token, refused while the key's counter is used up or a lease is live. Its
 -- ON CONFLICT ... WHERE re-checks expiry against the latest committed row, so two racing
 -- acquirers can never both be granted; the loser of such a race may leave a gap in the
 -- key's token sequence (tokens still strictly increase).
@@ -27,21 +27,13 @@ bounded AS (
           WHERE l.key = $1 AND l.expires_at > clock_timestamp()
      )
 ), counter AS (
-    INSERT INTO {schema}.fencelock_counters AS c (key, last_token)
-    SELECT $1, {schema}.fencelock_next_token(NULL, free.epoch) FROM free
-    ON CONFLICT (key) DO UPDATE
-        SET last_token = {schema}.fencelock_next_token(c.last_token, EXCLUDED.last_token >> 32)
-        WHERE NOT EXISTS (
-            SELECT 1 FROM {schema}.fencelock_leases l
-             WHERE l.key = $1 AND l.expires_at > clock_timestamp()
-        )
-          AND NOT {schema}.fencelock_token_exhausted(c.last_token, EXCLUDED.last_token >> 32)
-    RETURNING last_token
+    SELECT {schema}.fencelock_issue_token($1, true) AS last_token FROM free
 ), granted AS (
     INSERT INTO {schema}.fencelock_leases AS l (key, owner, token, expires_at)
     SELECT $1, $2, counter.last_token,
            clock_timestamp() + $3::float8 * interval '1 microsecond'
       FROM counter
+     WHERE counter.last_token IS NOT NULL
     ON CONFLICT (key) DO UPDATE
         SET owner = EXCLUDED.owner,
             token = EXCLUDED.token,

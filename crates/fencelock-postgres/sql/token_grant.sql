@@ -1,19 +1,15 @@
 -- $1 key. The transaction API's token: runs on its own connection, outside the caller's
 -- transaction and after that transaction holds the key's advisory lock, and commits at once,
--- so a rolled-back transaction never gives its token back. Writes only the UNLOGGED counter:
+-- so a rolled-back transaction never gives its token back. Writes only the UNLOGGED counter,
+-- through fencelock_issue_token, which runs as the schema's owner:
 -- the commit waits for no WAL flush.
--- Same next-token rule (fencelock_next_token, migration 8) and signals as lease_acquire.sql:
+-- Same next-token rule (fencelock_issue_token, migration 18) and signals as lease_acquire.sql:
 -- `live` NULL or `exhausted` mean the caller must start a new epoch (fencelock_new_epoch) and
 -- try again.
 WITH live AS (
     SELECT e.epoch FROM {schema}.fencelock_epoch_live e WHERE e.one
 ), counter AS (
-    INSERT INTO {schema}.fencelock_counters AS c (key, last_token)
-    SELECT $1, {schema}.fencelock_next_token(NULL, live.epoch) FROM live
-    ON CONFLICT (key) DO UPDATE
-        SET last_token = {schema}.fencelock_next_token(c.last_token, EXCLUDED.last_token >> 32)
-        WHERE NOT {schema}.fencelock_token_exhausted(c.last_token, EXCLUDED.last_token >> 32)
-    RETURNING last_token
+    SELECT {schema}.fencelock_issue_token($1, false) AS last_token FROM live
 )
 SELECT g.token,
        (SELECT epoch FROM live) AS live,

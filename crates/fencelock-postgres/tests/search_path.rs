@@ -164,11 +164,17 @@ async fn every_function_pins_its_path() {
     let unpinned: Vec<(String, Option<Vec<String>>)> = sqlx::query_as(
         "SELECT p.oid::regprocedure::text, p.proconfig FROM pg_proc p \
          WHERE p.pronamespace = $1::regnamespace \
-           AND NOT $2 = ANY (coalesce(p.proconfig, '{}'))",
+           AND NOT coalesce(p.proconfig, '{}') && ARRAY[$2, $3]",
     )
     .bind(schema.name())
+    // Pinned by migration 17 (the name as `%I` writes it) or by `SET search_path FROM
+    // CURRENT` (always quoted): the same path.
     .bind(format!(
         "search_path={}, pg_catalog, pg_temp",
+        schema.name()
+    ))
+    .bind(format!(
+        "search_path=\"{}\", pg_catalog, pg_temp",
         schema.name()
     ))
     .fetch_all(schema.admin())

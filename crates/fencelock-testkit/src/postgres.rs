@@ -132,6 +132,17 @@ impl PgSchema {
         ((hash >> 2) | (1 << 60)) as i64
     }
 
+    /// Creates a login role of the schema's own, `<schema>_<suffix>`, with no rights yet, and
+    /// returns its name. Dropped with the schema (with whatever it still owns or was granted).
+    pub async fn role(&self, suffix: &str) -> String {
+        let role = format!("{}_{suffix}", self.name);
+        self.admin()
+            .execute(format!("CREATE ROLE {role} LOGIN").as_str())
+            .await
+            .unwrap_or_else(|e| panic!("creating test role {role}: {e}"));
+        role
+    }
+
     /// Drops the schema now.
     pub async fn cleanup(mut self) {
         if let Some(admin) = self.admin.take() {
@@ -146,6 +157,22 @@ async fn drop_schema(admin: &PgPool, name: &str) {
         #[allow(clippy::print_stderr)]
         {
             eprintln!("warning: could not drop test schema {name}: {error}");
+        }
+    }
+    // The schema's roles (`PgSchema::role`): their names are the schema's, then `_`.
+    let roles: Vec<String> =
+        sqlx::query_scalar("SELECT rolname::text FROM pg_roles WHERE starts_with(rolname, $1)")
+            .bind(format!("{name}_"))
+            .fetch_all(admin)
+            .await
+            .unwrap_or_default();
+    for role in roles {
+        let sql = format!("DROP OWNED BY {role}; DROP ROLE {role}");
+        if let Err(error) = admin.execute(sql.as_str()).await {
+            #[allow(clippy::print_stderr)]
+            {
+                eprintln!("warning: could not drop test role {role}: {error}");
+            }
         }
     }
     admin.close().await;

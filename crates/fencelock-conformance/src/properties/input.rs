@@ -131,7 +131,7 @@ declare_properties!(__fencelock_conformance_input, {
         let b = &*s.backend;
         let key = key("floor-max");
         let floor = FencingToken::new(u64::MAX).unwrap();
-        match b.advance_token(&key, floor).await {
+        match s.operator().advance_token(&key, floor).await {
             Err(Error::InvalidConfig { .. }) => {}
             other => panic!("advance_token to {floor}: expected InvalidConfig, got {other:?}"),
         }

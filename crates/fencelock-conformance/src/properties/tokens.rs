@@ -95,7 +95,7 @@ declare_properties!(__fencelock_conformance_tokens, {
         note(after_expiry.token, "expiry");
         b.release(&after_expiry).await.unwrap();
         let floor = FencingToken::new(after_expiry.token.get() + 10).unwrap();
-        b.advance_token(&key, floor).await.unwrap();
+        s.operator().advance_token(&key, floor).await.unwrap();
         let advanced = grant(b, &key, LONG_TTL).await;
         assert!(
             advanced.token > floor,
@@ -112,12 +112,12 @@ declare_properties!(__fencelock_conformance_tokens, {
         let first = grant(b, &key, LONG_TTL).await;
         b.release(&first).await.unwrap();
         let floor = FencingToken::new(first.token.get() + 1000).unwrap();
-        let counter = b.advance_token(&key, floor).await.unwrap();
+        let counter = s.operator().advance_token(&key, floor).await.unwrap();
         assert!(
             counter >= floor,
             "advance_token returned {counter} below floor {floor}"
         );
-        let lowered = b.advance_token(&key, FencingToken::MIN).await.unwrap();
+        let lowered = s.operator().advance_token(&key, FencingToken::MIN).await.unwrap();
         assert!(
             lowered >= counter,
             "advance_token lowered the counter to {lowered}"
@@ -132,7 +132,7 @@ declare_properties!(__fencelock_conformance_tokens, {
         // On a key never used, advance_token starts the counter.
         let fresh = self::key("advance-fresh");
         let floor = FencingToken::new(77).unwrap();
-        assert!(b.advance_token(&fresh, floor).await.unwrap() >= floor);
+        assert!(s.operator().advance_token(&fresh, floor).await.unwrap() >= floor);
         let lease = grant(b, &fresh, LONG_TTL).await;
         assert!(lease.token > floor);
         b.release(&lease).await.unwrap();

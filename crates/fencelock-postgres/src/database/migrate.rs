@@ -63,6 +63,7 @@ impl Embedded {
             migration!(15, "handed grant", "0015_handed_grant.sql"),
             migration!(16, "advisory queue", "0016_advisory_queue.sql"),
             migration!(17, "pinned paths", "0017_pinned_paths.sql"),
+            migration!(18, "closed fence", "0018_closed_fence.sql"),
         ]
     }
 }

@@ -4,6 +4,7 @@
 pub mod bouncer;
 pub mod own_tables;
 pub mod queue;
+pub mod roles;
 pub mod trojans;
 
 use std::sync::Arc;
@@ -94,6 +95,16 @@ pub async fn proxied_database_on(
     options: sqlx::postgres::PgConnectOptions,
 ) -> (PgSchema, Arc<FaultProxy>, PgDatabase) {
     let schema = PgSchema::create().await;
+    let (proxy, db) = proxied_connect(&schema, options).await;
+    (schema, proxy, db)
+}
+
+/// fencelock on `schema`, its connections made from `options` and reached through a fault
+/// proxy.
+pub async fn proxied_connect(
+    schema: &PgSchema,
+    options: sqlx::postgres::PgConnectOptions,
+) -> (Arc<FaultProxy>, PgDatabase) {
     let proxy = Arc::new(
         FaultProxy::start(pg_addr())
             .await
@@ -105,18 +116,18 @@ pub async fn proxied_database_on(
         .connect()
         .await
         .expect("connecting to the test schema through the proxy");
-    (schema, proxy, db)
+    (proxy, db)
 }
 
 /// Picks the backend under test out of a connected database.
-type Pick = fn(&PgDatabase) -> Arc<dyn fencelock_core::LockBackend>;
+pub type Pick = fn(&PgDatabase) -> Arc<dyn fencelock_core::LockBackend>;
 
 fn setup(schema: PgSchema, proxy: Arc<FaultProxy>, db: &PgDatabase, pick: Pick) -> Setup {
     setup_on(pg_options(), schema, proxy, db, pick)
 }
 
 /// [`setup`], reopened with connections made from `options`.
-fn setup_on(
+pub fn setup_on(
     options: sqlx::postgres::PgConnectOptions,
     schema: PgSchema,
     proxy: Arc<FaultProxy>,
