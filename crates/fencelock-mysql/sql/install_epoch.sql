@@ -5,9 +5,12 @@
 -- handed out. Only the caller that created the row (committed first, autocommit) writes the
 -- live marker of that epoch; a grant that finds no marker first starts a new epoch instead,
 -- and INSERT IGNORE leaves its marker alone. Run by every install; a no-op once the row exists.
+--
+-- Runs as its definer, the installation's owner (DESIGN 8.3): an application account's
+-- connect runs it, and need not write the epoch.
 CREATE PROCEDURE {prefix}install_epoch_v1()
     MODIFIES SQL DATA
-    SQL SECURITY INVOKER
+    SQL SECURITY DEFINER
 BEGIN
     -- Every connect gets here: the old counters are read only while the row is missing.
     IF NOT EXISTS (SELECT 1 FROM {prefix}epoch WHERE id = 1) THEN

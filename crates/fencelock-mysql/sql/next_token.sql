@@ -17,9 +17,12 @@
 -- grants costs one epoch even when one of them is slow between its try and its read.
 -- A full table (max_heap_table_size) is emptied, marker included: tokens then go on in a new
 -- epoch, above every token of this one. Nothing writes a redo log here.
+--
+-- Runs as its definer, the installation's owner (DESIGN 8.3): the caller need not write the
+-- counters, and can only raise them.
 CREATE PROCEDURE {prefix}next_token_v2(IN p_key VARBINARY(512), OUT p_token BIGINT)
     MODIFIES SQL DATA
-    SQL SECURITY INVOKER
+    SQL SECURITY DEFINER
 BEGIN
     DECLARE v_marker VARBINARY(24) DEFAULT CONCAT(X'00', @@server_id);
     DECLARE v_live BIGINT DEFAULT NULL;

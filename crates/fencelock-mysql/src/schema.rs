@@ -70,30 +70,101 @@ const TABLES: &[Table] = &[
 /// in per table).
 const CLEANUP: &str = include_str!("../sql/cleanup.sql");
 
-/// The procedures, by name without prefix, in creation order.
-const PROCEDURES: &[(&str, &str)] = &[
-    ("new_epoch_v1", include_str!("../sql/new_epoch.sql")),
-    ("next_token_v2", include_str!("../sql/next_token.sql")),
-    ("install_epoch_v1", include_str!("../sql/install_epoch.sql")),
-    ("take_lock_v1", include_str!("../sql/take_lock.sql")),
-    ("queue_head_v1", include_str!("../sql/queue_head.sql")),
-    ("acquire_v6", include_str!("../sql/acquire.sql")),
-    ("extend_v2", include_str!("../sql/extend.sql")),
-    ("release_v3", include_str!("../sql/release.sql")),
-    ("wait_v5", include_str!("../sql/wait.sql")),
-    ("leave_v1", include_str!("../sql/leave.sql")),
-    (
-        "acquire_shared_v3",
-        include_str!("../sql/acquire_shared.sql"),
-    ),
-    ("extend_shared_v1", include_str!("../sql/extend_shared.sql")),
-    (
-        "release_shared_v1",
-        include_str!("../sql/release_shared.sql"),
-    ),
-    ("advance_token_v2", include_str!("../sql/advance_token.sql")),
-    ("storage_apply_v1", include_str!("../sql/storage_apply.sql")),
-    ("admit_v1", include_str!("../sql/admit.sql")),
+/// One stored procedure of an installation.
+struct Procedure {
+    /// The name, without the prefix.
+    name: &'static str,
+    /// The `CREATE PROCEDURE` statement.
+    create: &'static str,
+    /// Whether it runs as its definer, the installation's owner (`SQL SECURITY DEFINER`):
+    /// the procedures that write the counters, the epoch, the storage and the fences, which
+    /// an application account may not write itself (DESIGN 8.3, *Who may move the fence*).
+    /// The others run with the caller's rights.
+    as_owner: bool,
+}
+
+/// The procedures, in creation order.
+const PROCEDURES: &[Procedure] = &[
+    Procedure {
+        name: "new_epoch_v1",
+        create: include_str!("../sql/new_epoch.sql"),
+        as_owner: false,
+    },
+    Procedure {
+        name: "next_token_v2",
+        create: include_str!("../sql/next_token.sql"),
+        as_owner: true,
+    },
+    Procedure {
+        name: "install_epoch_v1",
+        create: include_str!("../sql/install_epoch.sql"),
+        as_owner: true,
+    },
+    Procedure {
+        name: "take_lock_v1",
+        create: include_str!("../sql/take_lock.sql"),
+        as_owner: false,
+    },
+    Procedure {
+        name: "queue_head_v1",
+        create: include_str!("../sql/queue_head.sql"),
+        as_owner: false,
+    },
+    Procedure {
+        name: "acquire_v6",
+        create: include_str!("../sql/acquire.sql"),
+        as_owner: false,
+    },
+    Procedure {
+        name: "extend_v2",
+        create: include_str!("../sql/extend.sql"),
+        as_owner: false,
+    },
+    Procedure {
+        name: "release_v3",
+        create: include_str!("../sql/release.sql"),
+        as_owner: false,
+    },
+    Procedure {
+        name: "wait_v5",
+        create: include_str!("../sql/wait.sql"),
+        as_owner: false,
+    },
+    Procedure {
+        name: "leave_v1",
+        create: include_str!("../sql/leave.sql"),
+        as_owner: false,
+    },
+    Procedure {
+        name: "acquire_shared_v3",
+        create: include_str!("../sql/acquire_shared.sql"),
+        as_owner: false,
+    },
+    Procedure {
+        name: "extend_shared_v1",
+        create: include_str!("../sql/extend_shared.sql"),
+        as_owner: false,
+    },
+    Procedure {
+        name: "release_shared_v1",
+        create: include_str!("../sql/release_shared.sql"),
+        as_owner: false,
+    },
+    Procedure {
+        name: "advance_token_v2",
+        create: include_str!("../sql/advance_token.sql"),
+        as_owner: false,
+    },
+    Procedure {
+        name: "storage_apply_v1",
+        create: include_str!("../sql/storage_apply.sql"),
+        as_owner: true,
+    },
+    Procedure {
+        name: "admit_v1",
+        create: include_str!("../sql/admit.sql"),
+        as_owner: true,
+    },
 ];
 
 /// Procedures of earlier versions, which `uninstall` drops too.
@@ -178,6 +249,7 @@ impl Statements {
     pub(crate) async fn install(&self, pool: &MySqlPool) -> Result<()> {
         if !self.is_complete(pool).await? {
             self.create(pool).await?;
+            self.secure(pool).await?;
         }
         // The epoch row (and, on a new installation, its live marker): after the tables it
         // reads and the procedure that writes it.
@@ -189,7 +261,9 @@ impl Statements {
     }
 
     /// Whether every table and procedure of this installation exists in the database, as the
-    /// connecting account sees them.
+    /// connecting account sees them, each procedure running as it should (its `SQL
+    /// SECURITY`): an installation made before the fence's procedures ran as their owner is
+    /// incomplete, and the owner's next connect completes it.
     async fn is_complete(&self, pool: &MySqlPool) -> Result<bool> {
         let names = |count: usize| vec!["?"; count].join(", ");
         let sql = format!(
@@ -197,16 +271,18 @@ impl Statements {
                       WHERE table_schema = DATABASE() AND table_name IN ({})), \
                     (SELECT COUNT(*) FROM information_schema.routines \
                       WHERE routine_schema = DATABASE() AND routine_type = 'PROCEDURE' \
-                        AND routine_name IN ({}))",
+                        AND (routine_name, security_type) IN ({}))",
             names(TABLES.len()),
-            names(PROCEDURES.len())
+            vec!["(?, ?)"; PROCEDURES.len()].join(", ")
         );
         let mut query = sqlx::query_as::<_, (i64, i64)>(&sql);
         for table in TABLES {
             query = query.bind(format!("{}{}", self.prefix, table.name));
         }
-        for (name, _) in PROCEDURES {
-            query = query.bind(format!("{}{name}", self.prefix));
+        for procedure in PROCEDURES {
+            query = query
+                .bind(format!("{}{}", self.prefix, procedure.name))
+                .bind(security(procedure));
         }
         let (tables, procedures) = query
             .fetch_one(pool)
@@ -223,37 +299,60 @@ impl Statements {
                 .await
                 .map_err(|e| map_sqlx_error(BACKEND, e))?;
         }
-        for (name, sql) in PROCEDURES {
-            match pool.execute(sqlx::raw_sql(&fill(sql, &self.prefix))).await {
+        for procedure in PROCEDURES {
+            let name = procedure.name;
+            match pool
+                .execute(sqlx::raw_sql(&fill(procedure.create, &self.prefix)))
+                .await
+            {
                 Ok(_) => {}
                 Err(sqlx::Error::Database(db))
                     if db
                         .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
                         .is_some_and(|e| e.number() == PROCEDURE_EXISTS) => {}
                 Err(e) => {
-                    let error = map_sqlx_error(BACKEND, e);
-                    return Err(match error {
-                        Error::Backend {
-                            message, source, ..
-                        } => Error::Backend {
-                            backend: BACKEND,
-                            message: format!(
-                                "cannot create procedure {}{name}: {message}",
-                                self.prefix
-                            ),
-                            source,
-                        },
-                        other => other,
-                    });
+                    return Err(naming(
+                        map_sqlx_error(BACKEND, e),
+                        &format!("cannot create procedure {}{name}", self.prefix),
+                    ));
                 }
             }
         }
         Ok(())
     }
 
+    /// Makes each procedure run as it should: `CREATE PROCEDURE` leaves one another process
+    /// (or an earlier version) created alone, so its `SQL SECURITY` is set here. Needs ALTER
+    /// ROUTINE, which the account that created a procedure has.
+    async fn secure(&self, pool: &MySqlPool) -> Result<()> {
+        for procedure in PROCEDURES {
+            let alter = format!(
+                "ALTER PROCEDURE {}{} SQL SECURITY {}",
+                self.prefix,
+                procedure.name,
+                security(procedure)
+            );
+            pool.execute(sqlx::raw_sql(&alter)).await.map_err(|e| {
+                naming(
+                    map_sqlx_error(BACKEND, e),
+                    &format!(
+                        "cannot make procedure {}{} run as {}",
+                        self.prefix,
+                        procedure.name,
+                        security(procedure)
+                    ),
+                )
+            })?;
+        }
+        Ok(())
+    }
+
     /// Drops every table and procedure of this prefix, token counters included.
     pub(crate) async fn uninstall(&self, pool: &MySqlPool) -> Result<()> {
-        let procedures = PROCEDURES.iter().map(|(name, _)| name).chain(RETIRED);
+        let procedures = PROCEDURES
+            .iter()
+            .map(|procedure| &procedure.name)
+            .chain(RETIRED);
         for name in procedures {
             let drop = format!("DROP PROCEDURE IF EXISTS {}{name}", self.prefix);
             pool.execute(sqlx::raw_sql(&drop))
@@ -272,7 +371,7 @@ impl Statements {
     /// The names of every table and procedure of this prefix, tables first.
     pub(crate) fn object_names(&self) -> Vec<String> {
         let tables = TABLES.iter().map(|table| table.name);
-        let procedures = PROCEDURES.iter().map(|(name, _)| *name);
+        let procedures = PROCEDURES.iter().map(|procedure| procedure.name);
         tables
             .chain(procedures)
             .map(|name| format!("{}{name}", self.prefix))
@@ -296,6 +395,29 @@ impl Statements {
     }
 }
 
+/// A backend error's message, prefixed with what was being done.
+fn naming(error: Error, what: &str) -> Error {
+    match error {
+        Error::Backend {
+            message, source, ..
+        } => Error::Backend {
+            backend: BACKEND,
+            message: format!("{what}: {message}"),
+            source,
+        },
+        other => other,
+    }
+}
+
+/// The `SQL SECURITY` a procedure runs with, as `information_schema.routines` spells it.
+fn security(procedure: &Procedure) -> &'static str {
+    if procedure.as_owner {
+        "DEFINER"
+    } else {
+        "INVOKER"
+    }
+}
+
 fn fill(sql: &str, prefix: &str) -> String {
     sql.replace("{prefix}", prefix)
 }
@@ -309,7 +431,7 @@ mod tests {
     fn every_placeholder_is_filled_and_names_fit() {
         let statements = Statements::new("p_").unwrap();
         let creates = TABLES.iter().map(|table| table.create);
-        for sql in creates.chain(PROCEDURES.iter().map(|(_, sql)| *sql)) {
+        for sql in creates.chain(PROCEDURES.iter().map(|procedure| procedure.create)) {
             let filled = fill(sql, "p_");
             assert!(!filled.contains('{'), "{filled}");
         }
@@ -322,6 +444,18 @@ mod tests {
             assert!(name.len() <= 64, "{name} is longer than 64 characters");
         }
         assert!(Statements::new("bad-prefix").is_err());
+    }
+
+    #[test]
+    fn each_procedure_says_whom_it_runs_as() {
+        for procedure in PROCEDURES {
+            let says = format!("\n    SQL SECURITY {}\n", security(procedure));
+            assert!(
+                procedure.create.contains(&says),
+                "{} does not say{says}",
+                procedure.name
+            );
+        }
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! dropped afterwards, and an administrator's connection for plain SQL.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub(crate) mod accounts;
 pub(crate) mod server;
 
 use std::time::Duration;
