@@ -42,6 +42,7 @@ mod signals;
 mod spec;
 mod tether;
 mod wait_budget;
+pub mod warnings;
 
 pub use error::CliError;
 pub use exit::Exit;

@@ -4,5 +4,6 @@ use std::process::ExitCode;
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    fencelock_cli::warnings::install();
     fencelock_cli::main_with(&[]).await
 }

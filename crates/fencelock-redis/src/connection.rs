@@ -267,7 +267,24 @@ pub(crate) fn refuse_eviction(
                  holder in; set `maxmemory-policy noeviction` on the server, or accept the \
                  risk with allow_eviction(true) (`?allow_eviction=true` in the URL)"
         ))),
-        _ => Ok(()),
+        Some(policy) if settings.evicts() == Some(true) => {
+            tracing::warn!(
+                "{server} may evict keys (maxmemory-policy {policy}) and allow_eviction=true \
+                 accepts it: under memory pressure it can delete token counters, fence records \
+                 and held locks, which lets a stale holder in"
+            );
+            Ok(())
+        }
+        Some(_) => Ok(()),
+        None => {
+            tracing::warn!(
+                "{server} did not say its maxmemory-policy (CONFIG GET refused, as an ACL \
+                 without +config|get does): the eviction check was skipped; a server that \
+                 evicts keys can delete token counters, fence records and held locks, so run \
+                 it with maxmemory-policy noeviction"
+            );
+            Ok(())
+        }
     }
 }
 

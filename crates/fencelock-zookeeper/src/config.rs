@@ -423,6 +423,11 @@ impl ZkConfig {
             .map(|(user, password)| format!("{user}:{password}"))
     }
 
+    /// The digest user of the credentials, if any.
+    pub(crate) fn digest_user(&self) -> Option<&str> {
+        self.credentials.as_ref().map(|(user, _)| user.as_str())
+    }
+
     /// Checks what the builder methods may have set, as [`from_url`](Self::from_url) does.
     pub(crate) fn validate(&self) -> Result<()> {
         validate_prefix(self.prefix_name())?;

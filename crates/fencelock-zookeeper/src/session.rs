@@ -89,6 +89,25 @@ fn acls(config: &ZkConfig) -> zk::Acls<'static> {
     }
 }
 
+/// With credentials, each node of fencelock's tree must be `user`'s alone: every entry of its
+/// ACL the digest identity `user`. Otherwise (an entry for anyone, an address, another
+/// identity: a tree created first without credentials, or by someone else) the refusal,
+/// naming the node and the entry. Another identity's node could have its counters reset or
+/// its fences lowered by that identity, so fencelock does not use it.
+fn foreign_acl(path: &str, entries: &[zk::Acl], user: &str) -> Option<String> {
+    let foreign = entries
+        .iter()
+        .find(|entry| entry.scheme() != "digest" || entry.id().split(':').next() != Some(user))?;
+    Some(format!(
+        "znode {path} lets {}:{} {} (its ACL), not only {user}: anyone it names could reset \
+         tokens or lower fences under it. It was created without these credentials; delete \
+         fencelock's tree, or set its ACL to digest:{user} only (setAcl -R), then connect again",
+        foreign.scheme(),
+        foreign.id(),
+        foreign.permission()
+    ))
+}
+
 /// A request answers within a third of the session timeout, between 1 s and 10 s: long
 /// enough for the client to move to another member, short enough to say `Unavailable`
 /// within a caller's wait.
@@ -192,14 +211,15 @@ async fn connect(config: &ZkConfig, layout: &Layout) -> Result<Arc<Session>> {
     }
     let acls = acls(config);
     let options = zk::CreateMode::Persistent.with_acls(acls);
-    for path in [
+    let tree = [
         layout.root().to_owned(),
         layout.locks(),
         layout.data(),
         layout.clock(),
-    ] {
+    ];
+    for path in &tree {
         let created = within(op_timeout(timeout), "create fencelock's znodes", async {
-            client.create(&path, b"", &options).await
+            client.create(path, b"", &options).await
         })
         .await?;
         match created {
@@ -215,6 +235,28 @@ async fn connect(config: &ZkConfig, layout: &Layout) -> Result<Arc<Session>> {
     )
     .await?
     .map_err(|e| mapped(e, &format!("read {}", layout.root())))?;
+    match config.digest_user() {
+        Some(user) => {
+            for path in &tree {
+                let (entries, _) = within(
+                    op_timeout(timeout),
+                    "read the ACLs of fencelock's znodes",
+                    client.get_acl(path),
+                )
+                .await?
+                .map_err(|e| mapped(e, &format!("read the ACL of {path}")))?;
+                if let Some(refusal) = foreign_acl(path, &entries, user) {
+                    return Err(Error::config(format!("{refusal} on {members}")));
+                }
+            }
+        }
+        None => tracing::warn!(
+            members = %members,
+            "connected to ZooKeeper without credentials: the znodes fencelock creates are \
+             world-writable, so anyone who reaches the ensemble can reset a key's tokens or \
+             lower a fence; use zookeeper://user:password@... (DESIGN.md 8.5)"
+        ),
+    }
     let lost = CancellationToken::new();
     let mut states = client.state_watcher();
     let signal = lost.clone();
