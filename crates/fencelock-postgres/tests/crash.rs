@@ -280,3 +280,66 @@ async fn a_clean_restart_keeps_leases() {
     );
     db.close().await;
 }
+
+/// Lowering a fence after a crash (which empties the UNLOGGED counters) never goes below a
+/// token that was granted: tokens 1-3 granted and 3 admitted, the fence cannot be lowered to
+/// 1 before the crash nor after it, so the holder of token 2 stays refused. The refusal after
+/// the crash names the lowest fence allowed, the end of the epoch the tokens came from, and
+/// the next grant (the first of a new epoch) is above it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_lowered_after_a_crash_admits_no_granted_token_again() {
+    let cluster = cluster().await;
+    let db = connect(&cluster).await;
+    let backend = db.lease_backend();
+    let key = key(0);
+    let mut grants = Vec::new();
+    for _ in 0..3 {
+        let lease = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+        assert!(backend.release(&lease).await.unwrap());
+        grants.push(lease);
+    }
+    let fence = db.fence();
+    let mut tx = db.pool().begin().await.unwrap();
+    fence
+        .admit(&mut *tx, key.as_str(), grants[2].fence())
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let lowered = fence.lower_fence(db.pool(), &key, grants[0].token).await;
+    assert!(
+        matches!(lowered, Err(Error::InvalidConfig { .. })),
+        "before the crash: {lowered:?}"
+    );
+    // The cluster does not wait for commits to reach disk: make the admitted fence durable,
+    // as a server with the default synchronous_commit would have at the commit.
+    sqlx::query("CHECKPOINT").execute(db.pool()).await.unwrap();
+    db.close().await;
+
+    blocking(&cluster, PgCluster::crash).await;
+    blocking(&cluster, PgCluster::start).await;
+    let db = connect(&cluster).await;
+    let fence = db.fence();
+    let lowered = fence.lower_fence(db.pool(), &key, grants[0].token).await;
+    let Err(Error::InvalidConfig { message, .. }) = lowered else {
+        panic!("after the crash the fence was lowered below a granted token: {lowered:?}");
+    };
+    assert!(message.contains("lost"), "{message}");
+    let mut tx = db.pool().begin().await.unwrap();
+    let stale = fence.admit(&mut *tx, key.as_str(), grants[1].fence()).await;
+    assert!(matches!(stale, Err(Error::Stale { .. })), "{stale:?}");
+    drop(tx);
+
+    // The lowest fence it names is the end of the tokens' epoch, and the next grant is above.
+    let end = (((grants[2].token.get() >> 32) + 1) << 32) - 1;
+    assert!(message.contains(&end.to_string()), "{message}");
+    let backend = db.lease_backend();
+    let next = backend.try_acquire(&key, TTL).await.unwrap().unwrap();
+    assert!(next.token.get() > end, "{} is not above {end}", next.token);
+    let mut tx = db.pool().begin().await.unwrap();
+    fence
+        .admit(&mut *tx, key.as_str(), next.fence())
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    db.close().await;
+}

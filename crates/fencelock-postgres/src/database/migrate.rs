@@ -64,6 +64,7 @@ impl Embedded {
             migration!(16, "advisory queue", "0016_advisory_queue.sql"),
             migration!(17, "pinned paths", "0017_pinned_paths.sql"),
             migration!(18, "closed fence", "0018_closed_fence.sql"),
+            migration!(19, "lower after loss", "0019_lower_after_loss.sql"),
         ]
     }
 }
