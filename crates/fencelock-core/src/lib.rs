@@ -11,6 +11,7 @@ pub mod duration;
 pub mod epoch;
 mod error;
 mod fence;
+mod full_server;
 mod guard;
 mod held;
 mod holder;
@@ -36,6 +37,7 @@ pub use composite::{CompositeGuard, LockAllRequest, MemberLost};
 pub use config::{BackendConfig, Connected, Scheme, Schemes};
 pub use error::{BoxError, Error, LostReason, NodeReport, Result};
 pub use fence::{Fence, FenceRule, FencingToken, OwnerId};
+pub use full_server::{Entry as FullServerEntry, FullServer};
 pub use guard::LockGuard;
 pub use holder::{
     HOLDER_RESOURCE_PREFIX, HolderInfo, MAX_HOST_LEN, MAX_PURPOSE_LEN, holder_resource,

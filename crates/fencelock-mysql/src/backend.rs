@@ -139,7 +139,7 @@ impl MySqlLockBackend {
         );
         async {
             let owner = OwnerId::random();
-            let conn = timed(self.timeout(), self.db.sessions().acquire()).await?;
+            let conn = self.db.session(self.timeout()).await?;
             // On an error or a cancellation `holder` is dropped, closing the connection and
             // with it any lock the call may have taken.
             let mut holder = Holder::new(conn);

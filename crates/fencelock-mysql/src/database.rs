@@ -5,12 +5,16 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_core::{Error, LockBackend, Result, TokenGuarantee};
+use fencelock_core::{Error, FullServer, FullServerEntry, LockBackend, Result, TokenGuarantee};
 use sqlx::ConnectOptions;
+use sqlx::MySql;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+use sqlx::pool::PoolConnection;
 
 use crate::config::{DEFAULT_MAX_VALUE_LEN, MySqlBackendKind, MySqlConfig};
-use crate::error::timed;
+use crate::error::{
+    BACKEND, TOO_MANY_CONNECTIONS, map_sqlx_error, server_error_number, timed, timed_out,
+};
 use crate::greeting::{self, Peer};
 use crate::schema::Statements;
 use crate::{MySqlFence, MySqlLockBackend, MySqlStorage};
@@ -48,6 +52,12 @@ struct Inner {
     max_value_len: usize,
     tokens: TokenGuarantee,
     server_version: String,
+    /// The server, as errors name it (`MySQL server host:port`).
+    server: String,
+    /// The session pool's size, which the message of a full server names.
+    session_pool_size: u32,
+    /// New session connections while the server refuses them as full.
+    full: FullServer,
 }
 
 impl fmt::Debug for MySqlDatabase {
@@ -127,6 +137,9 @@ impl MySqlDatabase {
                 max_value_len,
                 tokens,
                 server_version: version,
+                server,
+                session_pool_size: config.session_pool_size,
+                full: FullServer::new(),
             }),
         })
     }
@@ -137,8 +150,53 @@ impl MySqlDatabase {
         &self.inner.pool
     }
 
-    pub(crate) fn sessions(&self) -> &MySqlPool {
-        &self.inner.sessions
+    /// A connection of the session pool (one per lease, waiter and watch), within `limit`.
+    /// A server that refuses connections as full (error 1040) is not asked again by every
+    /// caller: one connect at a time goes through, after a growing pause, and the others are
+    /// told at once that the server is full, naming the setting to change ([`FullServer`]).
+    pub(crate) async fn session(&self, limit: Duration) -> Result<PoolConnection<MySql>> {
+        let inner = &self.inner;
+        if let FullServerEntry::Full { said, retry_in } = inner.full.enter() {
+            return Err(self.full_error(&said, retry_in));
+        }
+        match tokio::time::timeout(limit, inner.sessions.acquire()).await {
+            Ok(Ok(conn)) => {
+                inner.full.connected();
+                Ok(conn)
+            }
+            Ok(Err(e)) if server_error_number(&e) == Some(TOO_MANY_CONNECTIONS) => {
+                let said = e.to_string();
+                let (retry_in, first) = inner.full.refused(&said);
+                let error = self.full_error(&said, retry_in);
+                if first {
+                    tracing::warn!("{error}");
+                }
+                Err(error)
+            }
+            Ok(Err(e)) => {
+                inner.full.abandoned();
+                Err(map_sqlx_error(BACKEND, e))
+            }
+            Err(_) => {
+                inner.full.abandoned();
+                Err(timed_out(limit))
+            }
+        }
+    }
+
+    fn full_error(&self, said: &str, retry_in: Duration) -> Error {
+        let inner = &self.inner;
+        Error::Unavailable {
+            backend: BACKEND,
+            message: format!(
+                "{} refused a new connection as full ({said}): raise the server's \
+                 max_connections, or open fewer connections from this process (the URL's \
+                 session_pool_size, now {}); the next connect is in {retry_in:?} at the \
+                 earliest",
+                inner.server, inner.session_pool_size
+            ),
+            source: None,
+        }
     }
 
     pub(crate) fn sql(&self) -> &Statements {

@@ -98,6 +98,9 @@ pub(crate) fn sqlstate(error: &sqlx::Error) -> Option<String> {
     }
 }
 
+/// `ER_CON_COUNT_ERROR`: the server is at its `max_connections`.
+pub(crate) const TOO_MANY_CONNECTIONS: u16 = 1040;
+
 /// Runs `op`, mapping its error, and gives up after `limit` with [`Error::Unavailable`].
 pub(crate) async fn timed<T>(
     limit: Duration,
@@ -106,11 +109,16 @@ pub(crate) async fn timed<T>(
     match tokio::time::timeout(limit, op).await {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(e)) => Err(map_sqlx_error(BACKEND, e)),
-        Err(_) => Err(Error::Unavailable {
-            backend: BACKEND,
-            message: format!("no answer within {limit:?}"),
-            source: None,
-        }),
+        Err(_) => Err(timed_out(limit)),
+    }
+}
+
+/// No answer within `limit`.
+pub(crate) fn timed_out(limit: Duration) -> Error {
+    Error::Unavailable {
+        backend: BACKEND,
+        message: format!("no answer within {limit:?}"),
+        source: None,
     }
 }
 

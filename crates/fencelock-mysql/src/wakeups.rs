@@ -235,7 +235,7 @@ async fn watch_until_free(
     watch: &Weak<Watch>,
 ) -> Result<Option<Next>> {
     let waited_on = || watch.upgrade().is_some_and(|w| Arc::strong_count(&w) > 1);
-    let conn = timed(db.operation_timeout(), db.sessions().acquire()).await?;
+    let conn = db.session(db.operation_timeout()).await?;
     // Closed, not pooled, if a wait fails or times out with its statement still running.
     let mut holder = Holder::new(conn);
     // The other process's waiter whose turn it is: not woken here, only waited for.

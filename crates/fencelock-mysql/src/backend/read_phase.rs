@@ -65,7 +65,7 @@ impl MySqlLockBackend {
         let span =
             tracing::debug_span!("fencelock.mysql.acquire_shared", backend = BACKEND, key = %key);
         async {
-            let conn = timed(self.timeout(), self.db.sessions().acquire()).await?;
+            let conn = self.db.session(self.timeout()).await?;
             // The call holds GET_LOCK while it runs: on an error or a cancellation `holder` is
             // dropped, closing the connection and with it any lock the call may have kept.
             let mut holder = Holder::new(conn);
