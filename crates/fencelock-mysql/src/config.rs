@@ -14,7 +14,12 @@ use crate::database::MySqlDatabase;
 use crate::redact::{parse_error, shown};
 
 /// The options a MySQL URL takes.
-const KNOWN_OPTIONS: &[Known] = &[Known::new("backend"), Known::new("prefix")];
+const KNOWN_OPTIONS: &[Known] = &[
+    Known::new("backend"),
+    Known::new("prefix"),
+    Known::with_aliases("ssl-mode", &["sslmode", "ssl_mode"]),
+    Known::with_aliases("ssl-ca", &["sslca", "ssl_ca"]),
+];
 
 /// The table prefix used when none is configured.
 pub const DEFAULT_PREFIX: &str = "fencelock_";
@@ -75,6 +80,77 @@ impl FromStr for MySqlBackendKind {
     }
 }
 
+/// How a connection uses TLS (the URL's `ssl-mode`, MySQL's own names, `-` or `_` alike).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum MySqlTlsMode {
+    /// `disabled`: plain TCP.
+    Disabled,
+    /// `preferred` (the default without `ssl-ca`): TLS when the server offers it, its
+    /// certificate not checked; plain TCP otherwise. Protects against a passive listener only.
+    Preferred,
+    /// `required`: TLS or no connection; the certificate is not checked.
+    Required,
+    /// `verify_ca` (the default with `ssl-ca`, and what `required` becomes with it, as in
+    /// libpq): TLS, the certificate signed by `ssl-ca` (or a public CA); the host not checked.
+    VerifyCa,
+    /// `verify_identity`: TLS, the certificate signed by `ssl-ca` (or a public CA) for the
+    /// URL's host.
+    VerifyIdentity,
+}
+
+impl MySqlTlsMode {
+    /// The name used in `ssl-mode=`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MySqlTlsMode::Disabled => "disabled",
+            MySqlTlsMode::Preferred => "preferred",
+            MySqlTlsMode::Required => "required",
+            MySqlTlsMode::VerifyCa => "verify_ca",
+            MySqlTlsMode::VerifyIdentity => "verify_identity",
+        }
+    }
+
+    /// Whether the server's certificate is checked against a CA.
+    pub fn verifies(self) -> bool {
+        matches!(self, MySqlTlsMode::VerifyCa | MySqlTlsMode::VerifyIdentity)
+    }
+
+    fn sqlx(self) -> sqlx::mysql::MySqlSslMode {
+        use sqlx::mysql::MySqlSslMode;
+        match self {
+            MySqlTlsMode::Disabled => MySqlSslMode::Disabled,
+            MySqlTlsMode::Preferred => MySqlSslMode::Preferred,
+            MySqlTlsMode::Required => MySqlSslMode::Required,
+            MySqlTlsMode::VerifyCa => MySqlSslMode::VerifyCa,
+            MySqlTlsMode::VerifyIdentity => MySqlSslMode::VerifyIdentity,
+        }
+    }
+}
+
+impl FromStr for MySqlTlsMode {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let name = s.to_ascii_lowercase().replace('-', "_");
+        [
+            MySqlTlsMode::Disabled,
+            MySqlTlsMode::Preferred,
+            MySqlTlsMode::Required,
+            MySqlTlsMode::VerifyCa,
+            MySqlTlsMode::VerifyIdentity,
+        ]
+        .into_iter()
+        .find(|mode| mode.as_str() == name)
+        .ok_or_else(|| {
+            Error::config(format!(
+                "unknown ssl-mode {s:?}: use disabled, preferred, required, verify_ca or \
+                 verify_identity"
+            ))
+        })
+    }
+}
+
 /// How to reach MySQL or MariaDB, which lock backend to use, and the prefix of fencelock's
 /// tables.
 ///
@@ -93,8 +169,11 @@ impl FromStr for MySqlBackendKind {
 ///   `fencelock_`; see [`prefix`](Self::prefix) for the allowed names), so several
 ///   installations can share one database.
 ///
+/// - `ssl-mode` ([`MySqlTlsMode`]) and `ssl-ca` (a PEM file of the CA that signed the
+///   server's certificate) choose TLS (feature `tls`); `ssl-ca` alone, or with `required`,
+///   means `verify_ca`. A mode that needs TLS in a build without the feature is refused.
+///
 /// Every other option is refused, so a typo is an error instead of a silently ignored setting.
-/// TLS is not supported by this crate yet: the connection is plain TCP.
 ///
 /// `Display` and `Debug` show the URL with the password replaced by `***`;
 /// [`to_url`](Self::to_url) gives it back whole, and `from_url(&config.to_url())` equals
@@ -119,6 +198,10 @@ pub struct MySqlConfig {
     pub(crate) operation_timeout: Duration,
     pub(crate) max_value_len: Option<usize>,
     pub(crate) install: bool,
+    /// `ssl-mode`, as written (`None`: the driver's default, `preferred`).
+    tls_mode: Option<MySqlTlsMode>,
+    /// `ssl-ca`.
+    tls_ca: Option<String>,
 }
 
 impl PartialEq for MySqlConfig {
@@ -131,6 +214,8 @@ impl PartialEq for MySqlConfig {
             && self.operation_timeout == other.operation_timeout
             && self.max_value_len == other.max_value_len
             && self.install == other.install
+            && self.tls_mode == other.tls_mode
+            && self.tls_ca == other.tls_ca
     }
 }
 
@@ -227,6 +312,13 @@ impl MySqlConfig {
         if let Some(prefix) = &prefix {
             validate_prefix(prefix)?;
         }
+        let tls_mode = options
+            .get("ssl-mode")
+            .map(str::parse::<MySqlTlsMode>)
+            .transpose()
+            .map_err(|e| e.in_context(&context))?;
+        let tls_ca = options.get("ssl-ca").map(str::to_owned);
+        check_tls(tls_mode, tls_ca.as_deref()).map_err(|e| e.in_context(&context))?;
         let mut base = parsed;
         base.set_query(None);
         // Checks what the driver checks (credentials and database decode as UTF-8) now.
@@ -240,6 +332,8 @@ impl MySqlConfig {
             operation_timeout: Duration::from_secs(5),
             max_value_len: None,
             install: true,
+            tls_mode,
+            tls_ca,
         })
     }
 
@@ -268,6 +362,12 @@ impl MySqlConfig {
         }
         if self.prefix != DEFAULT_PREFIX {
             pairs.push(("prefix", &self.prefix));
+        }
+        if let Some(mode) = self.tls_mode {
+            pairs.push(("ssl-mode", mode.as_str()));
+        }
+        if let Some(ca) = &self.tls_ca {
+            pairs.push(("ssl-ca", ca));
         }
         if !pairs.is_empty() {
             url.query_pairs_mut().extend_pairs(pairs);
@@ -395,13 +495,53 @@ impl MySqlConfig {
 
     /// The driver's connect options for this config.
     pub fn connect_options(&self) -> Result<MySqlConnectOptions> {
-        connect_options(&self.base)
+        let options = connect_options(&self.base)?;
+        crate::tls::ensure_crypto_provider();
+        let options = match self.tls_ca.as_deref() {
+            Some(ca) => options.ssl_ca(ca),
+            None => options,
+        };
+        Ok(match self.tls_mode() {
+            Some(mode) => options.ssl_mode(mode.sqlx()),
+            None => options,
+        })
+    }
+
+    /// How connections use TLS: the URL's `ssl-mode`, `verify_ca` for an `ssl-ca` alone or
+    /// with `required`; `None` for the driver's default (`preferred`).
+    pub fn tls_mode(&self) -> Option<MySqlTlsMode> {
+        match (self.tls_mode, &self.tls_ca) {
+            (None | Some(MySqlTlsMode::Required), Some(_)) => Some(MySqlTlsMode::VerifyCa),
+            (mode, _) => mode,
+        }
+    }
+
+    /// Whether a password would cross to a server that is not on this machine over a
+    /// connection whose server is not verified (plain, or TLS without a CA check): the
+    /// warning [`connect`](Self::connect) gives.
+    pub(crate) fn password_unprotected(&self) -> bool {
+        let host = host_of(&self.base);
+        let loopback = host.parse::<std::net::IpAddr>().map_or_else(
+            |_| host.eq_ignore_ascii_case("localhost"),
+            |ip| ip.is_loopback(),
+        );
+        self.base.password().is_some()
+            && !loopback
+            && !self.tls_mode().is_some_and(MySqlTlsMode::verifies)
     }
 
     /// Connects, installs the tables and procedures (unless turned off), and returns the
     /// database handle the backend, the storage and the fence come from.
     pub async fn connect(&self) -> Result<MySqlDatabase> {
         validate_prefix(&self.prefix)?;
+        check_tls(self.tls_mode, self.tls_ca.as_deref())?;
+        if self.password_unprotected() {
+            tracing::warn!(
+                "the password for {} crosses a connection whose server is not verified: use \
+                 ssl-mode=verify_identity&ssl-ca=/path/ca.pem (DESIGN.md 8.3)",
+                self.redacted_url()
+            );
+        }
         if self.pool_size == 0 || self.session_pool_size == 0 {
             return Err(Error::config("MySQL pool sizes must be at least 1"));
         }
@@ -410,6 +550,34 @@ impl MySqlConfig {
         }
         MySqlDatabase::connect(self).await
     }
+}
+
+/// Checks the TLS options: a mode that needs TLS in a build without it, and an `ssl-ca` that is
+/// not a readable file, are [`Error::InvalidConfig`] naming them.
+fn check_tls(mode: Option<MySqlTlsMode>, ca: Option<&str>) -> Result<()> {
+    let needs_tls = ca.is_some()
+        || matches!(
+            mode,
+            Some(MySqlTlsMode::Required | MySqlTlsMode::VerifyCa | MySqlTlsMode::VerifyIdentity)
+        );
+    if needs_tls && !cfg!(feature = "tls") {
+        return Err(Error::config(
+            "ssl-mode and ssl-ca need TLS, which this build of fencelock-mysql lacks: enable \
+             its `tls` feature (the command line's `--features tls`)",
+        ));
+    }
+    if matches!(mode, Some(MySqlTlsMode::Disabled)) && ca.is_some() {
+        return Err(Error::config(
+            "ssl-ca is given with ssl-mode=disabled: drop one of them",
+        ));
+    }
+    if let Some(ca) = ca {
+        std::fs::read(ca).map_err(|e| Error::InvalidConfig {
+            message: format!("ssl-ca {ca:?} cannot be read: {e}"),
+            source: Some(Box::new(e)),
+        })?;
+    }
+    Ok(())
 }
 
 /// The driver's options for `base` (host, port, user, password, database; no query).
@@ -461,6 +629,28 @@ pub fn validate_prefix(prefix: &str) -> Result<()> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_password_to_an_unverified_remote_server_is_flagged() {
+        let flagged = |url: &str| MySqlConfig::from_url(url).unwrap().password_unprotected();
+        assert!(flagged("mysql://app:pw@db.example/d"));
+        assert!(flagged("mysql://app:pw@db.example/d?ssl-mode=preferred"));
+        assert!(!flagged("mysql://app:pw@127.0.0.1/d"));
+        assert!(!flagged("mysql://app:pw@localhost/d"));
+        assert!(!flagged("mysql://app@db.example/d"));
+        if cfg!(feature = "tls") {
+            assert!(flagged("mysql://app:pw@db.example/d?ssl-mode=required"));
+            assert!(!flagged(
+                "mysql://app:pw@db.example/d?ssl-mode=verify_identity&ssl-ca=/etc/hostname"
+            ));
+        } else {
+            let refused = MySqlConfig::from_url("mysql://app:pw@db.example/d?ssl-mode=required");
+            assert!(
+                matches!(&refused, Err(Error::InvalidConfig { message, .. }) if message.contains("`tls` feature")),
+                "{refused:?}"
+            );
+        }
+    }
 
     fn refusal(url: &str) -> String {
         match MySqlConfig::from_url(url) {

@@ -84,7 +84,22 @@ impl MySqlDatabase {
         // again until its time-out and then says only that it timed out, not why.
         // A server that does not greet within a moment is probed on a connection of its
         // own: Redis or PostgreSQL at a MySQL URL is named now, not after the time-out.
-        let connect = timed(timeout, options.connect());
+        let connect = async {
+            match tokio::time::timeout(timeout, options.connect()).await {
+                // A certificate that does not check, or a server without TLS where TLS is
+                // required: the configuration's to change, not a passing failure.
+                Ok(Err(e)) if crate::tls::failed_tls(&e) => Err(Error::InvalidConfig {
+                    message: format!(
+                        "TLS failed ({e}): check the URL's ssl-mode, and that ssl-ca is the CA \
+                         that signed the server's certificate"
+                    ),
+                    source: Some(Box::new(e)),
+                }),
+                Ok(Ok(conn)) => Ok(conn),
+                Ok(Err(e)) => Err(map_sqlx_error(BACKEND, e)),
+                Err(_) => Err(timed_out(timeout)),
+            }
+        };
         let not_mysql = async {
             tokio::time::sleep(greeting::GREETING_WAIT).await;
             for host in config.hosts() {

@@ -17,13 +17,14 @@ mod redact;
 mod schema;
 mod session;
 mod storage;
+mod tls;
 mod wakeups;
 
 pub use backend::MySqlLockBackend;
 pub use backend_config::SCHEMES;
 pub use config::{
     DEFAULT_MAX_VALUE_LEN, DEFAULT_PORT, DEFAULT_PREFIX, MAX_PREFIX_LEN, MySqlBackendKind,
-    MySqlConfig, validate_prefix,
+    MySqlConfig, MySqlTlsMode, validate_prefix,
 };
 pub use database::MySqlDatabase;
 pub use error::map_sqlx_error;

@@ -16,7 +16,7 @@ pub(crate) struct PrivateServer {
     port: u16,
     child: Option<Child>,
     /// Server options beyond the test's defaults (`--autocommit=0`).
-    extra: Vec<&'static str>,
+    extra: Vec<String>,
 }
 
 fn program(names: &[&str]) -> String {
@@ -36,10 +36,11 @@ fn program(names: &[&str]) -> String {
 
 impl PrivateServer {
     pub(crate) fn start() -> Self {
-        Self::start_with(Vec::new())
+        Self::start_with(Vec::<String>::new())
     }
 
-    pub(crate) fn start_with(extra: Vec<&'static str>) -> Self {
+    pub(crate) fn start_with(extra: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        let extra: Vec<String> = extra.into_iter().map(Into::into).collect();
         // Two installs at once trip over each other; the servers themselves run side by side.
         static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _turn = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
