@@ -101,7 +101,7 @@ fn turn_of(payload: &str) -> Option<(OwnerId, &str)> {
 pub(crate) struct Wakeups {
     queues: Arc<Queues>,
     task: JoinHandle<()>,
-    keeper: Option<JoinHandle<()>>,
+    keeper: JoinHandle<()>,
     /// Whether the keeper's last round succeeded: while it fails, kept waiters try every
     /// [`TURN_REFRESH`] as the others do.
     keeping: Arc<AtomicBool>,
@@ -110,20 +110,19 @@ pub(crate) struct Wakeups {
 impl Drop for Wakeups {
     fn drop(&mut self) {
         self.task.abort();
-        if let Some(keeper) = &self.keeper {
-            keeper.abort();
-        }
+        self.keeper.abort();
     }
 }
 
 impl Wakeups {
-    /// Opens a dedicated connection, `LISTEN`s on `channel` and forwards each payload (a key).
+    /// Opens a dedicated connection, `LISTEN`s on `channel` and forwards each payload (a key),
+    /// and starts the place keeper, which runs `keep` every [`KEEP_EVERY`].
     pub(crate) async fn start(
         backend: &'static str,
         options: PgConnectOptions,
         channel: &str,
         timeout: Duration,
-        keep: Option<KeepPlaces>,
+        keep: KeepPlaces,
     ) -> Result<Self> {
         let pool = PgPoolOptions::new()
             .max_connections(1)
@@ -134,8 +133,7 @@ impl Wakeups {
         let queues = Arc::new(Queues::default());
         let task = tokio::spawn(forward(listener, queues.clone()));
         let keeping = Arc::new(AtomicBool::new(true));
-        let keeper = keep
-            .map(|keep| tokio::spawn(keep_places(Arc::downgrade(&queues), keep, keeping.clone())));
+        let keeper = tokio::spawn(keep_places(Arc::downgrade(&queues), keep, keeping.clone()));
         Ok(Wakeups {
             queues,
             task,
@@ -170,7 +168,7 @@ impl Wakeups {
                 notify: Arc::new(Notify::new()),
                 touched: now,
                 holder_until: None,
-                kept: kept && self.keeper.is_some(),
+                kept,
                 behind_free: false,
             },
         );

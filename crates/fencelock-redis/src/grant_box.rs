@@ -131,14 +131,7 @@ impl GrantBox {
     /// One popped entry, `<waiter> <token> <ms>`, for its waiter; `after` is the send of the
     /// pop before, when that one left the box empty on this connection.
     fn deliver(&self, entry: &str, after: Option<Instant>) {
-        let mut parts = entry.split(' ');
-        let (Some(waiter), Some(token), Some(ms), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            tracing::debug!(entry, "a grant box entry of an unknown form, ignored");
-            return;
-        };
-        let (Ok(waiter), Ok(ms)) = (waiter.parse::<OwnerId>(), ms.parse::<u64>()) else {
+        let Some((waiter, token, ms)) = parse_entry(entry) else {
             tracing::debug!(entry, "a grant box entry of an unknown form, ignored");
             return;
         };
@@ -177,6 +170,18 @@ impl GrantBox {
             slot.notify.notify_one();
         }
     }
+}
+
+/// An entry of the box, `<waiter> <token> <ms>`: the waiter, the token as the script wrote
+/// it, and the hand-off's ttl in milliseconds; `None` for anything else.
+fn parse_entry(entry: &str) -> Option<(OwnerId, &str, u64)> {
+    let mut parts = entry.split(' ');
+    let (Some(waiter), Some(token), Some(ms), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    Some((waiter.parse().ok()?, token, ms.parse().ok()?))
 }
 
 /// The reader task: pops the box while the backend has waiters, and ends with the backend.

@@ -209,7 +209,7 @@ impl PgDatabase {
                     inner.options.clone(),
                     &inner.channel,
                     inner.timeout,
-                    Some(self.place_keeper()),
+                    self.place_keeper(),
                 )
             })
             .await
