@@ -121,6 +121,29 @@ pub(crate) fn refuse_missing_feature(spec: &str) -> Result<()> {
     Ok(())
 }
 
+/// A storage spec given where a lock backend goes (`s3://`, `memory-objects://`) is told what
+/// it is and where it goes, in a build with its feature or without.
+fn refuse_storage_only(spec: &str) -> Result<()> {
+    let Some(scheme) = Schemes::scheme_of(spec) else {
+        return Ok(());
+    };
+    let registry = REGISTRY.read().unwrap_or_else(PoisonError::into_inner);
+    let built_in_storage = BUILT_IN
+        .iter()
+        .any(|(name, feature)| *name == scheme && *feature == "object-store");
+    let registered_storage = registry.storage_schemes().any(|s| s.name == scheme);
+    if registry.get(&scheme).is_none() && (built_in_storage || registered_storage) {
+        return Err(Error::config(format!(
+            "{scheme}:// is a storage spec, not a lock backend: it keeps fenced data and takes \
+             its tokens from a lock backend, so it goes where storage goes (`fencelock chaos \
+             --storage {scheme}://...`, `StorageSpec::parse` in code); the lock backend is one \
+             of {}",
+            registry.list()
+        )));
+    }
+    Ok(())
+}
+
 /// The spawner of the registered scheme `scheme` (without `://`): what starts throwaway
 /// servers of it for fault runs ([`Scheme::spawn`]). An unknown scheme, one this build lacks
 /// the feature of, and one that cannot start servers are [`Error::InvalidConfig`] saying which
@@ -204,6 +227,7 @@ impl BackendSpec {
     /// or a backend this build lacks is [`Error::InvalidConfig`]; no message repeats a
     /// password.
     pub fn parse(spec: &str) -> Result<Self> {
+        refuse_storage_only(spec)?;
         refuse_missing_feature(spec)?;
         let registry = REGISTRY.read().unwrap_or_else(PoisonError::into_inner);
         let config = registry.parse(spec)?;

@@ -289,7 +289,12 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
         .map(LockKey::new)
         .collect::<Result<Vec<_>, _>>()?;
     keys.sort();
-    keys.dedup();
+    if let Some(twice) = keys.windows(2).find(|pair| pair[0] == pair[1]) {
+        return Err(CliError::Input(format!(
+            "--key {} is given more than once: give each key once",
+            twice[0]
+        )));
+    }
     let kind = match (keys.len(), args.shared, args.permits) {
         (2.., true, _) | (2.., _, Some(_)) => {
             return Err(CliError::Input(

@@ -399,3 +399,32 @@ fn chaos_says_why_the_postgres_admin_session_failed() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("fencelock_no_such_database"), "{err}");
 }
+
+/// A key given twice, and a storage spec where a lock backend goes, are input errors that say
+/// what is wrong: the repeated key (before, `--key k --key k` ran as one key without the
+/// several-keys variables `--help` promises), and that `s3://` is a storage spec and where it
+/// goes (before: "unknown backend scheme" or "lacks the feature").
+#[test]
+fn a_repeated_key_and_a_storage_spec_as_backend_are_named() {
+    let (code, _, err) = fencelock(&[
+        "run",
+        "--backend",
+        "redis://127.0.0.1:6379",
+        "--key",
+        "k",
+        "--key",
+        "k",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--key k is given more than once"), "{err}");
+    for sub in [&["run", "--key", "k", "--", "true"][..], &["inspect", "k"]] {
+        let mut args = vec![sub[0], "--backend", "s3://bucket/locks"];
+        args.extend_from_slice(&sub[1..]);
+        let (code, _, err) = fencelock(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains("s3:// is a storage spec"), "{args:?}: {err}");
+        assert!(err.contains("--storage"), "{args:?}: {err}");
+    }
+}

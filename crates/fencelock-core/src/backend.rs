@@ -264,10 +264,14 @@ pub fn validate_ttl(ttl: Duration, capabilities: &Capabilities) -> Result<()> {
         });
     }
     if ttl > capabilities.max_ttl {
+        let raise = capabilities
+            .max_ttl_setting
+            .map(|setting| format!(" (raise it with {setting})"))
+            .unwrap_or_default();
         return Err(Error::InvalidTtl {
             ttl,
             reason: format!(
-                "ttl must be at most {:?} on this backend",
+                "ttl must be at most {:?} on this backend{raise}",
                 capabilities.max_ttl
             ),
         });

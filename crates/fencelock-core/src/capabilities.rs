@@ -117,6 +117,9 @@ pub struct Capabilities {
     /// of more keys at once: taken one at a time, it would hold every session and wait for one
     /// more that never comes.
     pub max_held: Option<u32>,
+    /// The setting that raises [`max_ttl`](Self::max_ttl), for the refusal of a longer ttl
+    /// to name (`"the URL's session_timeout"`); `None` when no setting does.
+    pub max_ttl_setting: Option<&'static str>,
 }
 
 impl Capabilities {
@@ -139,6 +142,7 @@ impl Capabilities {
             fair: false,
             atomic_sets: false,
             max_held: None,
+            max_ttl_setting: None,
         }
     }
 
@@ -162,6 +166,12 @@ impl Capabilities {
     /// Sets [`atomic_sets`](Self::atomic_sets).
     pub const fn with_atomic_sets(mut self, atomic: bool) -> Self {
         self.atomic_sets = atomic;
+        self
+    }
+
+    /// Sets [`max_ttl_setting`](Self::max_ttl_setting).
+    pub const fn with_max_ttl_setting(mut self, setting: &'static str) -> Self {
+        self.max_ttl_setting = Some(setting);
         self
     }
 

@@ -294,6 +294,9 @@ impl LockBackend for ZkLockBackend {
             self.sessions.negotiated,
         )
         .with_min_ttl(Duration::from_millis(100))
+        .with_max_ttl_setting(
+            "the URL's session_timeout, which the ensemble clamps to its maxSessionTimeout",
+        )
         .with_fair(true)
         .with_kinds(LockKinds::GENERIC.with_shared())
     }

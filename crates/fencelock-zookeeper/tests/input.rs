@@ -76,3 +76,18 @@ async fn keys_at_the_length_limit_work_and_longer_ones_are_refused() {
         Err(Error::InvalidKey { .. })
     ));
 }
+
+/// A ttl above the negotiated session timeout is refused naming the setting that raises it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ttl_past_the_session_names_the_setting_to_raise() {
+    let server = common::spawn(1).await;
+    let backend = common::config(&server).connect().await.unwrap();
+    let key = LockKey::new("long").unwrap();
+    let too_long = backend.capabilities().max_ttl + Duration::from_secs(1);
+    match backend.try_acquire(&key, too_long).await {
+        Err(Error::InvalidTtl { reason, .. }) => {
+            assert!(reason.contains("session_timeout"), "{reason}");
+        }
+        other => panic!("expected InvalidTtl, got {other:?}"),
+    }
+}
