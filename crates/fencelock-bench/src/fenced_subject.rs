@@ -2,8 +2,11 @@
 //! subject.
 
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
 
 use async_trait::async_trait;
 use fencelock_core::{FencedStorage, Lease, LockBackend, LockKey, Locker};
@@ -25,6 +28,50 @@ pub struct FencedSubject {
     locker: Locker,
     /// Whether contended requests wait their turn (the default) or barge.
     fair: bool,
+    /// The contended requests in flight, the barging clone's included.
+    in_flight: Arc<InFlight>,
+}
+
+/// How long [`FencedSubject::shutdown`] waits for the requests of a stopped run to end.
+const STOPPING: Duration = Duration::from_secs(2);
+
+/// A count of requests in flight, and a wake-up when it falls to zero.
+#[derive(Debug, Default)]
+struct InFlight {
+    count: AtomicUsize,
+    idle: Notify,
+}
+
+/// One request in flight, counted until dropped.
+struct Entered(Arc<InFlight>);
+
+impl InFlight {
+    fn enter(self: &Arc<Self>) -> Entered {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        Entered(self.clone())
+    }
+
+    /// Waits until no request is in flight, at most `limit`.
+    async fn idle(&self, limit: Duration) {
+        let _ = tokio::time::timeout(limit, async {
+            loop {
+                let idle = self.idle.notified();
+                if self.count.load(Ordering::SeqCst) == 0 {
+                    return;
+                }
+                idle.await;
+            }
+        })
+        .await;
+    }
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
 }
 
 impl fmt::Debug for FencedSubject {
@@ -43,6 +90,7 @@ impl FencedSubject {
             backend,
             storage,
             fair: true,
+            in_flight: Arc::default(),
         }
     }
 
@@ -54,6 +102,17 @@ impl FencedSubject {
             fair: false,
             ..self.clone()
         }
+    }
+
+    /// Ends the subject's requests as a process ends its `Locker`: first waits (at most
+    /// 2 s) for the contended requests of a stopped run to be dropped (their tasks are aborted
+    /// when the run is, but a task ends only when the runtime next runs it, and its request
+    /// sends its queue leave only then), then [`Locker::shutdown`]: held leases released and
+    /// those leaves awaited. Called before the run's rows are removed, so no leave lands
+    /// after the removal.
+    pub async fn shutdown(&self) -> fencelock_core::Result<()> {
+        self.in_flight.idle(STOPPING).await;
+        self.locker.shutdown().await.map(drop)
     }
 
     /// The backend.
@@ -134,6 +193,8 @@ impl Subject for FencedSubject {
     }
 
     async fn lock_release(&self, key: &LockKey, wait: Duration) -> Result<()> {
+        // Counted until the request ends or is dropped (declared first, dropped last).
+        let _entered = self.in_flight.enter();
         // Contending tasks share this subject: each call is a holder of its own (a `Locker`
         // value refuses to re-enter a key it holds), as each task of an application would be.
         let locker = self.locker.clone();

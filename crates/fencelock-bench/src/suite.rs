@@ -127,7 +127,9 @@ impl Suite {
         all
     }
 
-    /// Removes what the run left on the servers: first the fenced lock's locks, token
+    /// Removes what the run left on the servers: first it ends the fenced lock's requests
+    /// ([`FencedSubject::shutdown`]: a stopped run's queue leaves are awaited), then the
+    /// fenced lock's locks, token
     /// counters and stored values under [`key_prefix`](Self::key_prefix) (with a
     /// [`Cleanup`]; the suites of this crate have one), then what the baseline created
     /// ([`Baseline::close`]). Both are tried; the first error is returned. Call it once, after
@@ -139,6 +141,10 @@ impl Suite {
     /// stays is what a backend installs once and every run shares: the PostgreSQL schema
     /// with fencelock's tables and functions.
     pub async fn close(&self) -> Result<()> {
+        // A stopped run's dropped requests still send their queue leaves; a leave landing
+        // after the cleanup would leave its place behind. A release that fails here needs
+        // nothing more: the cleanup removes the run's locks with everything else.
+        let _ = self.fenced.shutdown().await;
         let cleaned = match &self.cleanup {
             Some(cleanup) => cleanup.clean(&self.key_prefix()).await,
             None => Ok(()),
