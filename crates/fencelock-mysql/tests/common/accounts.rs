@@ -9,7 +9,7 @@ use fencelock_core::OwnerId;
 use fencelock_mysql::sqlx;
 use fencelock_mysql::{MySqlConfig, MySqlDatabase};
 
-use super::{Cleanup, admin, config, kill, url};
+use super::{Cleanup, admin, config, conformance_setup as common_setup, on_own_runtime, url};
 
 /// The tables an application account writes itself (DESIGN 8.3's recipe).
 pub(crate) const APP_WRITES: [&str; 3] = ["leases", "queue", "readers"];
@@ -62,23 +62,16 @@ struct Accounts(Vec<String>);
 impl Drop for Accounts {
     fn drop(&mut self) {
         let accounts = std::mem::take(&mut self.0);
-        let dropped = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
-            runtime.block_on(async {
-                let mut admin = admin().await;
-                for account in accounts {
-                    for host in ["%", "localhost"] {
-                        let drop = format!("DROP USER IF EXISTS '{account}'@'{host}'");
-                        let _ = sqlx::query(&drop).execute(&mut admin).await;
-                    }
+        on_own_runtime(async move {
+            let mut admin = admin().await;
+            for account in accounts {
+                for host in ["%", "localhost"] {
+                    let drop = format!("DROP USER IF EXISTS '{account}'@'{host}'");
+                    let _ = sqlx::query(&drop).execute(&mut admin).await;
                 }
-                Some(())
-            })
+            }
+            Some(())
         });
-        let _ = dropped.join();
     }
 }
 
@@ -172,28 +165,6 @@ pub(crate) async fn app_setup() -> Setup {
         .connect()
         .await
         .expect("the owner connects");
-    let backend = db.lock_backend();
-    let (target, pools) = (backend.clone(), db.clone());
-    let reopen_config = deployed.app_config();
-    Setup::new(
-        Arc::new(backend),
-        Arc::new(db.storage()),
-        Box::new(move || {
-            let (target, pools) = (target.clone(), pools.clone());
-            Box::pin(async move {
-                kill(&target.session_ids()).await;
-                pools.close().await;
-            })
-        }),
-    )
-    .with_reopen(Box::new(move || {
-        let config = reopen_config.clone();
-        Box::pin(async move {
-            let db = config.connect().await.expect("reopening the installation");
-            let backend: Arc<dyn fencelock_core::LockBackend> = Arc::new(db.lock_backend());
-            backend
-        })
-    }))
-    .with_operator(Arc::new(owner.lock_backend()))
-    .keep(deployed)
+    let reopen = deployed.app_config();
+    common_setup(&db, reopen, deployed).with_operator(Arc::new(owner.lock_backend()))
 }

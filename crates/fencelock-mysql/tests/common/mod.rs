@@ -89,25 +89,68 @@ impl Drop for Cleanup {
             .pool_size(1)
             .session_pool_size(1);
         let tables = std::mem::take(&mut self.tables);
-        // A runtime of its own on a thread of its own: the test's runtime may be ending.
-        let dropped = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
-            runtime.block_on(async {
-                let db = config.connect().await.ok()?;
-                for table in tables {
-                    let drop = format!("DROP TABLE IF EXISTS {table}");
-                    let _ = sqlx::query(&drop).execute(db.pool()).await;
-                }
-                let outcome = db.uninstall().await.ok();
-                db.close().await;
-                outcome
-            })
+        on_own_runtime(async move {
+            let db = config.connect().await.ok()?;
+            for table in tables {
+                let drop = format!("DROP TABLE IF EXISTS {table}");
+                let _ = sqlx::query(&drop).execute(db.pool()).await;
+            }
+            let outcome = db.uninstall().await.ok();
+            db.close().await;
+            outcome
         });
-        let _ = dropped.join();
     }
+}
+
+/// Runs `work` to its end on a runtime of its own, on a thread of its own, from a `Drop`: the
+/// test's runtime may be ending. `None` when no runtime could be built.
+pub(crate) fn on_own_runtime<T: Send + 'static>(
+    work: impl std::future::Future<Output = Option<T>> + Send + 'static,
+) -> Option<T> {
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok()?
+            .block_on(work)
+    })
+    .join()
+    .ok()
+    .flatten()
+}
+
+/// The conformance setup of `db`, whose installation `reopen` connects to again as a new
+/// process would; `keep` lives as long as the test.
+pub(crate) fn conformance_setup(
+    db: &MySqlDatabase,
+    reopen: MySqlConfig,
+    keep: impl std::any::Any + Send + Sync,
+) -> fencelock_conformance::Setup {
+    use std::sync::Arc;
+    let backend = db.lock_backend();
+    let (target, pools) = (backend.clone(), db.clone());
+    fencelock_conformance::Setup::new(
+        Arc::new(backend),
+        Arc::new(db.storage()),
+        // The outage: an operator KILLs every session holding a lock, and the pools close.
+        Box::new(move || {
+            let (target, pools) = (target.clone(), pools.clone());
+            Box::pin(async move {
+                kill(&target.session_ids()).await;
+                pools.close().await;
+            })
+        }),
+    )
+    // Reopened as a new process would: a database of its own on the same tables.
+    .with_reopen(Box::new(move || {
+        let config = reopen.clone();
+        Box::pin(async move {
+            let db = config.connect().await.expect("reopening the test's tables");
+            let backend: Arc<dyn fencelock_core::LockBackend> = Arc::new(db.lock_backend());
+            backend
+        })
+    }))
+    .keep(keep)
 }
 
 /// A plain connection to the test server, as any other client would open.
