@@ -43,7 +43,7 @@ pub use holder::{
     HOLDER_RESOURCE_PREFIX, HolderInfo, MAX_HOST_LEN, MAX_PURPOSE_LEN, holder_resource,
     read_holder, record_holder,
 };
-pub use host::HostPort;
+pub use host::{HostPort, is_local_host, password_exposed};
 pub use key::LockKey;
 pub use kinds::{
     COMPANION_SUFFIX, CampaignRequest, Election, LeaderChange, Leadership, Observer, PermitGuard,

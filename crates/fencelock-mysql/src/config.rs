@@ -520,14 +520,11 @@ impl MySqlConfig {
     /// connection whose server is not verified (plain, or TLS without a CA check): the
     /// warning [`connect`](Self::connect) gives.
     pub(crate) fn password_unprotected(&self) -> bool {
-        let host = host_of(&self.base);
-        let loopback = host.parse::<std::net::IpAddr>().map_or_else(
-            |_| host.eq_ignore_ascii_case("localhost"),
-            |ip| ip.is_loopback(),
-        );
-        self.base.password().is_some()
-            && !loopback
-            && !self.tls_mode().is_some_and(MySqlTlsMode::verifies)
+        fencelock_core::password_exposed(
+            self.base.password().is_some(),
+            &host_of(&self.base),
+            self.tls_mode().is_some_and(MySqlTlsMode::verifies),
+        )
     }
 
     /// Connects, installs the tables and procedures (unless turned off), and returns the

@@ -5,7 +5,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use fencelock_core::{Error, Result};
-use sqlx::postgres::PgConnectOptions;
+use sqlx::postgres::{PgConnectOptions, PgSslMode};
 
 use super::PgConfig;
 
@@ -212,5 +212,40 @@ impl PgConfig {
     pub fn connect_options(&self) -> &PgConnectOptions {
         crate::tls::ensure_crypto_provider();
         &self.options
+    }
+
+    /// Whether the URL's password would cross to a server off this machine over a connection
+    /// that does not verify the server (plain, `prefer` or `require` without a root
+    /// certificate): what [`connect`](Self::connect) warns about.
+    pub(crate) fn password_exposed(&self) -> bool {
+        let checked = matches!(
+            self.options.get_ssl_mode(),
+            PgSslMode::VerifyCa | PgSslMode::VerifyFull
+        );
+        let host = match self.options.get_socket() {
+            Some(_) => "/",
+            None => self.options.get_host(),
+        };
+        fencelock_core::password_exposed(self.base.password().is_some(), host, checked)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_password_to_an_unverified_remote_server_is_flagged() {
+        let flagged = |url: &str| PgConfig::from_url(url).unwrap().password_exposed();
+        assert!(flagged("postgres://app:pw@db.example/orders"));
+        assert!(flagged(
+            "postgres://app:pw@db.example/orders?sslmode=require"
+        ));
+        assert!(!flagged("postgres://app:pw@127.0.0.1/orders"));
+        assert!(!flagged("postgres://app@db.example/orders"));
+        assert!(!flagged(
+            "postgres://app:pw@db.example/orders?sslmode=verify-full&sslrootcert=/etc/hostname"
+        ));
     }
 }

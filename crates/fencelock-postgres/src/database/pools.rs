@@ -44,6 +44,13 @@ impl PgConfig {
             ));
         }
         crate::tls::ensure_crypto_provider();
+        if self.password_exposed() {
+            tracing::warn!(
+                "the password for {self} crosses a connection whose server is not verified \
+                 (sslmode={:?}): use sslmode=verify-full&sslrootcert=/path/ca.pem (DESIGN.md 8.1)",
+                self.options.get_ssl_mode()
+            );
+        }
         let mut options = self.options.clone();
         if options.get_application_name().is_none() {
             options = options.application_name("fencelock");
