@@ -304,6 +304,14 @@ impl EtcdConfig {
         hosts.join(",")
     }
 
+    /// Whether the password would cross to a member off this machine in the clear (always
+    /// plain TCP): what [`connect`](Self::connect) warns about.
+    pub(crate) fn password_exposed(&self) -> bool {
+        self.members.iter().any(|member| {
+            fencelock_core::password_exposed(self.credentials.is_some(), &member.host, false)
+        })
+    }
+
     /// Checks the builder settings, connects to the cluster and measures its lease
     /// granularity; see [`EtcdCluster`] for what it then provides.
     pub async fn connect(&self) -> Result<EtcdCluster> {
@@ -316,6 +324,13 @@ impl EtcdConfig {
                 "etcd max_value_len {} is below 1 MiB",
                 self.max_value_len
             )));
+        }
+        if self.password_exposed() {
+            tracing::warn!(
+                "the etcd password for {self} crosses plain connections to members off this \
+                 machine (this crate has no TLS yet): keep etcd's client port on a trusted \
+                 network (DESIGN.md 8.5)"
+            );
         }
         EtcdCluster::connect(self).await
     }
@@ -382,6 +397,14 @@ fn parse_credentials(userinfo: &str) -> std::result::Result<(String, String), St
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_password_to_a_remote_member_is_flagged() {
+        let exposed = |url: &str| EtcdConfig::from_url(url).unwrap().password_exposed();
+        assert!(exposed("etcd://app:pw@etcd1.example:2379"));
+        assert!(!exposed("etcd://app:pw@127.0.0.1:2379"));
+        assert!(!exposed("etcd://etcd1.example:2379"));
+    }
 
     fn refusal(url: &str) -> String {
         match EtcdConfig::from_url(url) {

@@ -138,6 +138,13 @@ impl Connection {
             ensure_crypto_provider();
         }
         let server = format!("{role} {}", config.server_label());
+        if config.endpoint().is_some_and(Endpoint::password_exposed) {
+            tracing::warn!(
+                "the password for {} crosses a plain connection to a server off this machine: \
+                 use rediss:// (DESIGN.md 8.2)",
+                config.redacted_url()
+            );
+        }
         let call_timeout = config.call_limit();
         let connect_timeout = config.connect_limit();
         let manager_config = redis::aio::ConnectionManagerConfig::new()

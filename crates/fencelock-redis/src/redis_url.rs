@@ -35,6 +35,13 @@ pub(crate) struct Endpoint {
 }
 
 impl Endpoint {
+    /// Whether the password would cross to a server off this machine in the clear
+    /// (`redis://`; `rediss://` checks the server's certificate and host).
+    pub(crate) fn password_exposed(&self) -> bool {
+        let host = self.host.trim_start_matches('[').trim_end_matches(']');
+        fencelock_core::password_exposed(self.password.is_some(), host, self.tls)
+    }
+
     /// The URL, with the password as given or as `***`.
     pub(crate) fn render(&self, redacted: bool) -> String {
         let scheme = if self.tls { "rediss" } else { "redis" };
@@ -272,5 +279,22 @@ fn unparsable(input: &str, e: url::ParseError) -> Problem {
     Problem {
         what,
         source: Some(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_password_in_the_clear_to_a_remote_server_is_flagged() {
+        let exposed = |url: &str| parse_endpoint(url).ok().unwrap().0.password_exposed();
+        assert!(exposed("redis://:pw@cache.example:6379"));
+        assert!(exposed("redis://app:pw@10.1.2.3"));
+        assert!(!exposed("redis://:pw@127.0.0.1:6379"));
+        assert!(!exposed("redis://:pw@[::1]:6379"));
+        assert!(!exposed("rediss://:pw@cache.example:6380"));
+        assert!(!exposed("redis://cache.example:6379"));
     }
 }

@@ -428,6 +428,15 @@ impl ZkConfig {
         self.credentials.as_ref().map(|(user, _)| user.as_str())
     }
 
+    /// Whether the credentials' password would cross to a member off this machine in the
+    /// clear (no `tls=true`): what connecting warns about.
+    pub(crate) fn password_exposed(&self) -> bool {
+        let checked = self.tls_files().is_some();
+        self.hosts().iter().any(|member| {
+            fencelock_core::password_exposed(self.credentials.is_some(), &member.host, checked)
+        })
+    }
+
     /// Checks what the builder methods may have set, as [`from_url`](Self::from_url) does.
     pub(crate) fn validate(&self) -> Result<()> {
         validate_prefix(self.prefix_name())?;
@@ -630,6 +639,17 @@ fn render_timeout(timeout: Duration) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_password_in_the_clear_to_a_remote_member_is_flagged() {
+        let exposed = |url: &str| ZkConfig::from_url(url).unwrap().password_exposed();
+        assert!(exposed("zookeeper://app:pw@zk1.example:2181"));
+        assert!(exposed(
+            "zookeeper://app:pw@127.0.0.1:2181,zk2.example:2181"
+        ));
+        assert!(!exposed("zookeeper://app:pw@127.0.0.1:2181"));
+        assert!(!exposed("zookeeper://zk1.example:2181"));
+    }
 
     fn refusal(url: &str) -> String {
         match ZkConfig::from_url(url) {

@@ -235,6 +235,13 @@ async fn connect(config: &ZkConfig, layout: &Layout) -> Result<Arc<Session>> {
     )
     .await?
     .map_err(|e| mapped(e, &format!("read {}", layout.root())))?;
+    if config.password_exposed() {
+        tracing::warn!(
+            members = %members,
+            "the ZooKeeper password crosses plain connections to members off this machine: \
+             use tls=true&tls_ca=/path/ca.pem (DESIGN.md 8.5)"
+        );
+    }
     match config.digest_user() {
         Some(user) => {
             for path in &tree {
