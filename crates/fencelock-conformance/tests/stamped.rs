@@ -159,3 +159,23 @@ fn every_property_function_is_declared() {
         "property functions in src/properties/ against GROUPS",
     );
 }
+
+/// A property whose capability the backend does not claim passes at once; the run says so on
+/// its stderr, uncaptured, so that a pass is not taken for a check (the memory backend claims
+/// no durable tokens).
+#[test]
+fn a_property_that_does_not_apply_says_so_in_the_run() {
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "suite::durable_tokens_survive_reopening"])
+        .output()
+        .expect("run this test binary on one property");
+    assert!(output.status.success(), "the property failed: {output:?}");
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        said.contains(
+            "durable_tokens_survive_reopening: not applicable: the backend does not claim \
+             durable tokens"
+        ),
+        "the run did not say the property does not apply: {said}"
+    );
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 use fencelock_core::{Election, Error, FencingToken, Locker};
 use tokio::time::{sleep, timeout};
 
-use super::support::{LONG_TTL, PATIENCE, assert_stale, key};
+use super::support::{not_applicable, LONG_TTL, PATIENCE, assert_stale, key};
 use crate::Setup;
 
 /// The election, or `None` after checking that a backend which does not claim elections is
@@ -29,7 +29,7 @@ declare_properties!(__fencelock_conformance_election, {
     /// terms overlap in time), and terms strictly increase in the order leaders took office.
     pub async fn one_leader_per_term_and_terms_increase(s: &Setup) {
         let Some(election) = election(s, "terms") else {
-            return;
+            return not_applicable("one_leader_per_term_and_terms_increase", "the backend offers no election (LockKinds::election)");
         };
         let leading = Arc::new(Mutex::new(None::<FencingToken>));
         let terms = Arc::new(Mutex::new(Vec::new()));
@@ -62,7 +62,7 @@ declare_properties!(__fencelock_conformance_election, {
     /// election has none; terms it could not see are counted in `missed`, never dropped.
     pub async fn observer_sees_every_change(s: &Setup) {
         let Some(election) = election(s, "observed") else {
-            return;
+            return not_applicable("observer_sees_every_change", "the backend offers no election (LockKinds::election)");
         };
         let mut observer = election.observe().poll(Duration::from_millis(20));
         let first = observer.changed().await.unwrap();
@@ -94,7 +94,7 @@ declare_properties!(__fencelock_conformance_election, {
     /// writes are admitted, and the old leader's write is refused as stale.
     pub async fn paused_leader_is_refused_after_failover(s: &Setup) {
         let Some(election) = election(s, "failover") else {
-            return;
+            return not_applicable("paused_leader_is_refused_after_failover", "the backend offers no election (LockKinds::election)");
         };
         let resource = key("failover-data");
         let old = election.campaign().ttl(s.short_ttl()).watchdog(false).wait(PATIENCE).await.unwrap();

@@ -6,7 +6,7 @@ use std::time::Duration;
 use fencelock_core::{Error, OwnerId};
 use tokio::time::{Instant, sleep};
 
-use super::support::{LONG_TTL, grant, grant_after_expiry, key};
+use super::support::{not_applicable, LONG_TTL, grant, grant_after_expiry, key};
 use crate::Setup;
 
 declare_properties!(__fencelock_conformance_lease, {
@@ -206,7 +206,7 @@ declare_properties!(__fencelock_conformance_lease, {
         let b = &*s.backend;
         let key = key("listed");
         let Some(empty) = b.inspect_queue(&key).await.unwrap() else {
-            return;
+            return not_applicable("inspect_queue_lists_the_holder_then_waiters_by_arrival", "the backend does not list its queue (inspect_queue answers None)");
         };
         assert!(empty.is_empty(), "a never-used key lists a queue: {empty:?}");
         let held = grant(b, &key, LONG_TTL).await;
@@ -242,7 +242,7 @@ declare_properties!(__fencelock_conformance_lease, {
         );
 
         if !b.capabilities().kinds.shared {
-            return;
+            return not_applicable("inspect_queue_lists_the_holder_then_waiters_by_arrival", "the backend offers no shared locks (LockKinds::shared)");
         }
         let readers = [OwnerId::random(), OwnerId::random()];
         let mut phase = None;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use fencelock_core::{Error, Locker, LostReason, QueueRole, WakeUp};
 use tokio::time::{Instant, sleep, timeout};
 
-use super::support::{
+use super::support::{not_applicable, 
     LONG_TTL, PATIENCE, grant, grant_after_expiry, grant_within_patience, key, peek,
     spawn_barging, spawn_waiter,
 };
@@ -46,7 +46,7 @@ declare_properties!(__fencelock_conformance_locker, {
     /// waiter calls again until the lock is free.
     pub async fn notify_wake_up_comes_with_the_release(s: &Setup) {
         if s.backend.capabilities().wake_up != WakeUp::Notify {
-            return;
+            return not_applicable("notify_wake_up_comes_with_the_release", "the backend does not claim WakeUp::Notify");
         }
         let b = &*s.backend;
         let key = key("notify");
@@ -82,7 +82,7 @@ declare_properties!(__fencelock_conformance_locker, {
     /// order.
     pub async fn fair_waiters_are_granted_in_arrival_order(s: &Setup) {
         if !s.backend.capabilities().fair {
-            return;
+            return not_applicable("fair_waiters_are_granted_in_arrival_order", "the backend does not claim fair");
         }
         let b = &*s.backend;
         let key = key("fair");
@@ -126,7 +126,7 @@ declare_properties!(__fencelock_conformance_locker, {
     /// tries sent right after the release are refused, and the waiter is granted.
     pub async fn a_try_does_not_jump_the_queue(s: &Setup) {
         if !s.backend.capabilities().fair {
-            return;
+            return not_applicable("a_try_does_not_jump_the_queue", "the backend does not claim fair");
         }
         let b = &*s.backend;
         let key = key("no-jumping");
@@ -230,7 +230,7 @@ declare_properties!(__fencelock_conformance_locker, {
     /// request waits for: the fair one, there first, is granted first.
     pub async fn a_barging_waiter_never_passes_a_queued_one(s: &Setup) {
         if !s.backend.capabilities().fair {
-            return;
+            return not_applicable("a_barging_waiter_never_passes_a_queued_one", "the backend does not claim fair");
         }
         let b = &*s.backend;
         let key = key("barging-behind");

@@ -8,7 +8,7 @@ use std::time::Duration;
 use fencelock_core::{Error, LockBackend, LockKey, Locker, OwnerId, RwLocker};
 use tokio::time::sleep;
 
-use super::support::{LONG_TTL, PATIENCE, assert_stale, grant, grant_after_expiry, key};
+use super::support::{not_applicable, LONG_TTL, PATIENCE, assert_stale, grant, grant_after_expiry, key};
 use crate::Setup;
 
 /// `true` when the backend claims shared locks. When it does not, checks that every shared
@@ -67,7 +67,7 @@ declare_properties!(__fencelock_conformance_rwlock, {
     /// the storage admits for each of them; `inspect_shared` counts them.
     pub async fn readers_overlap_and_share_one_fence(s: &Setup) {
         if !offers_shared(&s.backend).await {
-            return;
+            return not_applicable("readers_overlap_and_share_one_fence", "the backend offers no shared locks (LockKinds::shared)");
         }
         let b = &*s.backend;
         let key = key("readers-overlap");
@@ -96,7 +96,7 @@ declare_properties!(__fencelock_conformance_rwlock, {
     /// leaves; a reader's release is its own (releasing twice is `false`).
     pub async fn writer_excludes_readers_and_writers(s: &Setup) {
         if !offers_shared(&s.backend).await {
-            return;
+            return not_applicable("writer_excludes_readers_and_writers", "the backend offers no shared locks (LockKinds::shared)");
         }
         let b = &*s.backend;
         let key = key("writer-excludes");
@@ -122,7 +122,7 @@ declare_properties!(__fencelock_conformance_rwlock, {
     /// exceeds the writer's: tokens order phases and writers as one sequence.
     pub async fn writer_token_exceeds_every_reader_fence_before_it(s: &Setup) {
         if !offers_shared(&s.backend).await {
-            return;
+            return not_applicable("writer_token_exceeds_every_reader_fence_before_it", "the backend offers no shared locks (LockKinds::shared)");
         }
         let b = &*s.backend;
         let key = key("writer-token");
@@ -144,7 +144,7 @@ declare_properties!(__fencelock_conformance_rwlock, {
     /// the reader's fenced read is then refused as stale; the reader cannot renew either.
     pub async fn paused_reader_is_refused_after_a_writer(s: &Setup) {
         if !offers_shared(&s.backend).await {
-            return;
+            return not_applicable("paused_reader_is_refused_after_a_writer", "the backend offers no shared locks (LockKinds::shared)");
         }
         let b = &*s.backend;
         let key = key("paused-reader");
@@ -164,7 +164,7 @@ declare_properties!(__fencelock_conformance_rwlock, {
     /// its fence; writers are kept out while it holds; once it is released the next one gets in.
     pub async fn one_upgradeable_reader_at_a_time_beside_plain_readers(s: &Setup) {
         if !offers_shared(&s.backend).await {
-            return;
+            return not_applicable("one_upgradeable_reader_at_a_time_beside_plain_readers", "the backend offers no shared locks (LockKinds::shared)");
         }
         let (a, b) = two_rw(&s.backend);
         let key = key("one-upgrader");
@@ -190,7 +190,7 @@ declare_properties!(__fencelock_conformance_rwlock, {
     /// own and its plain readers' alike.
     pub async fn a_reader_fence_from_before_the_upgrade_is_refused_after_it(s: &Setup) {
         if !offers_shared(&s.backend).await {
-            return;
+            return not_applicable("a_reader_fence_from_before_the_upgrade_is_refused_after_it", "the backend offers no shared locks (LockKinds::shared)");
         }
         // A writer let into the gap would race the upgrader there and need not win every
         // time: a few rounds.
@@ -235,7 +235,7 @@ declare_properties!(__fencelock_conformance_rwlock, {
     /// readers join its phase.
     pub async fn a_downgrade_reads_the_upgraded_write_with_no_writer_between(s: &Setup) {
         if !offers_shared(&s.backend).await {
-            return;
+            return not_applicable("a_downgrade_reads_the_upgraded_write_with_no_writer_between", "the backend offers no shared locks (LockKinds::shared)");
         }
         let (a, b) = two_rw(&s.backend);
         let key = key("downgrade");

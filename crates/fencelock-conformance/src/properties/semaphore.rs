@@ -8,7 +8,7 @@ use std::time::Duration;
 use fencelock_core::{Error, LockKey, Locker, Semaphore};
 use tokio::time::{sleep, timeout};
 
-use super::support::{LONG_TTL, PATIENCE, assert_stale, key};
+use super::support::{not_applicable, LONG_TTL, PATIENCE, assert_stale, key};
 use crate::Setup;
 
 /// The semaphore, or `None` after checking that a backend which does not claim semaphores
@@ -30,7 +30,7 @@ declare_properties!(__fencelock_conformance_semaphore, {
     /// and under contention no more than N holders ever overlap.
     pub async fn at_most_n_permit_holders_at_once(s: &Setup) {
         let Some(sem) = semaphore(s, "permits", 3) else {
-            return;
+            return not_applicable("at_most_n_permit_holders_at_once", "the backend offers no semaphore (LockKinds::semaphore)");
         };
         let mut held = Vec::new();
         for _ in 0..3 {
@@ -81,7 +81,7 @@ declare_properties!(__fencelock_conformance_semaphore, {
     /// refused on its slot's data once the slot's next holder has written.
     pub async fn paused_permit_holder_is_refused_on_its_slot(s: &Setup) {
         let Some(sem) = semaphore(s, "paused-permit", 1) else {
-            return;
+            return not_applicable("paused_permit_holder_is_refused_on_its_slot", "the backend offers no semaphore (LockKinds::semaphore)");
         };
         let old = sem.acquire().ttl(s.short_ttl()).watchdog(false).wait(Duration::ZERO).await.unwrap();
         let resource = old.slot_key();
@@ -101,7 +101,7 @@ declare_properties!(__fencelock_conformance_semaphore, {
     /// more is `InvalidKey`, zero permits `InvalidConfig`, all before the backend is touched.
     pub async fn semaphore_keys_near_the_limit(s: &Setup) {
         if semaphore(s, "long-check", 1).is_none() {
-            return;
+            return not_applicable("semaphore_keys_near_the_limit", "the backend offers no semaphore (LockKinds::semaphore)");
         }
         let locker = Locker::new(s.backend.clone());
         let base = key("long");

@@ -153,3 +153,13 @@ pub(super) fn assert_stale(
 pub(super) async fn peek(storage: &dyn FencedStorage, resource: &LockKey) -> Option<Snapshot> {
     storage.peek(resource).await.expect("peek failed")
 }
+
+/// Says on the test run's own stderr (not the captured output, so the run shows it) that
+/// `property` does not apply to the backend under test, and why: a property whose capability
+/// the backend does not claim passes at once, and would otherwise look checked.
+pub(super) fn not_applicable(property: &str, why: &str) {
+    use std::io::Write as _;
+    let line = format!("fencelock-conformance: {property}: not applicable: {why}\n");
+    // Written to the process's stderr directly: the test harness captures only `eprint!`.
+    let _ = std::io::stderr().write_all(line.as_bytes());
+}

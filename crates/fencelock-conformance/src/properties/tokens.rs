@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use fencelock_core::{FencingToken, TokenGuarantee};
 use tokio::time::sleep;
 
-use super::support::{LONG_TTL, grant, grant_after_expiry, key};
+use super::support::{not_applicable, LONG_TTL, grant, grant_after_expiry, key};
 use crate::Setup;
 
 declare_properties!(__fencelock_conformance_tokens, {
@@ -24,7 +24,7 @@ declare_properties!(__fencelock_conformance_tokens, {
                 }
         );
         if !durable {
-            return;
+            return not_applicable("durable_tokens_survive_reopening", "the backend does not claim durable tokens");
         }
         let reopen = s.reopen.as_ref().unwrap_or_else(|| {
             panic!(
