@@ -96,13 +96,19 @@ impl FullServer {
     /// succeeded: the one to tell the user about).
     pub fn refused(&self, said: &str) -> (Duration, bool) {
         let mut state = self.lock();
+        let now = Instant::now();
+        said.clone_into(&mut state.said);
+        if let Some(not_before) = state.not_before.filter(|t| *t > now && !state.probing) {
+            // Another connect sent before the server was known full, refused in the same
+            // window: the pause already set stands, and the streak grows once per window.
+            return (not_before - now, false);
+        }
         let first = state.refusals == 0;
         let cap = PAUSES.cap(state.refusals);
         let pause = cap / 2 + half_jitter(cap);
         state.refusals = state.refusals.saturating_add(1);
-        state.not_before = Some(Instant::now() + pause);
+        state.not_before = Some(now + pause);
         state.probing = false;
-        said.clone_into(&mut state.said);
         (pause, first)
     }
 
@@ -189,6 +195,28 @@ mod tests {
             "the server was tried only {refused} times in 60 s"
         );
         assert!(longest <= Duration::from_secs(5), "{longest:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn connects_refused_together_escalate_once() {
+        let gate = FullServer::new();
+        // Sixteen connects sent before the server was known full, all refused.
+        for _ in 0..16 {
+            assert_eq!(gate.enter(), Entry::Connect);
+        }
+        let (first, _) = gate.refused("full");
+        for _ in 1..16 {
+            let (pause, streak_start) = gate.refused("full");
+            assert!(!streak_start);
+            assert!(pause <= first);
+        }
+        tokio::time::advance(first).await;
+        assert_eq!(gate.enter(), Entry::Connect);
+        let (second, _) = gate.refused("full");
+        assert!(
+            second <= Duration::from_millis(400),
+            "the second pause grew as if sixteen probes had failed: {second:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
