@@ -44,8 +44,6 @@ fn several_keys_give_each_key_its_own_token() {
         "set/b",
         "--key",
         "set/a",
-        "--key",
-        "set/b",
         "--",
         "sh",
         "-c",

@@ -7,7 +7,8 @@
 -- admitted, and a superseded holder's write then landed after a newer one. Without the row
 -- the bound is now what the epochs say: every token of every epoch before the live one may
 -- have been granted, and, when no epoch is live (the state was lost and no grant has started
--- the next), every token of the durable epoch too. The next grant's token is above the bound
+-- the next), every token of the durable epoch too; with no durable epoch, none ever started
+-- and nothing was granted here. The next grant's token is above the bound
 -- either way (a grant in the live epoch, or the first of the next epoch), so a key is never
 -- left unusable.
 CREATE OR REPLACE FUNCTION fencelock_lower_fence(p_resource text, p_token bigint)
@@ -45,10 +46,12 @@ BEGIN
                             'the epochs before it, up to %s, may have been granted', live, granted);
         ELSE
             SELECT e.epoch INTO durable FROM fencelock_epoch e WHERE e.one;
-            granted := ((coalesce(durable, 0) + 1) << 32) - 1;
+            -- No durable epoch: no epoch ever started here, so no token was ever granted
+            -- (the tokens fenced so far are another service's).
+            granted := CASE WHEN durable IS NULL THEN 0 ELSE ((durable + 1) << 32) - 1 END;
             bound := format('the counters were lost (a crash, a promotion or a restore empties '
                             'them), and every token up to the end of epoch %s, %s, may have '
-                            'been granted', coalesce(durable, 0), granted);
+                            'been granted', durable, granted);
         END IF;
     END IF;
     IF p_token < granted THEN
