@@ -104,8 +104,8 @@ impl FullServer {
             return (not_before - now, false);
         }
         let first = state.refusals == 0;
-        let cap = PAUSES.cap(state.refusals);
-        let pause = cap / 2 + half_jitter(cap);
+        // Half the cap, plus half of the backoff's own full-jitter pause: `[cap / 2, cap]`.
+        let pause = PAUSES.cap(state.refusals) / 2 + PAUSES.pause(state.refusals) / 2;
         state.refusals = state.refusals.saturating_add(1);
         state.not_before = Some(now + pause);
         state.probing = false;
@@ -120,15 +120,6 @@ impl FullServer {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
-}
-
-/// Uniform in `[0, cap / 2]`.
-fn half_jitter(cap: Duration) -> Duration {
-    Backoff {
-        initial: cap / 2,
-        max: cap / 2,
-    }
-    .pause(0)
 }
 
 #[cfg(test)]

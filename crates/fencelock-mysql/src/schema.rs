@@ -1,7 +1,7 @@
 //! The SQL of one installation: every statement with the table prefix filled in, the objects
 //! `install` creates and `uninstall` drops.
 
-use fencelock_core::{Error, Result};
+use fencelock_core::Result;
 use sqlx::{Executor, MySqlPool};
 
 use crate::config::validate_prefix;
@@ -311,10 +311,8 @@ impl Statements {
                         .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
                         .is_some_and(|e| e.number() == PROCEDURE_EXISTS) => {}
                 Err(e) => {
-                    return Err(naming(
-                        map_sqlx_error(BACKEND, e),
-                        &format!("cannot create procedure {}{name}", self.prefix),
-                    ));
+                    return Err(map_sqlx_error(BACKEND, e)
+                        .in_context(&format!("cannot create procedure {}{name}", self.prefix)));
                 }
             }
         }
@@ -333,15 +331,12 @@ impl Statements {
                 security(procedure)
             );
             pool.execute(sqlx::raw_sql(&alter)).await.map_err(|e| {
-                naming(
-                    map_sqlx_error(BACKEND, e),
-                    &format!(
-                        "cannot make procedure {}{} run as {}",
-                        self.prefix,
-                        procedure.name,
-                        security(procedure)
-                    ),
-                )
+                map_sqlx_error(BACKEND, e).in_context(&format!(
+                    "cannot make procedure {}{} run as {}",
+                    self.prefix,
+                    procedure.name,
+                    security(procedure)
+                ))
             })?;
         }
         Ok(())
@@ -392,20 +387,6 @@ impl Statements {
                 )
             })
             .collect()
-    }
-}
-
-/// A backend error's message, prefixed with what was being done.
-fn naming(error: Error, what: &str) -> Error {
-    match error {
-        Error::Backend {
-            message, source, ..
-        } => Error::Backend {
-            backend: BACKEND,
-            message: format!("{what}: {message}"),
-            source,
-        },
-        other => other,
     }
 }
 
