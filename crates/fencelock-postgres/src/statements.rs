@@ -26,6 +26,7 @@ pub(crate) struct Statements {
     pub(crate) advisory_acquire: Sql,
     pub(crate) advisory_acquire_queued: Sql,
     pub(crate) advisory_acquire_placed: Sql,
+    pub(crate) advisory_await: Sql,
     pub(crate) advisory_leave: Sql,
     pub(crate) advisory_extend: Sql,
     pub(crate) advisory_held: Sql,
@@ -81,6 +82,7 @@ impl Statements {
                 "../sql/advisory_acquire_queued.sql"
             )),
             advisory_acquire_placed: render(include_str!("../sql/advisory_acquire_placed.sql")),
+            advisory_await: render(include_str!("../sql/advisory_await.sql")),
             advisory_leave: render(include_str!("../sql/advisory_leave.sql")),
             advisory_extend: render(include_str!("../sql/advisory_extend.sql")),
             advisory_held: render(include_str!("../sql/advisory_held.sql")),
@@ -143,6 +145,7 @@ mod tests {
             &sql.advisory_acquire,
             &sql.advisory_acquire_queued,
             &sql.advisory_acquire_placed,
+            &sql.advisory_await,
             &sql.advisory_leave,
             &sql.storage_apply,
             &sql.xact_lock,

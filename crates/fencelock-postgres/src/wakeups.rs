@@ -40,6 +40,9 @@ struct Queued {
     /// Whether its last refused try found the lock free but kept for another waiter (the
     /// head, which may have vanished): it tries again within [`TURN_REFRESH`].
     behind_free: bool,
+    /// Whether its last refused try found it heading its key's queue (the advisory backend),
+    /// so that it may wait for the lock inside the server.
+    head: bool,
 }
 
 /// One round of the place keeper: the keys and waiters (32 hex digits) of the kept places,
@@ -170,18 +173,29 @@ impl Wakeups {
                 holder_until: None,
                 kept,
                 behind_free: false,
+                head: false,
             },
         );
         true
     }
 
     /// Records a refused try of queued waiter `waiter`: when the holder that refused it runs
-    /// out (`None`: the lock is free but kept for another waiter), so its wait ends by then.
-    pub(crate) fn refused(&self, waiter: OwnerId, holder_until: Option<Instant>) {
+    /// out (`None`: the lock is free but kept for another waiter), so its wait ends by then,
+    /// and whether the try found it heading its key's queue.
+    pub(crate) fn refused(&self, waiter: OwnerId, holder_until: Option<Instant>, head: bool) {
         if let Some(queued) = lock(&self.queues).queued.get_mut(&waiter) {
             queued.holder_until = holder_until;
             queued.behind_free = holder_until.is_none();
+            queued.head = head;
         }
+    }
+
+    /// Whether queued waiter `waiter`'s last refused try found it heading its key's queue.
+    pub(crate) fn heads(&self, waiter: OwnerId) -> bool {
+        lock(&self.queues)
+            .queued
+            .get(&waiter)
+            .is_some_and(|queued| queued.head)
     }
 
     /// Forgets queued waiter `waiter` (granted, or gone).
@@ -447,6 +461,7 @@ mod tests {
                 holder_until: None,
                 kept: false,
                 behind_free: false,
+                head: false,
             },
         );
         deliver(

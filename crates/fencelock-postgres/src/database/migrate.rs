@@ -65,6 +65,11 @@ impl Embedded {
             migration!(17, "pinned paths", "0017_pinned_paths.sql"),
             migration!(18, "closed fence", "0018_closed_fence.sql"),
             migration!(19, "lower after loss", "0019_lower_after_loss.sql"),
+            migration!(
+                20,
+                "advisory wait in server",
+                "0020_advisory_wait_in_server.sql"
+            ),
         ]
     }
 }
