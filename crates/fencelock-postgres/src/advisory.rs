@@ -539,17 +539,29 @@ impl LockBackend for PgAdvisoryBackend {
         ttl: Duration,
         max: Duration,
     ) -> Result<Option<Lease>> {
-        let heads = match self.db.wakeups(BACKEND).await {
-            Ok(wakeups) => wakeups.heads(waiter),
-            Err(_) => false,
+        let Ok(wakeups) = self.db.wakeups(BACKEND).await else {
+            return self.wait_for_turn(key, waiter, max).await.map(|()| None);
         };
-        if heads
-            && !max.is_zero()
+        let deadline = Instant::now().checked_add(max);
+        if !wakeups.heads(waiter) {
+            let span =
+                tracing::debug_span!("fencelock.pg.wait_for_turn", backend = BACKEND, key = %key);
+            wakeups.turn(waiter, max).instrument(span).await;
+            // Named by the grant of the waiter before it: the head now, which waits in the
+            // server at once (the wait's own try stands for the try it would send next).
+            if !wakeups.take_handed(waiter) {
+                return Ok(None);
+            }
+        }
+        let left = deadline.map_or(max, |deadline| {
+            deadline.saturating_duration_since(Instant::now())
+        });
+        if !left.is_zero()
             && let Ok(_permit) = self.waits.try_acquire()
         {
-            return self.wait_in_server(key, waiter, ttl, max).await;
+            return self.wait_in_server(key, waiter, ttl, left).await;
         }
-        self.wait_for_turn(key, waiter, max).await.map(|()| None)
+        Ok(None)
     }
 
     async fn leave_queue(&self, key: &LockKey, waiter: OwnerId) -> Result<()> {

@@ -43,6 +43,9 @@ struct Queued {
     /// Whether its last refused try found it heading its key's queue (the advisory backend),
     /// so that it may wait for the lock inside the server.
     head: bool,
+    /// Whether a hand-off payload named it since it last looked (on the advisory backend: a
+    /// grant made the waiter before it the holder, so it heads the queue now).
+    handed: bool,
 }
 
 /// One round of the place keeper: the keys and waiters (32 hex digits) of the kept places,
@@ -174,6 +177,7 @@ impl Wakeups {
                 kept,
                 behind_free: false,
                 head: false,
+                handed: false,
             },
         );
         true
@@ -188,6 +192,14 @@ impl Wakeups {
             queued.behind_free = holder_until.is_none();
             queued.head = head;
         }
+    }
+
+    /// Whether a hand-off payload named queued waiter `waiter` since it last asked.
+    pub(crate) fn take_handed(&self, waiter: OwnerId) -> bool {
+        lock(&self.queues)
+            .queued
+            .get_mut(&waiter)
+            .is_some_and(|queued| std::mem::take(&mut queued.handed))
     }
 
     /// Whether queued waiter `waiter`'s last refused try found it heading its key's queue.
@@ -267,7 +279,7 @@ fn deliver(queues: &Queues, payload: &str) {
         // follows, and wakes it; its next try takes the lock handed to it up.
         return;
     }
-    let registry = lock(queues);
+    let mut registry = lock(queues);
     if let Some((waiter, key)) = turn_of(payload) {
         // A free lock kept for the head of its queue (advisory backend): that waiter's turn,
         // in whichever process it waits, and one waiter of this process that holds no place
@@ -280,7 +292,11 @@ fn deliver(queues: &Queues, payload: &str) {
         return;
     }
     if let Some(waiter) = handed_to(payload) {
-        // Only the waiter the lock was handed to, in whichever process it waits.
+        // Only the waiter the lock was handed to (the lease backend), or the advisory queue's
+        // new head, in whichever process it waits.
+        if let Some(queued) = registry.queued.get_mut(&waiter) {
+            queued.handed = true;
+        }
         registry.hand(waiter);
         return;
     }
@@ -462,6 +478,7 @@ mod tests {
                 kept: false,
                 behind_free: false,
                 head: false,
+                handed: false,
             },
         );
         deliver(
