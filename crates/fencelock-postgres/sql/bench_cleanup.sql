@@ -4,8 +4,11 @@
 -- (resource) starts with $1, the run's key prefix. `{schema}` is replaced by fencelock's
 -- schema, quoted.
 -- No other run and no application uses a key under that prefix, so deleting its counters
--- cannot hand a token out twice to anyone.
-WITH leases AS (
+-- cannot hand a token out twice to anyone: the statement says so to the counters' guard
+-- (migration 21) with `fencelock.forget_counters`, for this transaction only.
+WITH forgetting AS (
+    SELECT set_config('fencelock.forget_counters', 'on', true) AS on
+), leases AS (
     DELETE FROM {schema}.fencelock_leases WHERE starts_with(key, $1)
 ), readers AS (
     DELETE FROM {schema}.fencelock_lease_readers WHERE starts_with(key, $1)
@@ -22,4 +25,5 @@ WITH leases AS (
 ), stored AS (
     DELETE FROM {schema}.fencelock_storage WHERE starts_with(resource, $1)
 )
-DELETE FROM {schema}.fencelock_counters WHERE starts_with(key, $1)
+DELETE FROM {schema}.fencelock_counters
+ WHERE (SELECT forgetting.on FROM forgetting) = 'on' AND starts_with(key, $1)

@@ -346,7 +346,6 @@ async fn a_head_that_leaves_a_free_lock_wakes_the_next() {
 /// token than any before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_try_after_lost_volatile_state_starts_a_new_epoch() {
-    use sqlx::Executor;
     let (_schema, db) = common::database().await;
     let backend = db.advisory_backend();
     let key = key("lost", &db);
@@ -355,16 +354,17 @@ async fn a_queued_try_after_lost_volatile_state_starts_a_new_epoch() {
     queue_refused(&backend, &key, TTL, &[waiter]).await;
     assert!(backend.release(&holder).await.unwrap());
     let s = db.schema();
-    db.pool()
-        .execute(
-            format!(
-                "TRUNCATE \"{s}\".fencelock_epoch_live, \"{s}\".fencelock_counters, \
-                 \"{s}\".fencelock_advisory_holders, \"{s}\".fencelock_advisory_places"
-            )
-            .as_str(),
-        )
-        .await
-        .unwrap();
+    common::lose_volatile_state(
+        db.pool(),
+        s,
+        &[
+            "fencelock_epoch_live",
+            "fencelock_counters",
+            "fencelock_advisory_holders",
+            "fencelock_advisory_places",
+        ],
+    )
+    .await;
     let lease = backend
         .try_acquire_queued(&key, TTL, waiter)
         .await

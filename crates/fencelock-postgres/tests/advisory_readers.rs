@@ -562,14 +562,18 @@ async fn a_reader_without_a_token_starts_a_new_epoch_and_holds_the_lock_once() {
     let epoch = |token: fencelock_core::FencingToken| token.get() >> 32;
 
     // What crash recovery does to the UNLOGGED tables.
-    sqlx::raw_sql(&format!(
-        "TRUNCATE \"{s}\".fencelock_epoch_live, \"{s}\".fencelock_counters, \
-         \"{s}\".fencelock_advisory_holders, \"{s}\".fencelock_advisory_phases, \
-         \"{s}\".fencelock_advisory_readers"
-    ))
-    .execute(schema.admin())
-    .await
-    .unwrap();
+    common::lose_volatile_state(
+        schema.admin(),
+        s,
+        &[
+            "fencelock_epoch_live",
+            "fencelock_counters",
+            "fencelock_advisory_holders",
+            "fencelock_advisory_phases",
+            "fencelock_advisory_readers",
+        ],
+    )
+    .await;
     let (second, second_id) = reader(&backend, &key, TTL).await;
     assert!(second.token > first.token);
     assert_eq!(epoch(second.token), epoch(first.token) + 1);

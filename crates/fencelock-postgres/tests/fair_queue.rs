@@ -287,15 +287,18 @@ async fn a_queued_try_after_lost_volatile_state_starts_a_new_epoch() {
         .await
         .unwrap()
         .expect("a queued try was refused a free lock");
-    let s = db.schema();
-    sqlx::query(&format!(
-        "TRUNCATE \"{s}\".fencelock_epoch_live, \"{s}\".fencelock_counters, \
-         \"{s}\".fencelock_leases, \"{s}\".fencelock_lease_readers, \
-         \"{s}\".fencelock_lease_places"
-    ))
-    .execute(db.pool())
-    .await
-    .unwrap();
+    common::lose_volatile_state(
+        db.pool(),
+        db.schema(),
+        &[
+            "fencelock_epoch_live",
+            "fencelock_counters",
+            "fencelock_leases",
+            "fencelock_lease_readers",
+            "fencelock_lease_places",
+        ],
+    )
+    .await;
     let second = backend
         .try_acquire_queued(&key, TTL, OwnerId::random())
         .await

@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use fencelock_core::{Error, FencingToken, Lease, LockBackend, LockKey, Locker, OwnerId, RwLocker};
 use fencelock_postgres::{PgDatabase, PgFence, PgLeaseBackend};
-use sqlx::Executor;
 use tokio::time::{Instant, sleep};
 
 const TTL: Duration = Duration::from_secs(30);
@@ -278,19 +277,19 @@ async fn a_reader_grant_starts_new_epochs() {
     let key = key("reader-epochs", &db);
     let (first, first_reader) = reader(&backend, &key, TTL).await;
     assert!(backend.release_shared(&first, first_reader).await.unwrap());
-    let s = db.schema();
-    db.pool()
-        .execute(
-            format!(
-                "TRUNCATE \"{s}\".fencelock_epoch_live, \"{s}\".fencelock_counters, \
-                 \"{s}\".fencelock_leases, \"{s}\".fencelock_lease_readers, \
-                 \"{s}\".fencelock_lease_places, \
-                 \"{s}\".fencelock_advisory_holders"
-            )
-            .as_str(),
-        )
-        .await
-        .unwrap();
+    common::lose_volatile_state(
+        db.pool(),
+        db.schema(),
+        &[
+            "fencelock_epoch_live",
+            "fencelock_counters",
+            "fencelock_leases",
+            "fencelock_lease_readers",
+            "fencelock_lease_places",
+            "fencelock_advisory_holders",
+        ],
+    )
+    .await;
     let (lost, lost_reader) = reader(&backend, &key, TTL).await;
     assert!(
         lost.token > first.token,

@@ -131,20 +131,22 @@ async fn durable_epoch(db: &PgDatabase) -> i64 {
 /// What crash recovery (or a promoted standby, or a physical backup restored) does to
 /// fencelock's UNLOGGED tables: empties them.
 async fn lose_volatile_state(db: &PgDatabase) {
-    let s = db.schema();
-    db.pool()
-        .execute(
-            format!(
-                "TRUNCATE \"{s}\".fencelock_epoch_live, \"{s}\".fencelock_counters, \
-                 \"{s}\".fencelock_leases, \"{s}\".fencelock_lease_readers, \
-                 \"{s}\".fencelock_lease_places, \
-                 \"{s}\".fencelock_advisory_holders, \"{s}\".fencelock_advisory_phases, \
-                 \"{s}\".fencelock_advisory_readers, \"{s}\".fencelock_advisory_places"
-            )
-            .as_str(),
-        )
-        .await
-        .unwrap();
+    common::lose_volatile_state(
+        db.pool(),
+        db.schema(),
+        &[
+            "fencelock_epoch_live",
+            "fencelock_counters",
+            "fencelock_leases",
+            "fencelock_lease_readers",
+            "fencelock_lease_places",
+            "fencelock_advisory_holders",
+            "fencelock_advisory_phases",
+            "fencelock_advisory_readers",
+            "fencelock_advisory_places",
+        ],
+    )
+    .await;
 }
 
 /// A rolled-back transaction used its token up: the next grant of the key, through the
@@ -473,4 +475,46 @@ async fn a_floor_cannot_use_up_the_schemas_epochs() {
         assert!(token > highest, "{token} after a loss, floor {highest}");
     }
     schema.cleanup().await;
+}
+
+/// A key's counter row is never deleted by mistake (migration 21): a `DELETE` or `TRUNCATE`
+/// of the counters, even by the schema's owner, is refused naming the heal, and the key's
+/// next grant is still above every token before. (Before, the delete went through and the
+/// next grant was token 1 again, below the 3 already granted.) A transaction that says it
+/// retires keys nobody will lock again may delete them, as the benchmark's cleanup does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counter_row_is_never_deleted_by_mistake() {
+    let (schema, db) = common::database().await;
+    let backend = db.lease_backend();
+    let key = key(&format!("kept-{}", db.schema()));
+    let mut last = granted(&backend, &key).await;
+    for _ in 0..2 {
+        last = granted(&backend, &key).await;
+    }
+    let s = db.schema();
+    for statement in [
+        format!("DELETE FROM \"{s}\".fencelock_counters WHERE key = '{key}'"),
+        format!("TRUNCATE \"{s}\".fencelock_counters"),
+    ] {
+        let error = sqlx::raw_sql(&statement)
+            .execute(schema.admin())
+            .await
+            .expect_err("a counter row was deleted");
+        let text = error.to_string();
+        assert!(text.contains("token counters are never deleted"), "{text}");
+        assert_eq!(
+            error.as_database_error().and_then(|e| e.code()).as_deref(),
+            Some("55000"),
+            "{text}"
+        );
+    }
+    let next = granted(&backend, &key).await;
+    assert!(next > last, "token {next} after {last}");
+    sqlx::raw_sql(&format!(
+        "BEGIN; SET LOCAL fencelock.forget_counters = on; \
+         DELETE FROM \"{s}\".fencelock_counters WHERE key = '{key}'; COMMIT"
+    ))
+    .execute(schema.admin())
+    .await
+    .expect("a transaction that retires a key may delete its counter");
 }

@@ -70,6 +70,7 @@ impl Embedded {
                 "advisory wait in server",
                 "0020_advisory_wait_in_server.sql"
             ),
+            migration!(21, "counters kept", "0021_counters_kept.sql"),
         ]
     }
 }

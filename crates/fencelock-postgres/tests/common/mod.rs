@@ -193,3 +193,18 @@ pub async fn row_guard_setup() -> Setup {
         .keep(s.app)
         .keep(s.locks)
 }
+
+/// Empties `tables` (fencelock's UNLOGGED tables, unqualified) of `schema`, as crash recovery,
+/// a promotion or a restore does. The transaction says it forgets counters on purpose: the
+/// counters' guard (migration 21) refuses any other delete.
+pub async fn lose_volatile_state(pool: &PgPool, schema: &str, tables: &[&str]) {
+    let list: Vec<String> = tables.iter().map(|t| format!("\"{schema}\".{t}")).collect();
+    let sql = format!(
+        "BEGIN; SET LOCAL fencelock.forget_counters = on; TRUNCATE {}; COMMIT",
+        list.join(", ")
+    );
+    sqlx::raw_sql(&sql)
+        .execute(pool)
+        .await
+        .expect("emptying the volatile tables");
+}
