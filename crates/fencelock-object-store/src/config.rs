@@ -427,12 +427,28 @@ impl ObjectStoreConfig {
 
     /// [`connect_storage`](Self::connect_storage), as the concrete type.
     pub async fn connect_object_storage(&self) -> Result<ObjectStorage> {
-        let fence = self.connect_fence().await?;
+        let fence = self.fence_on(self.object_store()?, &self.prefix).await?;
         Ok(ObjectStorage::from_fence(fence, self.prefix.clone()))
     }
 
-    /// The fencing of the application's own objects on this config's store.
+    /// The fencing of the application's own objects on this config's store, with every path
+    /// under the URL's prefix: with `s3://bucket/team-a`, `put("reports/q3.json", ..)`
+    /// writes the object `team-a/reports/q3.json` (its probe goes under the prefix too).
     pub async fn connect_fence(&self) -> Result<ObjectFence> {
+        let store = self.object_store()?;
+        if self.prefix.as_ref().is_empty() {
+            return self.fence_on(store, &self.prefix).await;
+        }
+        let prefixed = object_store::prefix::PrefixStore::new(store, self.prefix.clone());
+        self.fence_on(Arc::new(prefixed), &Path::default()).await
+    }
+
+    /// The fence on `store` (this config's, prefixed or not), its probe under `probe_dir`.
+    async fn fence_on(
+        &self,
+        store: Arc<dyn object_store::ObjectStore>,
+        probe_dir: &Path,
+    ) -> Result<ObjectFence> {
         if self.max_value_len < 1 << 20 {
             return Err(Error::config(
                 "the object store's max_value_len must be at least 1 MiB",
@@ -444,8 +460,7 @@ impl ObjectStoreConfig {
             ));
         }
         let context = self.redacted_url();
-        let store = self.object_store()?;
-        let fence = ObjectFence::connect(store, &self.prefix)
+        let fence = ObjectFence::connect(store, probe_dir)
             .await
             .map_err(|e| e.in_context(&context))?;
         Ok(fence

@@ -280,3 +280,38 @@ async fn a_store_that_ignores_conditions_is_refused() {
         assert!(futures_util::StreamExt::next(&mut listed).await.is_none());
     }
 }
+
+/// `s3://bucket/prefix` puts the application's fenced objects under the prefix, as the
+/// URL's docs say: `connect_fence` writes `reports/q3.json` as `<prefix>/reports/q3.json`,
+/// and nothing at the bucket's root (before, only the probe used the prefix).
+#[tokio::test]
+async fn a_fence_from_a_url_writes_under_its_prefix() {
+    let prefix = format!("t-{}", OwnerId::random());
+    let config: ObjectStoreConfig = moto().url(&prefix).parse().unwrap();
+    let fence = support::moto::connected(config.connect_fence().await);
+    let path = Path::from(format!("reports/{prefix}.json"));
+    let holder = Fence::new(FencingToken::new(3).unwrap(), OwnerId::random());
+    fence.put(&path, holder, b"q3").await.unwrap();
+    assert_eq!(
+        fence.get(&path, holder).await.unwrap().as_deref(),
+        Some(&b"q3"[..])
+    );
+    let raw = AmazonS3Builder::new()
+        .with_bucket_name(BUCKET)
+        .with_endpoint(moto().endpoint())
+        .with_allow_http(true)
+        .with_region("us-east-1")
+        .with_access_key_id("test")
+        .with_secret_access_key("test")
+        .build()
+        .unwrap();
+    let under = Path::from(format!("{prefix}/reports/{prefix}.json"));
+    assert!(
+        raw.head(&under).await.is_ok(),
+        "no object at {under}: the prefix was not used"
+    );
+    assert!(
+        raw.head(&path).await.is_err(),
+        "the object was written at the bucket's root"
+    );
+}
