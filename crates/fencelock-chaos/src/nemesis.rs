@@ -125,6 +125,16 @@ pub(crate) fn check_applicable(faults: &[FaultKind], cluster: &Cluster) -> Resul
                      in-process backend (memory://) only takes the pause fault",
                 ));
             }
+            // A backend that names no server (an out-of-tree file backend, say) has nothing
+            // to put a proxy in front of: a run would inject no partition and still pass.
+            FaultKind::Partition if cluster.proxies.is_empty() => {
+                return Err(ChaosError::config(format!(
+                    "the partition fault needs servers reached over the network, and {} names \
+                     none to put a fault proxy in front of: use --faults pause (or kill with \
+                     --spawn) for it",
+                    cluster.described
+                )));
+            }
             FaultKind::Pause | FaultKind::Partition => {}
             FaultKind::Kill if cluster.spawned.is_none() => {
                 return Err(ChaosError::config(format!(

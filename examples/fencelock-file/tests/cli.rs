@@ -217,3 +217,31 @@ fn chaos_with_pauses_passes_and_its_control_loses_updates() {
     );
     assert!(control["lost_updates"].as_u64().unwrap() > 0, "{report:#}");
 }
+
+/// A fault that cannot be injected is refused before the run, never reported as passed: a
+/// file backend names no server to put a fault proxy in front of, so `partition` is refused
+/// with the reason (before, the run injected 0 partitions and said PASS).
+#[test]
+fn chaos_refuses_a_partition_it_cannot_inject() {
+    let temp = tempfile::tempdir().unwrap();
+    let out = run(&[
+        "chaos",
+        "--backend",
+        &spec(&temp.path().join("locks")),
+        "--faults",
+        "pause,partition",
+        "--workers",
+        "2",
+        "--duration",
+        "2s",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{}", explain(&out));
+    assert!(stderr.contains("partition"), "{stderr}");
+    assert!(stderr.contains("names none"), "{stderr}");
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("PASS"),
+        "{}",
+        explain(&out)
+    );
+}
