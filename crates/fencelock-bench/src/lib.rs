@@ -22,7 +22,7 @@ pub use error::{BenchError, Result};
 pub use fenced_subject::FencedSubject;
 pub use histogram::Histogram;
 pub use report::{Measurement, Report, Row};
-pub use run::run_all;
+pub use run::{run_all, run_sweep};
 pub use scenario::{COMPOSITE_LARGE, COMPOSITE_SMALL, FAILOVER_TTL, PERMITS, Scenario, Settings};
 pub use subject::{Baseline, Cleanup, Op, RawTryLock, Subject, TTL};
 pub use suite::Suite;

@@ -55,6 +55,44 @@ pub async fn run_all(
     })
 }
 
+/// The one-hot-key curve: the [`ContendedOneKey`](Scenario::ContendedOneKey) step alone (the
+/// fenced lock fair and barging, the raw baseline, the peers) at each task count of `counts`,
+/// in order, `settings.duration` per case; one report per count, whose settings carry it.
+/// `progress` is called before each count. Cleanup as for [`run_all`].
+pub async fn run_sweep(
+    suite: &Suite,
+    settings: Settings,
+    counts: &[usize],
+    progress: &mut (dyn FnMut(&str) + Send),
+) -> Result<Vec<Report>> {
+    let step = Scenario::ContendedOneKey;
+    let mut reports = Vec::with_capacity(counts.len());
+    for (index, &concurrency) in counts.iter().enumerate() {
+        let settings = Settings {
+            concurrency,
+            ..settings
+        };
+        let cases = prepare(suite, step, &settings).await?;
+        let names: Vec<String> = cases.iter().map(|c| c.name(step, &settings)).collect();
+        progress(&format!(
+            "[{}/{}] {}: {}",
+            index + 1,
+            counts.len(),
+            step.title(&settings),
+            names.join(", ")
+        ));
+        let measured = measure_step(&cases, &settings).await;
+        let mut rows = finish_all_after(cases, measured).await?;
+        fill_ratios(&mut rows);
+        reports.push(Report {
+            backend: suite.backend.clone(),
+            settings,
+            rows,
+        });
+    }
+    Ok(reports)
+}
+
 /// Finishes `cases` whether or not they were measured, then makes their rows.
 async fn finish_all_after(
     cases: Vec<Case>,

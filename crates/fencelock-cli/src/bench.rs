@@ -19,6 +19,7 @@ pub(crate) const EXAMPLES: &str = "  fencelock bench
   fencelock bench --backend redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002
   fencelock bench --backend 'mysql://root@127.0.0.1:3306/test?prefix=fl_bench_'
   fencelock bench --backend redis://127.0.0.1:6379 --json > redis.json
+  fencelock bench --backend 'postgres://postgres@127.0.0.1:5432/test?schema=fl_sweep' --sweep 16,256,1024,2048
 ";
 
 #[derive(Debug, clap::Args)]
@@ -28,6 +29,17 @@ pub(crate) struct Args {
     /// Tasks in the contended scenarios.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
     concurrency: u32,
+    /// Measure only the one-hot-key scenario, once per task count (comma-separated, each
+    /// 1-4096): grants/s and p99 of the fenced lock, fair and barging, beside the raw
+    /// baseline and the peers at each count.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        num_args = 1..,
+        conflicts_with_all = ["concurrency", "keys"],
+        value_parser = clap::value_parser!(u32).range(1..=4096)
+    )]
+    sweep: Vec<u32>,
     /// Keys the tasks spread over in the second contended scenario.
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     keys: u32,
@@ -74,8 +86,18 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
         }
     };
     let mut signals = Signals::install()?;
+    let counts: Vec<usize> = args.sweep.iter().map(|&n| n as usize).collect();
+    let measure = async {
+        if counts.is_empty() {
+            fencelock_bench::run_all(&suite, settings, &mut progress)
+                .await
+                .map(|report| vec![report])
+        } else {
+            fencelock_bench::run_sweep(&suite, settings, &counts, &mut progress).await
+        }
+    };
     let outcome = tokio::select! {
-        outcome = fencelock_bench::run_all(&suite, settings, &mut progress) => Ok(outcome),
+        outcome = measure => Ok(outcome),
         // Dropping the run aborts its tasks; the keys it wrote are removed below.
         signal = signals.recv() => Err(signal),
     };
@@ -89,8 +111,8 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
             suite.key_prefix()
         )
     };
-    let report = match outcome {
-        Ok(report) => report,
+    let reports = match outcome {
+        Ok(reports) => reports,
         Err(signal) => {
             match &closed {
                 Ok(()) => eprintln!("fencelock: {signal}: bench stopped and removed its keys"),
@@ -99,11 +121,31 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
             return Ok(Exit::Signal(signal as i32));
         }
     };
-    let report = report?;
-    if args.json {
-        println!("{}", json(spec, &report));
-    } else {
-        print!("{}", table(spec, &report));
+    let reports = reports?;
+    match reports.as_slice() {
+        [report] if counts.is_empty() => {
+            if args.json {
+                println!("{}", json(spec, report));
+            } else {
+                print!("{}", table(spec, report));
+            }
+        }
+        sweep if args.json => {
+            let runs: Vec<serde_json::Value> =
+                sweep.iter().map(|report| json(spec, report)).collect();
+            println!(
+                "{}",
+                serde_json::json!({ "spec": spec.to_string(), "sweep": runs })
+            );
+        }
+        sweep => {
+            for (index, report) in sweep.iter().enumerate() {
+                if index > 0 {
+                    println!();
+                }
+                print!("{}", table(spec, report));
+            }
+        }
     }
     // The measurements stand even when the cleanup failed (say, a Redlock node went down at
     // the end): they are printed first, then the leftover keys are named.

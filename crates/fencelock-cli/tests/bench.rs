@@ -526,3 +526,54 @@ fn bench_reports_before_a_failed_cleanup() {
     assert!(last.contains("could not remove the run's keys"), "{err:?}");
     assert!(last.contains(&format!("{}", servers[2].port())), "{err:?}");
 }
+
+/// `--sweep` measures the one-hot-key scenario alone at each task count, in order, each with
+/// the fenced lock (fair and barging) beside the raw baseline, and refuses a count out of
+/// range or a `--concurrency` beside it.
+#[test]
+fn a_sweep_measures_one_hot_key_at_each_count() {
+    let (code, out, err) = fencelock(&[
+        "bench",
+        "--backend",
+        "memory://",
+        "--sweep",
+        "2,16",
+        "--duration",
+        "40ms",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).expect("the output is JSON");
+    let runs = report["sweep"].as_array().expect("one run per count");
+    assert_eq!(runs.len(), 2, "{report:#}");
+    for (run, n) in runs.iter().zip([2, 16]) {
+        assert_eq!(run["settings"]["concurrency"], n, "{run:#}");
+        let rows = run["rows"].as_array().unwrap();
+        assert!(
+            rows.iter().all(|r| r["scenario"] == "contended_one_key"),
+            "{run:#}"
+        );
+        assert!(rows.iter().any(|r| r["baseline"] == true), "{run:#}");
+        let fenced = rows.iter().filter(|r| r["baseline"] == false).count();
+        assert!(fenced >= 2, "fair and barging rows expected: {run:#}");
+        for row in rows {
+            assert!(row["ops"].as_u64().unwrap() > 0, "{row:#}");
+        }
+    }
+    for bad in [
+        &["bench", "--backend", "memory://", "--sweep", "0"][..],
+        &["bench", "--backend", "memory://", "--sweep", "5000"],
+        &[
+            "bench",
+            "--backend",
+            "memory://",
+            "--sweep",
+            "8",
+            "--concurrency",
+            "8",
+        ],
+    ] {
+        let (code, _, err) = fencelock(bad);
+        assert_eq!(code, 2, "{bad:?}: {err}");
+    }
+}
