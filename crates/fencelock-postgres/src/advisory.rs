@@ -19,6 +19,7 @@ use crate::epoch::{self, Grant};
 use crate::error::timed;
 use crate::exec::{Arg, Protocol, Sql};
 use crate::lease_table::{advance_token, lock_info, queue_entries};
+use crate::wakeups::Kept;
 use crate::{PgBackendKind, PgDatabase};
 
 mod read_phase;
@@ -26,7 +27,7 @@ mod sessions;
 
 use sessions::{Holder, Sessions, Slot, lease_id};
 
-const BACKEND: &str = "pg-advisory";
+pub(crate) const BACKEND: &str = "pg-advisory";
 /// The longest a queued waiter's place lives after its last try (DESIGN.md 5.3, "Fair
 /// hand-off", the advisory paragraph), and how long a left waiter's `gone` row is kept.
 const PLACE_TTL: Duration = crate::lease_table::PLACE_TTL;
@@ -39,6 +40,17 @@ const MIN_PLACE_TTL: Duration = Duration::from_millis(100);
 /// waiter tries again within a quarter of it.
 fn place_ttl(ttl: Duration) -> Duration {
     ttl.clamp(MIN_PLACE_TTL, PLACE_TTL)
+}
+
+/// The shortest place ttl the process's place keeper keeps (it runs every 500 ms, so twice
+/// that): a waiter with a shorter one keeps its place with its own tries.
+const MIN_KEPT_PLACE_TTL: Duration = Duration::from_secs(1);
+
+/// Whether the process's place keeper keeps the place of a waiter asking for `ttl`
+/// (DESIGN 5.3, *One refresh per process*), with its place ttl.
+fn kept(ttl: Duration) -> Option<Kept> {
+    let place_ttl = place_ttl(ttl);
+    (place_ttl >= MIN_KEPT_PLACE_TTL).then_some(Kept::Advisory { place_ttl })
 }
 
 /// Which grant statement a try sends: the plain try's, a waiter's first queued try (the
@@ -103,15 +115,21 @@ impl Try {
     }
 
     /// When a queued waiter this try refused should try again at the latest: by the recorded
-    /// holder's deadline (a session the server ended sends no notification), and in time to
-    /// keep its place (a quarter of its place ttl after the answer).
+    /// holder's deadline (a session the server ended sends no notification), and, unless the
+    /// process's keeper keeps its place, in time to keep it (a quarter of its place ttl after
+    /// the answer). With no fencelock holder recorded (the lock taken by plain SQL, or kept
+    /// for another waiter), at that quarter in any case.
     fn retry_by(&self, ttl: Duration, replied_at: Instant) -> Instant {
         let refresh = replied_at + place_ttl(ttl) / 4;
         let left = self
             .held_us
             .and_then(|us| u64::try_from(us).ok())
             .map(|us| replied_at + Duration::from_micros(us));
-        left.map_or(refresh, |left| left.min(refresh))
+        match (left, kept(ttl)) {
+            (Some(left), Some(_)) => left,
+            (Some(left), None) => left.min(refresh),
+            (None, _) => refresh,
+        }
     }
 }
 
@@ -240,7 +258,7 @@ impl PgAdvisoryBackend {
             // place and goes to the queue's function at once (DESIGN 5.3).
             let statement = match (waiter, wakeups) {
                 (None, _) => Statement::Plain,
-                (Some(waiter), Some(wakeups)) if !wakeups.enqueue(key, waiter, false) => {
+                (Some(waiter), Some(wakeups)) if !wakeups.enqueue(key, waiter, kept(ttl)) => {
                     Statement::Placed
                 }
                 (Some(_), _) => Statement::Queued,

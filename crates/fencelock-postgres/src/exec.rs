@@ -37,6 +37,8 @@ pub(crate) enum Arg<'a> {
     Text(&'a str),
     /// A `text[]`.
     TextArray(&'a [&'a str]),
+    /// A `float8[]`.
+    Float8Array(&'a [f64]),
     Int8(i64),
     OptInt8(Option<i64>),
     Float8(f64),
@@ -50,6 +52,7 @@ impl Arg<'_> {
         match self {
             Arg::Text(v) => args.add(v),
             Arg::TextArray(v) => args.add(v),
+            Arg::Float8Array(v) => args.add(v),
             Arg::Int8(v) => args.add(v),
             Arg::OptInt8(v) => args.add(v),
             Arg::Float8(v) => args.add(v),
@@ -80,6 +83,16 @@ impl Arg<'_> {
                     Arg::Text(item).write_literal(out);
                 }
                 write!(out, "] AS text[]))")
+            }
+            Arg::Float8Array(v) => {
+                out.push_str("(CAST(ARRAY[");
+                for (i, item) in v.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    Arg::Float8(*item).write_literal(out);
+                }
+                write!(out, "] AS float8[]))")
             }
             Arg::Int8(v) | Arg::OptInt8(Some(v)) => write!(out, "(CAST('{v}' AS int8))"),
             Arg::OptInt8(None) => write!(out, "(CAST(NULL AS int8))"),

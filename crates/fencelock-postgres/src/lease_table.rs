@@ -19,6 +19,7 @@ use crate::codec::{
 use crate::epoch::{self, Grant};
 use crate::error::{map_sqlx_error, protocol as protocol_error, sqlstate, timed, timed_out};
 use crate::exec::{Arg, Protocol, Sql};
+use crate::wakeups::Kept;
 use crate::{PgBackendKind, PgDatabase};
 
 mod read_phase;
@@ -499,7 +500,7 @@ impl LockBackend for PgLeaseBackend {
             // place, or was handed the lock, and goes to the function at once (DESIGN 5.3).
             let first = wakeups
                 .as_ref()
-                .is_none_or(|wakeups| wakeups.enqueue(key, waiter, true));
+                .is_none_or(|wakeups| wakeups.enqueue(key, waiter, Some(Kept::Lease)));
             let statement = if first {
                 &self.db.sql().lease_acquire_queued
             } else {

@@ -34,9 +34,9 @@ struct Queued {
     touched: Instant,
     /// When the holder its last refused try saw runs out, if one held the lock.
     holder_until: Option<Instant>,
-    /// Whether the process's place keeper keeps its place (the lease backend), so it need
-    /// not try to keep it.
-    kept: bool,
+    /// Whether the process's place keeper keeps its place, and with which backend's
+    /// statement, so it need not try to keep it.
+    kept: Option<Kept>,
     /// Whether its last refused try found the lock free but kept for another waiter (the
     /// head, which may have vanished): it tries again within [`TURN_REFRESH`].
     behind_free: bool,
@@ -46,12 +46,34 @@ struct Queued {
     /// Whether a hand-off payload named it since it last looked (on the advisory backend: a
     /// grant made the waiter before it the holder, so it heads the queue now).
     handed: bool,
+    /// Whether it is waiting for its turn now: the keeper keeps only the places of waiters
+    /// that wait, so a waiter of the raw trait that queued and never came back (in a process
+    /// that lives on) keeps its place no longer than its place ttl.
+    parked: bool,
 }
 
-/// One round of the place keeper: the keys and waiters (32 hex digits) of the kept places,
-/// pairwise; answers the waiters (hex) that should try now.
+/// Whose statement keeps a waiter's place: the lease backend's (a place ttl of 2 s) or the
+/// advisory backend's, with the waiter's own place ttl (its ttl, within 1 s and 2 s: a place
+/// ttl shorter than twice the keeper's interval is kept by the waiter's tries instead).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Kept {
+    Lease,
+    Advisory { place_ttl: Duration },
+}
+
+/// One kept place, as the keeper sends it: its key, its waiter in 32 hex digits, and whose
+/// statement keeps it.
+#[derive(Debug, Clone)]
+pub(crate) struct KeptPlace {
+    pub(crate) key: String,
+    pub(crate) waiter: String,
+    pub(crate) kept: Kept,
+}
+
+/// One round of the place keeper: the kept places of this process; answers the waiters
+/// (hex) that should try now.
 pub(crate) type KeepPlaces = Arc<
-    dyn Fn(Vec<String>, Vec<String>) -> Pin<Box<dyn Future<Output = Result<Vec<String>>> + Send>>
+    dyn Fn(Vec<KeptPlace>) -> Pin<Box<dyn Future<Output = Result<Vec<String>>> + Send>>
         + Send
         + Sync,
 >;
@@ -153,8 +175,8 @@ impl Wakeups {
     /// release of its key that hands to nobody, wakes it from now on.
     /// Returns whether it was not registered before (its first try, as far as this process
     /// knows).
-    /// `kept`: whether the place keeper keeps its place (the lease backend).
-    pub(crate) fn enqueue(&self, key: &LockKey, waiter: OwnerId, kept: bool) -> bool {
+    /// `kept`: whether the place keeper keeps its place, and how.
+    pub(crate) fn enqueue(&self, key: &LockKey, waiter: OwnerId, kept: Option<Kept>) -> bool {
         let now = Instant::now();
         let mut registry = lock(&self.queues);
         if let Some(queued) = registry.queued.get_mut(&waiter) {
@@ -178,6 +200,7 @@ impl Wakeups {
                 behind_free: false,
                 head: false,
                 handed: false,
+                parked: false,
             },
         );
         true
@@ -219,14 +242,21 @@ impl Wakeups {
     /// waiter while the keeper works and the lock was held at its last try: [`KEPT_TURN`]).
     /// A waiter not registered returns at once.
     pub(crate) async fn turn(&self, waiter: OwnerId, max: Duration) {
-        let (notify, holder_until, refresh) = match lock(&self.queues).queued.get(&waiter) {
+        let (notify, holder_until, refresh) = match lock(&self.queues).queued.get_mut(&waiter) {
             Some(queued) => {
-                let kept =
-                    queued.kept && !queued.behind_free && self.keeping.load(Ordering::Relaxed);
+                queued.parked = true;
+                let kept = queued.kept.is_some()
+                    && !queued.behind_free
+                    && self.keeping.load(Ordering::Relaxed);
                 let refresh = if kept { KEPT_TURN } else { TURN_REFRESH };
                 (queued.notify.clone(), queued.holder_until, refresh)
             }
             None => return,
+        };
+        // Unparked however the wait ends, its future dropped included.
+        let _parked = Parked {
+            queues: &self.queues,
+            waiter,
         };
         let now = Instant::now();
         let mut until = now + max.min(refresh);
@@ -338,16 +368,22 @@ async fn keep_places(queues: Weak<Queues>, keep: KeepPlaces, keeping: Arc<Atomic
         let Some(queues) = queues.upgrade() else {
             return;
         };
-        let (keys, waiters): (Vec<String>, Vec<String>) = lock(&queues)
+        let places: Vec<KeptPlace> = lock(&queues)
             .queued
             .iter()
-            .filter(|(_, queued)| queued.kept)
-            .map(|(waiter, queued)| (queued.key.to_string(), waiter.to_string()))
-            .unzip();
-        if keys.is_empty() {
+            .filter(|(_, queued)| queued.parked)
+            .filter_map(|(waiter, queued)| {
+                queued.kept.map(|kept| KeptPlace {
+                    key: queued.key.to_string(),
+                    waiter: waiter.to_string(),
+                    kept,
+                })
+            })
+            .collect();
+        if places.is_empty() {
             continue;
         }
-        match keep(keys, waiters).await {
+        match keep(places).await {
             Ok(woken) => {
                 keeping.store(true, Ordering::Relaxed);
                 let registry = lock(&queues);
@@ -358,10 +394,24 @@ async fn keep_places(queues: Weak<Queues>, keep: KeepPlaces, keeping: Arc<Atomic
             Err(error) => {
                 tracing::debug!(%error, "keeping the queued places failed; waiters try");
                 keeping.store(false, Ordering::Relaxed);
-                for queued in lock(&queues).queued.values().filter(|q| q.kept) {
+                for queued in lock(&queues).queued.values().filter(|q| q.kept.is_some()) {
                     queued.notify.notify_one();
                 }
             }
+        }
+    }
+}
+
+/// Marks a waiter as no longer waiting for its turn when dropped.
+struct Parked<'a> {
+    queues: &'a Queues,
+    waiter: OwnerId,
+}
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        if let Some(queued) = lock(self.queues).queued.get_mut(&self.waiter) {
+            queued.parked = false;
         }
     }
 }
@@ -475,10 +525,11 @@ mod tests {
                 notify: notify.clone(),
                 touched: Instant::now(),
                 holder_until: None,
-                kept: false,
+                kept: None,
                 behind_free: false,
                 head: false,
                 handed: false,
+                parked: false,
             },
         );
         deliver(

@@ -19,7 +19,7 @@ use crate::exec::Arg;
 use crate::exec::Protocol;
 use crate::hash::advisory_lock_id_in;
 use crate::statements::Statements;
-use crate::wakeups::{KeepPlaces, Wakeups};
+use crate::wakeups::{KeepPlaces, Kept, KeptPlace, Wakeups};
 use crate::{PgAdvisoryBackend, PgBackendKind, PgFence, PgLeaseBackend, PgPooler, PgStorage};
 
 mod binding;
@@ -160,31 +160,64 @@ impl PgDatabase {
         &self.inner.sql
     }
 
-    /// One round of the lease backend's place keeper (`lease_keep_places.sql`), on the
-    /// statement pool: the waiters whose try has something to do.
+    /// One round of the place keeper on the statement pool: the lease backend's places
+    /// (`lease_keep_places.sql`) and the advisory backend's (`advisory_keep_places.sql`),
+    /// one statement for each that has kept places; the waiters whose try has something to
+    /// do.
     fn place_keeper(&self) -> KeepPlaces {
         let (pool, sql, timeout) = (
             self.inner.pool.clone(),
-            self.inner.sql.lease_keep_places.clone(),
+            Arc::new(self.inner.sql.clone()),
             self.inner.timeout,
         );
-        Arc::new(move |keys: Vec<String>, waiters: Vec<String>| {
+        Arc::new(move |places: Vec<KeptPlace>| {
             let (pool, sql) = (pool.clone(), sql.clone());
             Box::pin(async move {
-                let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-                let waiters: Vec<&str> = waiters.iter().map(String::as_str).collect();
-                let args = [
-                    Arg::TextArray(&keys),
-                    Arg::TextArray(&waiters),
-                    Arg::Float8(micros(crate::lease_table::PLACE_TTL)),
-                ];
-                let rows: Vec<(String,)> = timed(
-                    crate::lease_table::BACKEND,
-                    timeout,
-                    sql.fetch_all(Protocol::Prepared, &pool, &args),
-                )
-                .await?;
-                Ok(rows.into_iter().map(|(waiter,)| waiter).collect())
+                let mut woken = Vec::new();
+                let (lease, advisory): (Vec<&KeptPlace>, Vec<&KeptPlace>) =
+                    places.iter().partition(|place| place.kept == Kept::Lease);
+                if !lease.is_empty() {
+                    let keys: Vec<&str> = lease.iter().map(|p| p.key.as_str()).collect();
+                    let waiters: Vec<&str> = lease.iter().map(|p| p.waiter.as_str()).collect();
+                    let args = [
+                        Arg::TextArray(&keys),
+                        Arg::TextArray(&waiters),
+                        Arg::Float8(micros(crate::lease_table::PLACE_TTL)),
+                    ];
+                    let rows: Vec<(String,)> = timed(
+                        crate::lease_table::BACKEND,
+                        timeout,
+                        sql.lease_keep_places
+                            .fetch_all(Protocol::Prepared, &pool, &args),
+                    )
+                    .await?;
+                    woken.extend(rows.into_iter().map(|(waiter,)| waiter));
+                }
+                if !advisory.is_empty() {
+                    let keys: Vec<&str> = advisory.iter().map(|p| p.key.as_str()).collect();
+                    let waiters: Vec<&str> = advisory.iter().map(|p| p.waiter.as_str()).collect();
+                    let place_ttls: Vec<f64> = advisory
+                        .iter()
+                        .map(|p| match p.kept {
+                            Kept::Advisory { place_ttl } => micros(place_ttl),
+                            Kept::Lease => micros(crate::lease_table::PLACE_TTL),
+                        })
+                        .collect();
+                    let args = [
+                        Arg::TextArray(&keys),
+                        Arg::TextArray(&waiters),
+                        Arg::Float8Array(&place_ttls),
+                    ];
+                    let rows: Vec<(String,)> = timed(
+                        crate::advisory::BACKEND,
+                        timeout,
+                        sql.advisory_keep_places
+                            .fetch_all(Protocol::Prepared, &pool, &args),
+                    )
+                    .await?;
+                    woken.extend(rows.into_iter().map(|(waiter,)| waiter));
+                }
+                Ok(woken)
             })
         })
     }
