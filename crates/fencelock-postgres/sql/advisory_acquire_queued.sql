@@ -11,9 +11,7 @@
 -- only when the plain grant did not take the lock (so the session never takes it twice: a
 -- session advisory lock is re-entrant) and the schema's lock mechanism is 'advisory'
 -- (`OFFSET 0` keeps that filter above the function scan, a one-time filter checked before
--- the scan). `head`: whether the waiter, refused, heads the key's live queue, so that it may
--- wait for the lock inside the server (advisory_await.sql); the function is
--- fencelock_advisory_queue (migration 20), which answers that beside the try's row.
+-- the scan).
 WITH queue_clear AS (
     SELECT NOT EXISTS (
         SELECT 1 FROM {schema}.fencelock_advisory_places p WHERE p.key = $2
@@ -26,12 +24,11 @@ SELECT plain.got OR COALESCE(q.got, false) AS got,
        CASE WHEN plain.got THEN plain.exhausted ELSE COALESCE(q.exhausted, false) END
            AS exhausted,
        plain.bound,
-       q.held_us,
-       COALESCE(q.head, false) AS head
+       q.held_us
   FROM plain
   LEFT JOIN LATERAL (
-      SELECT f.got, f.token, f.live, f.exhausted, f.held_us, f.head
-        FROM {schema}.fencelock_advisory_queue($1, $2, $3, $4, $5, $6) f
+      SELECT f.got, f.token, f.live, f.exhausted, f.held_us
+        FROM {schema}.fencelock_advisory_acquire_queued($1, $2, $3, $4, $5, $6) f
        WHERE plain.bound = 'advisory' AND NOT plain.got
       OFFSET 0
   ) q ON true

@@ -1,9 +1,6 @@
 -- Runs on the holding connection. $1 lock id, $2 key, $3 owner, $4 token.
 -- Forgets the holder (the delete trigger notifies waiters), unlocks, and disarms
--- idle_session_timeout so the connection can go back to the pool. The holder row is deleted
--- before the lock is given back (`f`, a subquery the planner keeps apart with OFFSET 0): a
--- head blocked in the server is handed the lock at the unlock, and its grant then waits for
--- this statement's row lock instead of overwriting a row the delete would no longer find.
+-- idle_session_timeout so the connection can go back to the pool.
 -- The commit does not wait for its WAL flush (synchronous_commit off for this transaction
 -- only): the holder row only counts while its session holds the lock, and tokens live in
 -- fencelock_counters, which release never touches.
@@ -15,6 +12,5 @@ WITH async_commit AS (
     RETURNING 1
 )
 SELECT (SELECT off FROM async_commit) IS NOT NULL AND pg_advisory_unlock($1) AS unlocked,
-       f.forgotten,
+       EXISTS (SELECT 1 FROM forgotten) AS forgotten,
        set_config('idle_session_timeout', '0', false) AS disarmed
-  FROM (SELECT EXISTS (SELECT 1 FROM forgotten) AS forgotten OFFSET 0) f

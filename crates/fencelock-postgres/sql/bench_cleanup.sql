@@ -5,7 +5,7 @@
 -- schema, quoted.
 -- No other run and no application uses a key under that prefix, so deleting its counters
 -- cannot hand a token out twice to anyone: the statement says so to the counters' guard
--- (migration 21) with `fencelock.forget_counters`, for this transaction only.
+-- (migration 20) with `fencelock.forget_counters`, for this transaction only.
 WITH forgetting AS (
     SELECT set_config('fencelock.forget_counters', 'on', true) AS on
 ), leases AS (

@@ -10,7 +10,6 @@ use fencelock_core::{
     valid_until, validate_ttl,
 };
 use sqlx::PgConnection;
-use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -73,9 +72,8 @@ type PlainRow = (
     Option<String>,
 );
 
-/// A row of a queued try (`advisory_acquire_queued.sql`, `advisory_acquire_placed.sql`,
-/// `advisory_await.sql`): got, token, live, exhausted, bound, the recorded holder's time left
-/// in microseconds, and whether the refused waiter heads its key's queue.
+/// A row of a queued try (`advisory_acquire_queued.sql`, `advisory_acquire_placed.sql`): got,
+/// token, live, exhausted, bound, and the recorded holder's time left in microseconds.
 type QueuedRow = (
     Option<bool>,
     Option<i64>,
@@ -83,13 +81,11 @@ type QueuedRow = (
     bool,
     Option<String>,
     Option<i64>,
-    Option<bool>,
 );
 
 /// What one grant statement answered: whether the session took the lock, the token (or the
 /// signals for a lock taken without one, [`Grant::from_columns`]), the schema's mechanism,
-/// and for a refused queued try the recorded holder's time left in µs and whether the waiter
-/// heads its key's queue.
+/// and for a refused queued try the recorded holder's time left in µs.
 struct Try {
     got: bool,
     token: Option<i64>,
@@ -97,23 +93,9 @@ struct Try {
     exhausted: bool,
     bound: Option<String>,
     held_us: Option<i64>,
-    head: bool,
 }
 
 impl Try {
-    fn queued(row: QueuedRow) -> Self {
-        let (got, token, live, exhausted, bound, held_us, head) = row;
-        Try {
-            got: got == Some(true),
-            token,
-            live,
-            exhausted,
-            bound,
-            held_us,
-            head: head == Some(true),
-        }
-    }
-
     /// When a queued waiter this try refused should try again at the latest: by the recorded
     /// holder's deadline (a session the server ended sends no notification), and, unless the
     /// process's keeper keeps its place, in time to keep it (a quarter of its place ttl after
@@ -178,19 +160,14 @@ const MAX_TTL: Duration = Duration::from_secs(24 * 24 * 3600);
 pub struct PgAdvisoryBackend {
     db: PgDatabase,
     held: Arc<Mutex<Sessions>>,
-    /// The sessions that heads of queues may block in at once (half the holder pool, one per
-    /// key at most since a key has one head): the rest of the pool stays for grants.
-    waits: Arc<Semaphore>,
 }
 
 impl PgAdvisoryBackend {
     /// An advisory-lock backend on `db`.
     pub fn new(db: &PgDatabase) -> Self {
-        let holders = db.holders().options().get_max_connections();
         PgAdvisoryBackend {
             db: db.clone(),
             held: Arc::new(Mutex::new(Sessions::default())),
-            waits: Arc::new(Semaphore::new((holders as usize / 2).max(1))),
         }
     }
 
@@ -289,7 +266,7 @@ impl PgAdvisoryBackend {
                 if !try_.got {
                     holder.give_back();
                     if let (Some(wakeups), Some(waiter)) = (wakeups, waiter) {
-                        wakeups.refused(waiter, Some(try_.retry_by(ttl, replied_at)), try_.head);
+                        wakeups.refused(waiter, Some(try_.retry_by(ttl, replied_at)));
                     }
                     tracing::debug!(outcome = "held", "not acquired");
                     return Ok(None);
@@ -355,7 +332,7 @@ impl PgAdvisoryBackend {
         statement: Statement,
     ) -> sqlx::Result<Try> {
         let sql = self.db.sql();
-        let row = match statement {
+        let (got, token, live, exhausted, bound, held_us) = match statement {
             Statement::Plain => {
                 let (got, token, _armed, live, exhausted, bound): PlainRow =
                     sqlx::query_as(sql.advisory_acquire.text())
@@ -366,7 +343,7 @@ impl PgAdvisoryBackend {
                         .bind(millis_setting(ttl))
                         .fetch_one(conn)
                         .await?;
-                (got, token, live, exhausted, bound, None, None)
+                (got, token, live, exhausted, bound, None)
             }
             Statement::Queued => {
                 self.try_queued(conn, &sql.advisory_acquire_queued, lock_id, key, owner, ttl)
@@ -377,7 +354,14 @@ impl PgAdvisoryBackend {
                     .await?
             }
         };
-        Ok(Try::queued(row))
+        Ok(Try {
+            got: got == Some(true),
+            token,
+            live,
+            exhausted,
+            bound,
+            held_us,
+        })
     }
 
     /// One queued try by `statement` (the first or a later one): its row.
@@ -399,107 +383,6 @@ impl PgAdvisoryBackend {
             .bind(micros(place_ttl(ttl)))
             .fetch_one(conn)
             .await
-    }
-
-    /// The head of `key`'s queue, `waiter`, waits for the lock inside the server for at most
-    /// `max` (and half its place ttl, so that its place stays live), then tries as a queued
-    /// try does (`advisory_await.sql`, DESIGN 5.3, *The head waits in the server*): the
-    /// lease when that try granted it, `None` otherwise (its place refreshed; the caller tries
-    /// again). The session it blocks on is the one that then holds the lock; a wait that is
-    /// cancelled closes it, which ends the wait in the server (or frees a lock it took).
-    async fn wait_in_server(
-        &self,
-        key: &LockKey,
-        waiter: OwnerId,
-        ttl: Duration,
-        max: Duration,
-    ) -> Result<Option<Lease>> {
-        let block = max.min(place_ttl(ttl) / 2).max(Duration::from_millis(1));
-        let lock_id = self.db.advisory_lock_id(key);
-        let owner_bytes = owner_bytes(waiter);
-        let span = tracing::debug_span!(
-            "fencelock.pg.wait_in_server",
-            backend = BACKEND,
-            key = %key,
-            lock_id,
-        );
-        async {
-            let conn = timed(BACKEND, self.timeout(), self.db.holders().acquire()).await?;
-            let mut holder = Holder(Some(conn));
-            let sent_at = Instant::now();
-            let row: QueuedRow = timed(
-                BACKEND,
-                self.timeout() + block,
-                sqlx::query_as(self.db.sql().advisory_await.text())
-                    .bind(lock_id)
-                    .bind(key.as_str())
-                    .bind(owner_bytes.as_slice())
-                    .bind(micros(ttl))
-                    .bind(millis_setting(ttl))
-                    .bind(micros(place_ttl(ttl)))
-                    .bind(millis_setting(block))
-                    .fetch_one(holder.conn()?),
-            )
-            .await?;
-            let replied_at = Instant::now();
-            let try_ = Try::queued(row);
-            if let Err(error) = self
-                .db
-                .check_bound(PgBackendKind::Advisory, try_.bound.as_deref())
-            {
-                holder.give_back();
-                return Err(error);
-            }
-            let wakeups = self.db.wakeups(BACKEND).await.ok();
-            if !try_.got {
-                holder.give_back();
-                if let Some(wakeups) = wakeups {
-                    wakeups.refused(waiter, Some(try_.retry_by(ttl, replied_at)), try_.head);
-                }
-                tracing::debug!(outcome = "held", "not granted while waiting");
-                return Ok(None);
-            }
-            let Grant::Token(token) = Grant::from_columns(try_.token, try_.live, try_.exhausted)
-            else {
-                // Taken without a token (the epoch is gone or the counter used up): given
-                // back, and the waiter's next try starts the new epoch as any try does.
-                let _: bool = timed(
-                    BACKEND,
-                    self.timeout(),
-                    sqlx::query_scalar("SELECT pg_advisory_unlock($1)")
-                        .bind(lock_id)
-                        .fetch_one(holder.conn()?),
-                )
-                .await?;
-                holder.give_back();
-                return Ok(None);
-            };
-            let token = FencingToken::from_backend(BACKEND, token)?;
-            let lease = Lease {
-                key: key.clone(),
-                owner: waiter,
-                token,
-                ttl,
-                valid_until: valid_until(sent_at, ttl),
-            };
-            self.hold(
-                Slot::Lease(lease_id(&lease)),
-                holder,
-                &lease,
-                replied_at + ttl,
-            );
-            if let Some(wakeups) = wakeups {
-                wakeups.dequeue(waiter);
-            }
-            tracing::debug!(
-                token = token.get(),
-                outcome = "granted",
-                "granted while waiting"
-            );
-            Ok(Some(lease))
-        }
-        .instrument(span)
-        .await
     }
 
     fn sessions(&self) -> std::sync::MutexGuard<'_, Sessions> {
@@ -546,40 +429,6 @@ impl LockBackend for PgAdvisoryBackend {
 
     async fn wait_for_turn(&self, key: &LockKey, waiter: OwnerId, max: Duration) -> Result<()> {
         crate::wakeups::turn(&self.db, BACKEND, key, waiter, max).await
-    }
-
-    /// The head of the key's queue waits for the lock inside the server, within the budget
-    /// of blocked sessions; every other waiter sleeps until its turn.
-    async fn wait_for_grant(
-        &self,
-        key: &LockKey,
-        waiter: OwnerId,
-        ttl: Duration,
-        max: Duration,
-    ) -> Result<Option<Lease>> {
-        let Ok(wakeups) = self.db.wakeups(BACKEND).await else {
-            return self.wait_for_turn(key, waiter, max).await.map(|()| None);
-        };
-        let deadline = Instant::now().checked_add(max);
-        if !wakeups.heads(waiter) {
-            let span =
-                tracing::debug_span!("fencelock.pg.wait_for_turn", backend = BACKEND, key = %key);
-            wakeups.turn(waiter, max).instrument(span).await;
-            // Named by the grant of the waiter before it: the head now, which waits in the
-            // server at once (the wait's own try stands for the try it would send next).
-            if !wakeups.take_handed(waiter) {
-                return Ok(None);
-            }
-        }
-        let left = deadline.map_or(max, |deadline| {
-            deadline.saturating_duration_since(Instant::now())
-        });
-        if !left.is_zero()
-            && let Ok(_permit) = self.waits.try_acquire()
-        {
-            return self.wait_in_server(key, waiter, ttl, left).await;
-        }
-        Ok(None)
     }
 
     async fn leave_queue(&self, key: &LockKey, waiter: OwnerId) -> Result<()> {

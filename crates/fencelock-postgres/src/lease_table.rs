@@ -530,7 +530,7 @@ impl LockBackend for PgLeaseBackend {
                         // Counted from the answer, which the server sent after it read its
                         // clock.
                         let left = remaining(held_us).map(|left| received_at + left);
-                        wakeups.refused(waiter, left, false);
+                        wakeups.refused(waiter, left);
                     }
                     return Ok(None);
                 }

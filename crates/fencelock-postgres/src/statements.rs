@@ -26,7 +26,6 @@ pub(crate) struct Statements {
     pub(crate) advisory_acquire: Sql,
     pub(crate) advisory_acquire_queued: Sql,
     pub(crate) advisory_acquire_placed: Sql,
-    pub(crate) advisory_await: Sql,
     pub(crate) advisory_keep_places: Sql,
     pub(crate) advisory_leave: Sql,
     pub(crate) advisory_extend: Sql,
@@ -83,7 +82,6 @@ impl Statements {
                 "../sql/advisory_acquire_queued.sql"
             )),
             advisory_acquire_placed: render(include_str!("../sql/advisory_acquire_placed.sql")),
-            advisory_await: render(include_str!("../sql/advisory_await.sql")),
             advisory_keep_places: render(include_str!("../sql/advisory_keep_places.sql")),
             advisory_leave: render(include_str!("../sql/advisory_leave.sql")),
             advisory_extend: render(include_str!("../sql/advisory_extend.sql")),
@@ -147,7 +145,6 @@ mod tests {
             &sql.advisory_acquire,
             &sql.advisory_acquire_queued,
             &sql.advisory_acquire_placed,
-            &sql.advisory_await,
             &sql.advisory_keep_places,
             &sql.advisory_leave,
             &sql.storage_apply,

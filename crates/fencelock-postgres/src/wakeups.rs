@@ -40,12 +40,6 @@ struct Queued {
     /// Whether its last refused try found the lock free but kept for another waiter (the
     /// head, which may have vanished): it tries again within [`TURN_REFRESH`].
     behind_free: bool,
-    /// Whether its last refused try found it heading its key's queue (the advisory backend),
-    /// so that it may wait for the lock inside the server.
-    head: bool,
-    /// Whether a hand-off payload named it since it last looked (on the advisory backend: a
-    /// grant made the waiter before it the holder, so it heads the queue now).
-    handed: bool,
     /// Whether it is waiting for its turn now: the keeper keeps only the places of waiters
     /// that wait, so a waiter of the raw trait that queued and never came back (in a process
     /// that lives on) keeps its place no longer than its place ttl.
@@ -198,8 +192,6 @@ impl Wakeups {
                 holder_until: None,
                 kept,
                 behind_free: false,
-                head: false,
-                handed: false,
                 parked: false,
             },
         );
@@ -207,30 +199,12 @@ impl Wakeups {
     }
 
     /// Records a refused try of queued waiter `waiter`: when the holder that refused it runs
-    /// out (`None`: the lock is free but kept for another waiter), so its wait ends by then,
-    /// and whether the try found it heading its key's queue.
-    pub(crate) fn refused(&self, waiter: OwnerId, holder_until: Option<Instant>, head: bool) {
+    /// out (`None`: the lock is free but kept for another waiter), so its wait ends by then.
+    pub(crate) fn refused(&self, waiter: OwnerId, holder_until: Option<Instant>) {
         if let Some(queued) = lock(&self.queues).queued.get_mut(&waiter) {
             queued.holder_until = holder_until;
             queued.behind_free = holder_until.is_none();
-            queued.head = head;
         }
-    }
-
-    /// Whether a hand-off payload named queued waiter `waiter` since it last asked.
-    pub(crate) fn take_handed(&self, waiter: OwnerId) -> bool {
-        lock(&self.queues)
-            .queued
-            .get_mut(&waiter)
-            .is_some_and(|queued| std::mem::take(&mut queued.handed))
-    }
-
-    /// Whether queued waiter `waiter`'s last refused try found it heading its key's queue.
-    pub(crate) fn heads(&self, waiter: OwnerId) -> bool {
-        lock(&self.queues)
-            .queued
-            .get(&waiter)
-            .is_some_and(|queued| queued.head)
     }
 
     /// Forgets queued waiter `waiter` (granted, or gone).
@@ -309,7 +283,7 @@ fn deliver(queues: &Queues, payload: &str) {
         // follows, and wakes it; its next try takes the lock handed to it up.
         return;
     }
-    let mut registry = lock(queues);
+    let registry = lock(queues);
     if let Some((waiter, key)) = turn_of(payload) {
         // A free lock kept for the head of its queue (advisory backend): that waiter's turn,
         // in whichever process it waits, and one waiter of this process that holds no place
@@ -322,11 +296,7 @@ fn deliver(queues: &Queues, payload: &str) {
         return;
     }
     if let Some(waiter) = handed_to(payload) {
-        // Only the waiter the lock was handed to (the lease backend), or the advisory queue's
-        // new head, in whichever process it waits.
-        if let Some(queued) = registry.queued.get_mut(&waiter) {
-            queued.handed = true;
-        }
+        // Only the waiter the lock was handed to, in whichever process it waits.
         registry.hand(waiter);
         return;
     }
@@ -527,8 +497,6 @@ mod tests {
                 holder_until: None,
                 kept: None,
                 behind_free: false,
-                head: false,
-                handed: false,
                 parked: false,
             },
         );

@@ -67,7 +67,7 @@ async fn a_promoted_standby_hands_out_none_of_its_old_primarys_tokens() {
 
     // The volatile state is lost (as in a crash); a TRUNCATE is logged, so it runs while the
     // standby still confirms commits.
-    // The transaction says it forgets the counters on purpose (migration 21 refuses it else).
+    // The transaction says it forgets the counters on purpose (migration 20 refuses it else).
     sqlx::raw_sql(&format!(
         "BEGIN; SET LOCAL fencelock.forget_counters = on; \
          TRUNCATE {SCHEMA}.fencelock_epoch_live, {SCHEMA}.fencelock_counters; COMMIT"

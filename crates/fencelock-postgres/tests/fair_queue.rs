@@ -406,8 +406,8 @@ async fn queue_function_calls(db: &fencelock_postgres::PgDatabase, function: &st
 /// 5.3, *One refresh per process*). 48 waiters queued for 4 s called the queue function about
 /// twice a second each before it (about 380 calls on the lease backend; on the advisory
 /// backend, 48 waiters called it 370 times in 4 s before its keeper); now none of them tries
-/// while nothing happens to the lock (the advisory head, waiting in the server, tries once
-/// a second), their places stay live, and the release still hands the lock down the queue.
+/// while nothing happens to the lock, their places stay live, and the release still hands the
+/// lock down the queue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_waiters_keep_their_places_without_a_statement_each() {
     for kind in [PgBackendKind::Lease, PgBackendKind::Advisory] {

@@ -87,8 +87,7 @@ async fn operator_paths_resolve_nothing_on_the_callers_path() {
             .unwrap();
     }
     // The place keepers' statements: a waiter queued past the place ttl keeps its place only
-    // if the keeper's rounds ran (the waiter itself does not try while the lock is held; on
-    // the advisory backend, the head waits in the server, and the waiter behind it is kept).
+    // if the keeper's rounds ran (the waiter itself does not try while the lock is held).
     for backend in [
         db.lock_backend(PgBackendKind::Lease),
         advisory_db.lock_backend(PgBackendKind::Advisory),

@@ -477,7 +477,7 @@ async fn a_floor_cannot_use_up_the_schemas_epochs() {
     schema.cleanup().await;
 }
 
-/// A key's counter row is never deleted by mistake (migration 21): a `DELETE` or `TRUNCATE`
+/// A key's counter row is never deleted by mistake (migration 20): a `DELETE` or `TRUNCATE`
 /// of the counters, even by the schema's owner, is refused naming the heal, and the key's
 /// next grant is still above every token before. (Before, the delete went through and the
 /// next grant was token 1 again, below the 3 already granted.) A transaction that says it

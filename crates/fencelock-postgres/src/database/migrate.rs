@@ -65,12 +65,7 @@ impl Embedded {
             migration!(17, "pinned paths", "0017_pinned_paths.sql"),
             migration!(18, "closed fence", "0018_closed_fence.sql"),
             migration!(19, "lower after loss", "0019_lower_after_loss.sql"),
-            migration!(
-                20,
-                "advisory wait in server",
-                "0020_advisory_wait_in_server.sql"
-            ),
-            migration!(21, "counters kept", "0021_counters_kept.sql"),
+            migration!(20, "counters kept", "0020_counters_kept.sql"),
         ]
     }
 }

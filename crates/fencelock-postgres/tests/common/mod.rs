@@ -196,7 +196,7 @@ pub async fn row_guard_setup() -> Setup {
 
 /// Empties `tables` (fencelock's UNLOGGED tables, unqualified) of `schema`, as crash recovery,
 /// a promotion or a restore does. The transaction says it forgets counters on purpose: the
-/// counters' guard (migration 21) refuses any other delete.
+/// counters' guard (migration 20) refuses any other delete.
 pub async fn lose_volatile_state(pool: &PgPool, schema: &str, tables: &[&str]) {
     let list: Vec<String> = tables.iter().map(|t| format!("\"{schema}\".{t}")).collect();
     let sql = format!(

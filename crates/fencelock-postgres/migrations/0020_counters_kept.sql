@@ -1,4 +1,4 @@
--- fencelock schema, version 21: a token counter row is never deleted by mistake (DESIGN 5.3,
+-- fencelock schema, version 20: a token counter row is never deleted by mistake (DESIGN 5.3,
 -- "Tokens", the paragraph on what an operator must never delete). Applied like the earlier
 -- versions, with search_path set to fencelock's schema.
 --
