@@ -16,6 +16,19 @@ use fencelock_object_store::object_store::{ObjectStore, ObjectStoreExt, PutPaylo
 use fencelock_object_store::{ObjectFence, ObjectStorage, ObjectStoreConfig};
 use support::moto::{BUCKET, moto};
 
+/// The test server's bucket as a plain S3 store, conditional puts as S3 does them.
+fn raw_s3() -> impl ObjectStore {
+    AmazonS3Builder::new()
+        .with_bucket_name(BUCKET)
+        .with_endpoint(moto().endpoint())
+        .with_allow_http(true)
+        .with_region("us-east-1")
+        .with_access_key_id("test")
+        .with_secret_access_key("test")
+        .build()
+        .unwrap()
+}
+
 fn config_message(result: fencelock_core::Result<impl std::fmt::Debug>) -> String {
     match result {
         Err(Error::InvalidConfig { message, .. }) => message,
@@ -131,15 +144,7 @@ async fn s3_etags_follow_the_body_alone() {
         Attribute, AttributeValue, Attributes, PutMode, PutOptions, UpdateVersion,
     };
 
-    let store = AmazonS3Builder::new()
-        .with_bucket_name(BUCKET)
-        .with_endpoint(moto().endpoint())
-        .with_allow_http(true)
-        .with_region("us-east-1")
-        .with_access_key_id("test")
-        .with_secret_access_key("test")
-        .build()
-        .unwrap();
+    let store = raw_s3();
     let path = Path::from(format!("etags/{}", OwnerId::random()));
     let put = |fence_meta: &'static str, mode: PutMode| {
         let mut attributes = Attributes::new();
@@ -296,15 +301,7 @@ async fn a_fence_from_a_url_writes_under_its_prefix() {
         fence.get(&path, holder).await.unwrap().as_deref(),
         Some(&b"q3"[..])
     );
-    let raw = AmazonS3Builder::new()
-        .with_bucket_name(BUCKET)
-        .with_endpoint(moto().endpoint())
-        .with_allow_http(true)
-        .with_region("us-east-1")
-        .with_access_key_id("test")
-        .with_secret_access_key("test")
-        .build()
-        .unwrap();
+    let raw = raw_s3();
     let under = Path::from(format!("{prefix}/reports/{prefix}.json"));
     assert!(
         raw.head(&under).await.is_ok(),
