@@ -55,6 +55,16 @@ pub(crate) enum Kept {
     Advisory { place_ttl: Duration },
 }
 
+impl Kept {
+    /// How long the keeper keeps the place from each round.
+    pub(crate) fn place_ttl(self) -> Duration {
+        match self {
+            Kept::Lease => crate::lease_table::PLACE_TTL,
+            Kept::Advisory { place_ttl } => place_ttl,
+        }
+    }
+}
+
 /// One kept place, as the keeper sends it: its key, its waiter in 32 hex digits, and whose
 /// statement keeps it.
 #[derive(Debug, Clone)]

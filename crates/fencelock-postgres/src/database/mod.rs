@@ -161,58 +161,52 @@ impl PgDatabase {
     }
 
     /// One round of the place keeper on the statement pool: the lease backend's places
-    /// (`lease_keep_places.sql`) and the advisory backend's (`advisory_keep_places.sql`),
-    /// one statement for each that has kept places; the waiters whose try has something to
-    /// do.
+    /// (`lease_keep_places.sql`, one place ttl for all) and the advisory backend's
+    /// (`advisory_keep_places.sql`, each waiter's own), one statement for each that has kept
+    /// places; the waiters whose try has something to do.
     fn place_keeper(&self) -> KeepPlaces {
-        let (pool, sql, timeout) = (
+        let (pool, lease_sql, advisory_sql, timeout) = (
             self.inner.pool.clone(),
-            Arc::new(self.inner.sql.clone()),
+            self.inner.sql.lease_keep_places.clone(),
+            self.inner.sql.advisory_keep_places.clone(),
             self.inner.timeout,
         );
         Arc::new(move |places: Vec<KeptPlace>| {
-            let (pool, sql) = (pool.clone(), sql.clone());
+            let (pool, lease_sql, advisory_sql) =
+                (pool.clone(), lease_sql.clone(), advisory_sql.clone());
             Box::pin(async move {
-                let mut woken = Vec::new();
                 let (lease, advisory): (Vec<&KeptPlace>, Vec<&KeptPlace>) =
                     places.iter().partition(|place| place.kept == Kept::Lease);
-                if !lease.is_empty() {
-                    let keys: Vec<&str> = lease.iter().map(|p| p.key.as_str()).collect();
-                    let waiters: Vec<&str> = lease.iter().map(|p| p.waiter.as_str()).collect();
-                    let args = [
-                        Arg::TextArray(&keys),
-                        Arg::TextArray(&waiters),
-                        Arg::Float8(micros(crate::lease_table::PLACE_TTL)),
-                    ];
-                    let rows: Vec<(String,)> = timed(
+                let lease_ttl = micros(Kept::Lease.place_ttl());
+                let advisory_ttls: Vec<f64> = advisory
+                    .iter()
+                    .map(|place| micros(place.kept.place_ttl()))
+                    .collect();
+                let mut woken = Vec::new();
+                for (backend, sql, kept, ttls) in [
+                    (
                         crate::lease_table::BACKEND,
-                        timeout,
-                        sql.lease_keep_places
-                            .fetch_all(Protocol::Prepared, &pool, &args),
-                    )
-                    .await?;
-                    woken.extend(rows.into_iter().map(|(waiter,)| waiter));
-                }
-                if !advisory.is_empty() {
-                    let keys: Vec<&str> = advisory.iter().map(|p| p.key.as_str()).collect();
-                    let waiters: Vec<&str> = advisory.iter().map(|p| p.waiter.as_str()).collect();
-                    let place_ttls: Vec<f64> = advisory
-                        .iter()
-                        .map(|p| match p.kept {
-                            Kept::Advisory { place_ttl } => micros(place_ttl),
-                            Kept::Lease => micros(crate::lease_table::PLACE_TTL),
-                        })
-                        .collect();
-                    let args = [
-                        Arg::TextArray(&keys),
-                        Arg::TextArray(&waiters),
-                        Arg::Float8Array(&place_ttls),
-                    ];
-                    let rows: Vec<(String,)> = timed(
+                        &lease_sql,
+                        &lease,
+                        Arg::Float8(lease_ttl),
+                    ),
+                    (
                         crate::advisory::BACKEND,
+                        &advisory_sql,
+                        &advisory,
+                        Arg::Float8Array(&advisory_ttls),
+                    ),
+                ] {
+                    if kept.is_empty() {
+                        continue;
+                    }
+                    let keys: Vec<&str> = kept.iter().map(|p| p.key.as_str()).collect();
+                    let waiters: Vec<&str> = kept.iter().map(|p| p.waiter.as_str()).collect();
+                    let args = [Arg::TextArray(&keys), Arg::TextArray(&waiters), ttls];
+                    let rows: Vec<(String,)> = timed(
+                        backend,
                         timeout,
-                        sql.advisory_keep_places
-                            .fetch_all(Protocol::Prepared, &pool, &args),
+                        sql.fetch_all(Protocol::Prepared, &pool, &args),
                     )
                     .await?;
                     woken.extend(rows.into_iter().map(|(waiter,)| waiter));
