@@ -18,7 +18,7 @@ use crate::epoch;
 use crate::error::{BACKEND, protocol, timed};
 use crate::lock_name::lock_name;
 use crate::session::{Holder, Session, Sessions};
-use crate::wakeups::{Next, PLACE_TTL, TURN_REFRESH, Wakeups, watch_key};
+use crate::wakeups::{Next, PLACE_TTL, Wakeups, keep_places, watch_key};
 
 mod read_phase;
 
@@ -220,7 +220,7 @@ impl LockBackend for MySqlLockBackend {
     ) -> Result<Option<Lease>> {
         // Registered before the try, so a release right after it that names this waiter
         // wakes its next wait.
-        self.wakeups.turn(&lock_name(key), waiter);
+        self.wakeups.turn(key, &lock_name(key), waiter);
         let granted = self.acquire(key, ttl, Some(waiter)).await?;
         if granted.is_some() {
             self.wakeups.forget(waiter);
@@ -235,7 +235,7 @@ impl LockBackend for MySqlLockBackend {
         let name = lock_name(key);
         // Registered before the watcher can start, so its wake-up cannot be missed; one sent
         // since the waiter's last try is kept, and this wait returns at once.
-        let turn = self.wakeups.turn(&name, waiter);
+        let turn = self.wakeups.turn(key, &name, waiter);
         let watch = self.wakeups.watch(&name);
         if watch.claim() {
             tokio::spawn(watch_key(
@@ -246,8 +246,13 @@ impl LockBackend for MySqlLockBackend {
                 Arc::downgrade(&watch),
             ));
         }
-        // Back in time for the next try to keep the place.
-        let _ = tokio::time::timeout(max.min(TURN_REFRESH), turn.notified()).await;
+        if self.wakeups.claim_keeper() {
+            tokio::spawn(keep_places(self.db.clone(), Arc::downgrade(&self.wakeups)));
+        }
+        // The keeper keeps the place while the waiter waits; while it fails, the waiter is
+        // back in time for its own next try to keep it.
+        let (_parked, sleep) = self.wakeups.park(waiter);
+        let _ = tokio::time::timeout(max.min(sleep), turn.notified()).await;
         drop(watch);
         Ok(())
     }

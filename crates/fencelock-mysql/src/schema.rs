@@ -237,6 +237,18 @@ impl Statements {
         })
     }
 
+    /// The place keeper's statement for `places` places (DESIGN 5.4, *One refresh per
+    /// process*): binds the place ttl in microseconds, then each place's key and waiter.
+    /// Only live places are kept: one that lapsed or was given up is never revived.
+    pub(crate) fn keep_places(&self, places: usize) -> String {
+        let pairs = vec!["(?, ?)"; places.max(1)].join(", ");
+        format!(
+            "UPDATE {}queue SET lapses_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
+             WHERE lapses_at > UTC_TIMESTAMP(6) AND (lock_key, waiter) IN ({pairs})",
+            self.prefix
+        )
+    }
+
     /// Creates the tables and procedures that are missing. Safe to run concurrently from
     /// several processes: tables are created `IF NOT EXISTS`, and a procedure another process
     /// created first is left as it is (procedure names carry a version, so a changed body
@@ -425,6 +437,11 @@ mod tests {
             assert!(name.len() <= 64, "{name} is longer than 64 characters");
         }
         assert!(Statements::new("bad-prefix").is_err());
+        assert_eq!(
+            statements.keep_places(2),
+            "UPDATE p_queue SET lapses_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
+             WHERE lapses_at > UTC_TIMESTAMP(6) AND (lock_key, waiter) IN ((?, ?), (?, ?))"
+        );
     }
 
     #[test]
