@@ -28,7 +28,7 @@ use fencelock_core::{
 ///
 /// let counting = Arc::new(CountingTries::new(fencelock_memory::MemoryLockBackend::new()));
 /// let guard = Locker::new(counting.clone()).lock("report").await?;
-/// assert_eq!(counting.tries(), 1);
+/// assert_eq!(counting.tries(), 1, "a lock of a free key is not counted as one try");
 /// guard.release().await?;
 /// # Ok(()) }
 /// ```

@@ -29,7 +29,10 @@ declare_properties!(__fencelock_conformance_composite, {
                         .wait(PATIENCE * 3)
                         .await
                         .expect("a composite lock of overlapping sets was not granted");
-                    assert!(held.is_held());
+                    assert!(
+                        held.is_held(),
+                        "a composite lock just granted says it is not held"
+                    );
                     assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two owners held key b at once");
                     sleep(Duration::from_millis(5)).await;
                     inside.fetch_sub(1, Ordering::SeqCst);
@@ -55,7 +58,10 @@ declare_properties!(__fencelock_conformance_composite, {
         );
         let info = b.inspect(&a).await.unwrap();
         assert_eq!(info.holder, None, "a refused composite lock left {a} held");
-        assert!(b.release(&other).await.unwrap());
+        assert!(
+            b.release(&other).await.unwrap(),
+            "release of the lease on the held key answered false (not held)"
+        );
     }
 
     /// Each member of a composite lock carries its own key's grant: its fence is the one the
@@ -67,23 +73,37 @@ declare_properties!(__fencelock_conformance_composite, {
         // Set the two keys' counters apart, so one key's token cannot pass for the other's.
         for _ in 0..3 {
             let lease = grant(b, &k, LONG_TTL).await;
-            assert!(b.release(&lease).await.unwrap());
+            assert!(
+                b.release(&lease).await.unwrap(),
+                "release of a lease still held answered false (not held)"
+            );
         }
         let locker = Locker::new(s.backend.clone());
         let held = locker.lock_all([k.as_str(), a.as_str(), k.as_str()]).ttl(LONG_TTL).wait(PATIENCE).await.unwrap();
-        assert_eq!(held.keys().collect::<Vec<_>>(), {
-            let mut keys = vec![a.clone(), k.clone()];
-            keys.sort();
-            keys
-        });
+        assert_eq!(
+            held.keys().collect::<Vec<_>>(),
+            {
+                let mut keys = vec![a.clone(), k.clone()];
+                keys.sort();
+                keys
+            },
+            "the composite's keys are not its distinct keys, sorted"
+        );
         for member in [&a, &k] {
             let fence = held.fence(member.as_str()).unwrap();
             let info = b.inspect(member).await.unwrap();
             assert_eq!(info.holder, Some(fence), "{member}'s member does not carry {member}'s grant");
             s.storage.write(member, fence, b"mine").await.expect("a member's own fence was refused");
         }
-        assert_ne!(held.fence(a.as_str()), held.fence(k.as_str()));
-        assert!(held.release().await.unwrap());
+        assert_ne!(
+            held.fence(a.as_str()),
+            held.fence(k.as_str()),
+            "two members of a composite lock share a fence"
+        );
+        assert!(
+            held.release().await.unwrap(),
+            "release of the composite lock answered false (a member was not held)"
+        );
     }
 
     /// A backend that claims to grant sets in one step (`Capabilities::atomic_sets`) grants
@@ -102,7 +122,10 @@ declare_properties!(__fencelock_conformance_composite, {
         let mut before = Vec::new();
         for _ in 0..2 {
             let lease = grant(b, &set[0], LONG_TTL).await;
-            assert!(b.release(&lease).await.unwrap());
+            assert!(
+                b.release(&lease).await.unwrap(),
+                "release of a lease still held answered false (not held)"
+            );
         }
         for k in &set {
             before.push(b.inspect(k).await.unwrap().last_token);
@@ -115,7 +138,10 @@ declare_properties!(__fencelock_conformance_composite, {
             assert_eq!(info.holder, None, "a refused set left {k} held");
             assert_eq!(info.last_token, last, "a refused set moved {k}'s counter");
         }
-        assert!(b.release(&held).await.unwrap());
+        assert!(
+            b.release(&held).await.unwrap(),
+            "release of the lease on the held key answered false (not held)"
+        );
         let after_hold = b.inspect(&set[1]).await.unwrap().last_token;
 
         let leases = b
@@ -136,7 +162,11 @@ declare_properties!(__fencelock_conformance_composite, {
             assert_eq!(info.holder, Some(lease.fence()), "{} does not hold the set's grant", lease.key);
         }
         for lease in &leases {
-            assert!(b.release(lease).await.unwrap());
+            assert!(
+                b.release(lease).await.unwrap(),
+                "release of {}'s lease from the granted set answered false (not held)",
+                lease.key
+            );
         }
 
         // Overlapping sets {x, y} and {y, z}, tried again and again by two owners.
@@ -153,7 +183,11 @@ declare_properties!(__fencelock_conformance_composite, {
                         sleep(Duration::from_millis(2)).await;
                         inside.fetch_sub(1, Ordering::SeqCst);
                         for lease in &leases {
-                            assert!(backend.release(lease).await.unwrap());
+                            assert!(
+                                backend.release(lease).await.unwrap(),
+                                "release of {}'s lease from a set answered false (not held)",
+                                lease.key
+                            );
                         }
                     }
                     sleep(Duration::from_millis(1)).await;
@@ -188,14 +222,24 @@ declare_properties!(__fencelock_conformance_composite, {
         let successor = grant_after_expiry(b, &k, LONG_TTL).await;
         let lost = timeout(PATIENCE, held.lost()).await.expect("lost() did not fire after a member was lost");
         assert_eq!(lost.key, k, "lost() named the wrong member");
-        assert!(matches!(lost.reason, LostReason::DeadlinePassed | LostReason::NotHeld | LostReason::Superseded));
+        assert!(
+            matches!(
+                lost.reason,
+                LostReason::DeadlinePassed | LostReason::NotHeld | LostReason::Superseded
+            ),
+            "lost() gave the reason {:?}, not one of a member taken over",
+            lost.reason
+        );
         timeout(PATIENCE, held.lost_token().cancelled_owned()).await.expect("lost_token() was not cancelled");
         assert!(!held.is_held(), "a composite with a lost member says it is held");
         assert!(held.member(a.as_str()).unwrap().is_held(), "the other member should be unaffected");
         s.storage.write(&k, successor.fence(), b"new").await.unwrap();
         assert_stale(s.storage.write(&k, old, b"stale").await, old, successor.fence());
         assert!(!held.release().await.unwrap(), "release says every member was still held");
-        assert!(b.release(&successor).await.unwrap());
+        assert!(
+            b.release(&successor).await.unwrap(),
+            "release of the successor's lease answered false (not held)"
+        );
     }
 
     /// A second lock of a key the same `Locker` holds is refused at once with `AlreadyHeld`,
@@ -211,7 +255,11 @@ declare_properties!(__fencelock_conformance_composite, {
             .await
             .expect("a re-entrant lock waited instead of being refused");
         assert!(matches!(&again, Err(Error::AlreadyHeld { key }) if *key == k.to_string()), "expected AlreadyHeld, got {again:?}");
-        assert!(matches!(locker.try_lock(k.as_str()).await, Err(Error::AlreadyHeld { .. })));
+        let tried = locker.try_lock(k.as_str()).await;
+        assert!(
+            matches!(tried, Err(Error::AlreadyHeld { .. })),
+            "a try of a key the same locker holds answered {tried:?}, not AlreadyHeld"
+        );
         let set = locker.lock_all([other.as_str(), k.as_str()]).ttl(LONG_TTL).wait(LONG_TTL).await;
         assert!(matches!(&set, Err(Error::AlreadyHeld { .. })), "expected AlreadyHeld, got {set:?}");
         let info = b.inspect(&k).await.unwrap();
@@ -220,9 +268,20 @@ declare_properties!(__fencelock_conformance_composite, {
         assert_eq!(b.inspect(&other).await.unwrap().holder, None, "a refused composite took a key");
         let clone = locker.clone();
         assert!(clone.try_lock(k.as_str()).await.unwrap().is_none(), "a clone got a held lock");
-        assert!(guard.release().await.unwrap());
+        assert!(
+            guard.release().await.unwrap(),
+            "release of the held guard answered false (not held)"
+        );
         let relocked = locker.lock(k.as_str()).ttl(LONG_TTL).wait(PATIENCE).await.expect("released key not granted again");
-        assert!(relocked.token() > info.last_token.unwrap());
-        assert!(relocked.release().await.unwrap());
+        assert!(
+            relocked.token() > info.last_token.unwrap(),
+            "the re-lock's token {} is not above the released guard's {}",
+            relocked.token(),
+            info.last_token.unwrap()
+        );
+        assert!(
+            relocked.release().await.unwrap(),
+            "release of the re-locked guard answered false (not held)"
+        );
     }
 });

@@ -45,7 +45,11 @@ declare_properties!(__fencelock_conformance_election, {
                     }
                     terms.lock().unwrap().push(term);
                     sleep(Duration::from_millis(20)).await;
-                    assert_eq!(leading.lock().unwrap().take(), Some(term));
+                    assert_eq!(
+                        leading.lock().unwrap().take(),
+                        Some(term),
+                        "term {term} was not the one leading when its leader resigned"
+                    );
                     assert!(leader.resign().await.unwrap(), "a leader was deposed without contention");
                 }
             }));
@@ -54,7 +58,11 @@ declare_properties!(__fencelock_conformance_election, {
             task.await.unwrap();
         }
         let terms = terms.lock().unwrap().clone();
-        assert_eq!(terms.len(), 9);
+        assert_eq!(
+            terms.len(),
+            9,
+            "3 campaigners of 3 terms each did not lead 9 terms"
+        );
         assert!(terms.windows(2).all(|w| w[0] < w[1]), "terms out of order: {terms:?}");
     }
 
@@ -66,28 +74,62 @@ declare_properties!(__fencelock_conformance_election, {
         };
         let mut observer = election.observe().poll(Duration::from_millis(20));
         let first = observer.changed().await.unwrap();
-        assert_eq!((first.leader, first.missed), (None, 0));
+        assert_eq!(
+            (first.leader, first.missed),
+            (None, 0),
+            "an observer's first look reports a leader or missed terms before anyone ran"
+        );
         for _ in 0..3 {
             let leader = election.campaign().ttl(LONG_TTL).wait(PATIENCE).await.unwrap();
             let seen = timeout(PATIENCE, observer.changed()).await.expect("leader not observed").unwrap();
-            assert_eq!(seen.leader, Some(leader.fence()));
-            assert_eq!(seen.last_term, Some(leader.term()));
-            assert_eq!(seen.missed, 0);
-            assert!(leader.resign().await.unwrap());
+            assert_eq!(
+                seen.leader,
+                Some(leader.fence()),
+                "the observer does not report the new leader"
+            );
+            assert_eq!(
+                seen.last_term,
+                Some(leader.term()),
+                "the observer does not report the new leader's term"
+            );
+            assert_eq!(
+                seen.missed, 0,
+                "the observer counted a missed term though it saw every one"
+            );
+            assert!(
+                leader.resign().await.unwrap(),
+                "resign of a leader still in office answered false (not leading)"
+            );
             let seen = timeout(PATIENCE, observer.changed()).await.expect("resignation not observed").unwrap();
-            assert_eq!(seen.leader, None);
-            assert_eq!(seen.missed, 0);
+            assert_eq!(
+                seen.leader, None,
+                "the observer still reports a leader after the resignation"
+            );
+            assert_eq!(
+                seen.missed, 0,
+                "the observer counted a missed term though it saw every one"
+            );
         }
         // Two terms between two looks: the second is seen, the first counted as missed.
         for _ in 0..2 {
             let leader = election.campaign().ttl(LONG_TTL).wait(PATIENCE).await.unwrap();
-            assert!(leader.resign().await.unwrap());
+            assert!(
+                leader.resign().await.unwrap(),
+                "resign of a leader still in office answered false (not leading)"
+            );
         }
         let last = election.campaign().ttl(LONG_TTL).wait(PATIENCE).await.unwrap();
         let seen = timeout(PATIENCE, observer.changed()).await.expect("change not observed").unwrap();
-        assert_eq!(seen.leader, Some(last.fence()));
+        assert_eq!(
+            seen.leader,
+            Some(last.fence()),
+            "the observer does not report the latest leader"
+        );
         assert_eq!(seen.missed, 2, "terms that came and went unseen were not counted");
-        assert!(last.resign().await.unwrap());
+        assert!(
+            last.resign().await.unwrap(),
+            "resign of a leader still in office answered false (not leading)"
+        );
     }
 
     /// A leader paused past its lease is deposed: the next leader's term is greater, its
@@ -107,8 +149,18 @@ declare_properties!(__fencelock_conformance_election, {
         s.storage.write(&resource, next.fence(), b"new").await.unwrap();
         assert_stale(s.storage.write(&resource, old.fence(), b"stale").await, old.fence(), next.fence());
         let info = election.leader().await.unwrap();
-        assert_eq!(info.holder, Some(next.fence()));
-        assert!(!old.resign().await.unwrap());
-        assert!(next.resign().await.unwrap());
+        assert_eq!(
+            info.holder,
+            Some(next.fence()),
+            "the election does not name the leader after the failover"
+        );
+        assert!(
+            !old.resign().await.unwrap(),
+            "the deposed leader's resign answered true (still leading)"
+        );
+        assert!(
+            next.resign().await.unwrap(),
+            "resign of the new leader answered false (not leading)"
+        );
     }
 });

@@ -29,10 +29,11 @@ declare_properties!(__fencelock_conformance_input, {
                 other => panic!("locker accepted bad key {bad:?}: {other:?}"),
             }
         }
-        assert!(matches!(
-            LockKey::from_bytes(b"\xff\xfe"),
-            Err(Error::InvalidKey { .. })
-        ));
+        let not_utf8 = LockKey::from_bytes(b"\xff\xfe");
+        assert!(
+            matches!(not_utf8, Err(Error::InvalidKey { .. })),
+            "LockKey::from_bytes answered {not_utf8:?} for bytes that are not UTF-8"
+        );
     }
 
     /// Keys with braces, quotes, spaces, Unicode and the full 512 bytes work and stay distinct.
@@ -111,18 +112,26 @@ declare_properties!(__fencelock_conformance_input, {
             }
         }
         let locker = Locker::new(s.backend.clone());
-        assert!(matches!(
-            locker.lock(key.as_str()).ttl(Duration::ZERO).await,
-            Err(Error::InvalidTtl { .. })
-        ));
+        let zero_ttl = locker.lock(key.as_str()).ttl(Duration::ZERO).await;
+        assert!(
+            matches!(zero_ttl, Err(Error::InvalidTtl { .. })),
+            "a lock with a zero ttl answered {zero_ttl:?}, not InvalidTtl"
+        );
         let info = b.inspect(&key).await.unwrap();
         assert_eq!(
             info.holder,
             Some(lease.fence()),
             "a refused extend changed the lease"
         );
-        assert_eq!(info.last_token, Some(lease.token));
-        assert!(b.release(&lease).await.unwrap());
+        assert_eq!(
+            info.last_token,
+            Some(lease.token),
+            "a refused extend moved the token"
+        );
+        assert!(
+            b.release(&lease).await.unwrap(),
+            "release of the lease after refused extends answered false (not held)"
+        );
     }
 
     /// `advance_token` to `u64::MAX`, a floor no counter has a token above, is `InvalidConfig`
@@ -141,7 +150,10 @@ declare_properties!(__fencelock_conformance_input, {
             "a refused floor touched the key"
         );
         let lease = grant(b, &key, LONG_TTL).await;
-        assert!(b.release(&lease).await.unwrap());
+        assert!(
+            b.release(&lease).await.unwrap(),
+            "release of a lease still held answered false (not held)"
+        );
     }
 
     /// A wait without a bound (`Duration::MAX`) is not an error: on a free key it grants at
@@ -153,8 +165,14 @@ declare_properties!(__fencelock_conformance_input, {
             .await
             .expect("an unbounded wait on a free key did not grant")
             .unwrap();
-        assert!(guard.is_held());
-        assert!(guard.release().await.unwrap());
+        assert!(
+            guard.is_held(),
+            "a guard granted by an unbounded wait says it does not hold"
+        );
+        assert!(
+            guard.release().await.unwrap(),
+            "release of the guard of an unbounded wait answered false (not held)"
+        );
         let info = s.backend.inspect(&key).await.unwrap();
         assert_eq!(info.holder, None, "the released lock is still held");
     }

@@ -37,7 +37,10 @@ declare_properties!(__fencelock_conformance_lease, {
             "re-grant did not raise the token"
         );
         assert_ne!(second.owner, first.owner, "two grants share an owner id");
-        assert!(b.release(&second).await.unwrap());
+        assert!(
+            b.release(&second).await.unwrap(),
+            "release of the re-granted lease answered false (not held)"
+        );
     }
 
     /// An expired lease no longer blocks: the next client is granted, with a higher token.
@@ -52,7 +55,12 @@ declare_properties!(__fencelock_conformance_lease, {
         sleep(s.past_short_ttl()).await;
         assert!(!old.is_valid(), "valid_until is later than the ttl");
         let new = grant_after_expiry(b, &key, LONG_TTL).await;
-        assert!(new.token > old.token);
+        assert!(
+            new.token > old.token,
+            "the grant after expiry has token {}, not above the expired lease's {}",
+            new.token,
+            old.token
+        );
         b.release(&new).await.unwrap();
     }
 
@@ -68,7 +76,7 @@ declare_properties!(__fencelock_conformance_lease, {
         let extended = b.extend(&lease, Duration::from_secs(5)).await.unwrap();
         assert_eq!(extended.token, lease.token, "extend changed the token");
         assert_eq!(extended.owner, lease.owner, "extend changed the owner");
-        assert_eq!(extended.key, lease.key);
+        assert_eq!(extended.key, lease.key, "extend changed the key");
         assert!(
             extended.valid_until > lease.valid_until,
             "extend did not move valid_until"
@@ -78,7 +86,10 @@ declare_properties!(__fencelock_conformance_lease, {
             b.try_acquire(&key, LONG_TTL).await.unwrap().is_none(),
             "extended lock was granted to another client"
         );
-        assert!(b.release(&extended).await.unwrap());
+        assert!(
+            b.release(&extended).await.unwrap(),
+            "release of the extended lease answered false (not held)"
+        );
     }
 
     /// Extending a lease whose lock was taken over is `LeaseLost` and leaves the new holder alone.
@@ -98,8 +109,14 @@ declare_properties!(__fencelock_conformance_lease, {
             Some(new.fence()),
             "extend disturbed the new holder"
         );
-        assert!(b.try_acquire(&key, LONG_TTL).await.unwrap().is_none());
-        assert!(b.release(&new).await.unwrap());
+        assert!(
+            b.try_acquire(&key, LONG_TTL).await.unwrap().is_none(),
+            "a lock held by the new holder was granted again after the old one's extend"
+        );
+        assert!(
+            b.release(&new).await.unwrap(),
+            "release of the new holder's lease answered false (not held)"
+        );
         // Extending a lease that was released does not re-create the lock.
         match b.extend(&new, LONG_TTL).await {
             Err(Error::LeaseLost { .. }) => {}
@@ -125,8 +142,16 @@ declare_properties!(__fencelock_conformance_lease, {
         let info = b.inspect(&key).await.unwrap();
         assert_eq!(info.holder, None, "extend revived an expired lease");
         let next = grant(b, &key, LONG_TTL).await;
-        assert!(next.token > old.token);
-        assert!(b.release(&next).await.unwrap());
+        assert!(
+            next.token > old.token,
+            "the next grant has token {}, not above the expired lease's {}",
+            next.token,
+            old.token
+        );
+        assert!(
+            b.release(&next).await.unwrap(),
+            "release of a lease still held answered false (not held)"
+        );
     }
 
     /// Releasing a superseded lease is a no-op: it returns false and the new holder keeps the lock.
@@ -144,8 +169,15 @@ declare_properties!(__fencelock_conformance_lease, {
             b.try_acquire(&key, LONG_TTL).await.unwrap().is_none(),
             "stale release freed another owner's lock"
         );
-        assert_eq!(b.inspect(&key).await.unwrap().holder, Some(new.fence()));
-        assert!(b.release(&new).await.unwrap());
+        assert_eq!(
+            b.inspect(&key).await.unwrap().holder,
+            Some(new.fence()),
+            "after a stale release, inspect does not name the new holder"
+        );
+        assert!(
+            b.release(&new).await.unwrap(),
+            "release of the new holder's lease answered false (not held)"
+        );
     }
 
     /// The second release of a lease returns false and changes nothing.
@@ -153,7 +185,10 @@ declare_properties!(__fencelock_conformance_lease, {
         let b = &*s.backend;
         let key = key("double-release");
         let lease = grant(b, &key, LONG_TTL).await;
-        assert!(b.release(&lease).await.unwrap());
+        assert!(
+            b.release(&lease).await.unwrap(),
+            "the first release of a held lease answered false (not held)"
+        );
         assert!(
             !b.release(&lease).await.unwrap(),
             "second release returned true"
@@ -163,8 +198,14 @@ declare_properties!(__fencelock_conformance_lease, {
             !b.release(&lease).await.unwrap(),
             "old lease released the new holder"
         );
-        assert!(b.try_acquire(&key, LONG_TTL).await.unwrap().is_none());
-        assert!(b.release(&next).await.unwrap());
+        assert!(
+            b.try_acquire(&key, LONG_TTL).await.unwrap().is_none(),
+            "a release of an old lease freed the new holder's lock"
+        );
+        assert!(
+            b.release(&next).await.unwrap(),
+            "release of the new holder's lease answered false (not held)"
+        );
     }
 
     /// `inspect` reports the holder's fence, its remaining time and the last token.
@@ -172,12 +213,22 @@ declare_properties!(__fencelock_conformance_lease, {
         let b = &*s.backend;
         let key = key("inspect");
         let empty = b.inspect(&key).await.unwrap();
-        assert_eq!(empty.key, key);
-        assert_eq!(empty.holder, None);
+        assert_eq!(
+            empty.key, key,
+            "inspect reports another key than the one asked about"
+        );
+        assert_eq!(
+            empty.holder, None,
+            "inspect names a holder of a never-used key"
+        );
         assert_eq!(empty.last_token, None, "a never-used key reports a token");
         let lease = grant(b, &key, LONG_TTL).await;
         let held = b.inspect(&key).await.unwrap();
-        assert_eq!(held.holder, Some(lease.fence()));
+        assert_eq!(
+            held.holder,
+            Some(lease.fence()),
+            "inspect does not name the holder"
+        );
         let remaining = held
             .remaining
             .expect("a held lock reports its remaining time");
@@ -185,10 +236,17 @@ declare_properties!(__fencelock_conformance_lease, {
             remaining > Duration::ZERO && remaining <= LONG_TTL,
             "remaining {remaining:?}"
         );
-        assert_eq!(held.last_token, Some(lease.token));
+        assert_eq!(
+            held.last_token,
+            Some(lease.token),
+            "inspect's last token is not the holder's"
+        );
         b.release(&lease).await.unwrap();
         let free = b.inspect(&key).await.unwrap();
-        assert_eq!(free.holder, None);
+        assert_eq!(
+            free.holder, None,
+            "inspect names a holder after the release"
+        );
         assert_eq!(
             free.last_token,
             Some(lease.token),
@@ -228,13 +286,24 @@ declare_properties!(__fencelock_conformance_lease, {
             "{} lists its queue out of order: {listed:?}",
             b.name()
         );
-        assert_eq!(listed[0].token, Some(held.token));
+        assert_eq!(
+            listed[0].token,
+            Some(held.token),
+            "the queue lists the holder with another token than its grant's"
+        );
         // A place's time left is not checked: etcd counts it in whole seconds, rounded down.
-        assert!(listed[0].remaining > Duration::ZERO && listed[0].remaining <= LONG_TTL);
+        assert!(
+            listed[0].remaining > Duration::ZERO && listed[0].remaining <= LONG_TTL,
+            "the queue lists the holder with {:?} left of a {LONG_TTL:?} ttl",
+            listed[0].remaining
+        );
         for waiter in [waiters[0], waiters[2]] {
             b.leave_queue(&key, waiter).await.unwrap();
         }
-        assert!(b.release(&held).await.unwrap());
+        assert!(
+            b.release(&held).await.unwrap(),
+            "release of the holder's lease answered false (not held)"
+        );
         let after = b.inspect_queue(&key).await.unwrap().unwrap();
         assert!(
             after.is_empty(),
@@ -258,7 +327,10 @@ declare_properties!(__fencelock_conformance_lease, {
         let shown: Vec<_> = listed.iter().map(|e| (e.role, e.owner, e.token)).collect();
         assert_eq!(shown, expected, "{} lists its readers wrong", b.name());
         for reader in readers {
-            assert!(b.release_shared(&phase, reader).await.unwrap());
+            assert!(
+                b.release_shared(&phase, reader).await.unwrap(),
+                "release of a reader still in the phase answered false (not held)"
+            );
         }
         let after = b.inspect_queue(&key).await.unwrap().unwrap();
         assert!(after.is_empty(), "the readers left, yet the queue lists {after:?}");

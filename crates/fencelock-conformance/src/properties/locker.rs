@@ -29,14 +29,25 @@ declare_properties!(__fencelock_conformance_locker, {
         );
         sleep(Duration::from_millis(200)).await;
         assert!(!waiter.is_finished(), "waiter got a held lock");
-        assert!(b.release(&held).await.unwrap());
+        assert!(
+            b.release(&held).await.unwrap(),
+            "release of the holder's lease answered false (not held)"
+        );
         let guard = timeout(PATIENCE, waiter)
             .await
             .expect("waiter not woken within 10 s of the release")
             .unwrap()
             .expect("waiter failed");
-        assert!(guard.token() > held.token);
-        assert!(guard.release().await.unwrap());
+        assert!(
+            guard.token() > held.token,
+            "the waiter's token {} is not above the released holder's {}",
+            guard.token(),
+            held.token
+        );
+        assert!(
+            guard.release().await.unwrap(),
+            "release of the waiter's guard answered false (not held)"
+        );
     }
 
     /// A backend whose capabilities claim notify wake-ups wakes a waiter in
@@ -64,7 +75,10 @@ declare_properties!(__fencelock_conformance_locker, {
         };
         // Time for the waiter to subscribe before the release it must hear.
         sleep(Duration::from_millis(500)).await;
-        assert!(b.release(&held).await.unwrap());
+        assert!(
+            b.release(&held).await.unwrap(),
+            "release of the holder's lease answered false (not held)"
+        );
         timeout(PATIENCE, waiter)
             .await
             .unwrap_or_else(|_| {
@@ -101,12 +115,18 @@ declare_properties!(__fencelock_conformance_locker, {
                     .expect("a queued waiter was not granted");
                 order.lock().unwrap().push(place);
                 sleep(Duration::from_millis(20)).await;
-                assert!(guard.release().await.unwrap());
+                assert!(
+                    guard.release().await.unwrap(),
+                    "release of waiter {place}'s guard answered false (not held)"
+                );
             }));
             // Each waiter has queued before the next one arrives, even on a loaded machine.
             sleep(Duration::from_millis(400)).await;
         }
-        assert!(b.release(&held).await.unwrap());
+        assert!(
+            b.release(&held).await.unwrap(),
+            "release of the holder's lease answered false (not held)"
+        );
         for waiter in waiters {
             timeout(PATIENCE * 4, waiter)
                 .await
@@ -135,7 +155,10 @@ declare_properties!(__fencelock_conformance_locker, {
         let waiter = spawn_waiter(&locker, &key);
         // The waiter has queued, even on a loaded machine.
         sleep(Duration::from_millis(400)).await;
-        assert!(b.release(&held).await.unwrap());
+        assert!(
+            b.release(&held).await.unwrap(),
+            "release of the holder's lease answered false (not held)"
+        );
         for _ in 0..20 {
             if let Some(jumped) = b.try_acquire(&key, LONG_TTL).await.unwrap() {
                 panic!(
@@ -154,8 +177,15 @@ declare_properties!(__fencelock_conformance_locker, {
             .expect("the queued waiter was not granted within 10 s of the release")
             .unwrap()
             .expect("the queued waiter failed");
-        assert_eq!(b.inspect(&key).await.unwrap().holder, Some(guard.fence()));
-        assert!(guard.release().await.unwrap());
+        assert_eq!(
+            b.inspect(&key).await.unwrap().holder,
+            Some(guard.fence()),
+            "inspect does not name the queued waiter that was granted"
+        );
+        assert!(
+            guard.release().await.unwrap(),
+            "release of the queued waiter's guard answered false (not held)"
+        );
     }
 
     /// A waiter whose request was dropped (cancelled) while it waited never ends up holding
@@ -175,7 +205,10 @@ declare_properties!(__fencelock_conformance_locker, {
         );
         let next = spawn_waiter(&locker, &key);
         sleep(Duration::from_millis(400)).await;
-        assert!(b.release(&held).await.unwrap());
+        assert!(
+            b.release(&held).await.unwrap(),
+            "release of the holder's lease answered false (not held)"
+        );
         let guard = timeout(PATIENCE, next)
             .await
             .expect("the waiter behind a cancelled one was not granted within 10 s of the release")
@@ -186,7 +219,10 @@ declare_properties!(__fencelock_conformance_locker, {
             Some(guard.fence()),
             "the lock is held by someone other than the waiter that was granted"
         );
-        assert!(guard.release().await.unwrap());
+        assert!(
+            guard.release().await.unwrap(),
+            "release of the granted waiter's guard answered false (not held)"
+        );
     }
 
     /// A request that barges (`fair(false)`) keeps no place in the key's queue, is granted
@@ -211,19 +247,30 @@ declare_properties!(__fencelock_conformance_locker, {
             cancelled.await.is_err_and(|e| e.is_cancelled()),
             "the barging waiter to cancel got a held lock"
         );
-        assert!(b.release(&held).await.unwrap());
+        assert!(
+            b.release(&held).await.unwrap(),
+            "release of the holder's lease answered false (not held)"
+        );
         let guard = timeout(PATIENCE, waiter)
             .await
             .expect("the barging waiter was not granted within 10 s of the release")
             .unwrap()
             .expect("the barging waiter failed");
-        assert!(guard.token() > held.token);
+        assert!(
+            guard.token() > held.token,
+            "the barging waiter's token {} is not above the released holder's {}",
+            guard.token(),
+            held.token
+        );
         assert_eq!(
             b.inspect(&key).await.unwrap().holder,
             Some(guard.fence()),
             "the lock is held by someone other than the barging waiter that was granted"
         );
-        assert!(guard.release().await.unwrap());
+        assert!(
+            guard.release().await.unwrap(),
+            "release of the barging waiter's guard answered false (not held)"
+        );
     }
 
     /// On a backend that queues, a barging request never takes a free lock a queued fair
@@ -240,7 +287,10 @@ declare_properties!(__fencelock_conformance_locker, {
         sleep(Duration::from_millis(400)).await;
         let barging = spawn_barging(&locker, &key);
         sleep(Duration::from_millis(400)).await;
-        assert!(b.release(&held).await.unwrap());
+        assert!(
+            b.release(&held).await.unwrap(),
+            "release of the holder's lease answered false (not held)"
+        );
         let first = timeout(PATIENCE, fair)
             .await
             .expect("the queued fair waiter was not granted within 10 s of the release")
@@ -251,16 +301,30 @@ declare_properties!(__fencelock_conformance_locker, {
             "{}: a barging request was granted while the queued fair one held the lock",
             b.name()
         );
-        assert_eq!(b.inspect(&key).await.unwrap().holder, Some(first.fence()));
+        assert_eq!(
+            b.inspect(&key).await.unwrap().holder,
+            Some(first.fence()),
+            "inspect does not name the fair waiter that was granted"
+        );
         let first_token = first.token();
-        assert!(first.release().await.unwrap());
+        assert!(
+            first.release().await.unwrap(),
+            "release of the fair waiter's guard answered false (not held)"
+        );
         let second = timeout(PATIENCE, barging)
             .await
             .expect("the barging waiter was not granted within 10 s of the fair one's release")
             .unwrap()
             .expect("the barging waiter failed");
-        assert!(second.token() > first_token);
-        assert!(second.release().await.unwrap());
+        assert!(
+            second.token() > first_token,
+            "the barging waiter's token {} is not above the fair one's {first_token}",
+            second.token()
+        );
+        assert!(
+            second.release().await.unwrap(),
+            "release of the barging waiter's guard answered false (not held)"
+        );
     }
 
     /// A waiter granted when the holder releases holds the lock for its whole ttl, however
@@ -281,7 +345,10 @@ declare_properties!(__fencelock_conformance_locker, {
                 .into_future(),
         );
         sleep(Duration::from_millis(300)).await;
-        assert!(b.release(&held).await.unwrap());
+        assert!(
+            b.release(&held).await.unwrap(),
+            "release of the holder's lease answered false (not held)"
+        );
         let guard = timeout(PATIENCE, waiter)
             .await
             .expect("the waiter was not granted within 10 s of the release")
@@ -293,8 +360,15 @@ declare_properties!(__fencelock_conformance_locker, {
             "{} granted a waiter {left:?} of a {LONG_TTL:?} ttl",
             b.name()
         );
-        assert_eq!(b.inspect(&key).await.unwrap().holder, Some(guard.fence()));
-        assert!(guard.release().await.unwrap());
+        assert_eq!(
+            b.inspect(&key).await.unwrap().holder,
+            Some(guard.fence()),
+            "inspect does not name the waiter granted at the release"
+        );
+        assert!(
+            guard.release().await.unwrap(),
+            "release of the waiter's guard answered false (not held)"
+        );
     }
 
     /// A request whose wait budget runs out fails with `Timeout`, after about the budget.
@@ -313,8 +387,14 @@ declare_properties!(__fencelock_conformance_locker, {
             started.elapsed() >= budget,
             "gave up before the budget was spent"
         );
-        assert!(locker.try_lock(key.as_str()).await.unwrap().is_none());
-        assert!(b.release(&held).await.unwrap());
+        assert!(
+            locker.try_lock(key.as_str()).await.unwrap().is_none(),
+            "a try got a lock still held after a request for it timed out"
+        );
+        assert!(
+            b.release(&held).await.unwrap(),
+            "release of the holder's lease answered false (not held)"
+        );
     }
 
     /// Acquire futures dropped at any point leave no lock past its ttl.
@@ -329,8 +409,15 @@ declare_properties!(__fencelock_conformance_locker, {
             .ttl(s.short_ttl())
             .wait(PATIENCE)
             .watchdog(false);
-        assert!(timeout(Duration::from_millis(100), waiting).await.is_err());
-        assert!(b.release(&held).await.unwrap());
+        let early = timeout(Duration::from_millis(100), waiting).await;
+        assert!(
+            early.is_err(),
+            "a request for a held lock did not keep waiting: {early:?}"
+        );
+        assert!(
+            b.release(&held).await.unwrap(),
+            "release of the holder's lease answered false (not held)"
+        );
         // Uncontended requests dropped after ever longer times: mid-flight or right after.
         for micros in [0u64, 50, 200, 1_000, 5_000] {
             let request = locker
@@ -346,7 +433,10 @@ declare_properties!(__fencelock_conformance_locker, {
                 .unwrap_or_else(|| {
                     panic!("lock left held {PATIENCE:?} past its ttl after dropping at {micros} us")
                 });
-            assert!(b.release(&lease).await.unwrap());
+            assert!(
+                b.release(&lease).await.unwrap(),
+                "after a drop at {micros} us, release of a new grant answered false (not held)"
+            );
         }
     }
 
@@ -361,7 +451,11 @@ declare_properties!(__fencelock_conformance_locker, {
         let lease = grant_within_patience(b, &key, LONG_TTL)
             .await
             .expect("dropped guard did not release within 10 s");
-        assert!(lease.token > token);
+        assert!(
+            lease.token > token,
+            "the grant after a dropped guard has token {}, not above the guard's {token}",
+            lease.token
+        );
         b.release(&lease).await.unwrap();
     }
 
@@ -388,9 +482,19 @@ declare_properties!(__fencelock_conformance_locker, {
             !lost.is_cancelled(),
             "lost() fired while the watchdog renewed"
         );
-        assert!(guard.is_held());
-        assert_eq!(b.inspect(&key).await.unwrap().holder, Some(guard.fence()));
-        assert!(guard.release().await.unwrap());
+        assert!(
+            guard.is_held(),
+            "the guard says it lost a lock the watchdog renewed"
+        );
+        assert_eq!(
+            b.inspect(&key).await.unwrap().holder,
+            Some(guard.fence()),
+            "inspect does not name the guard the watchdog kept"
+        );
+        assert!(
+            guard.release().await.unwrap(),
+            "release of the guard the watchdog kept answered false (not held)"
+        );
     }
 
     /// Without renewal, `lost()` fires at the deadline; after a takeover, extend is `LeaseLost`.
@@ -407,19 +511,30 @@ declare_properties!(__fencelock_conformance_locker, {
         let reason = timeout(PATIENCE, guard.lost())
             .await
             .expect("lost() did not fire");
-        assert_eq!(reason, LostReason::DeadlinePassed);
-        assert!(!guard.is_held());
+        assert_eq!(
+            reason,
+            LostReason::DeadlinePassed,
+            "lost() fired for another reason than the passed deadline"
+        );
+        assert!(
+            !guard.is_held(),
+            "the guard says it holds after lost() fired"
+        );
         sleep(s.past_short_ttl()).await;
         let new = grant_after_expiry(b, &key, LONG_TTL).await;
-        assert!(matches!(
-            guard.extend(s.short_ttl()).await,
-            Err(Error::LeaseLost { .. })
-        ));
+        let extended = guard.extend(s.short_ttl()).await;
+        assert!(
+            matches!(extended, Err(Error::LeaseLost { .. })),
+            "extend of a guard taken over answered {extended:?}, not LeaseLost"
+        );
         assert!(
             !guard.release().await.unwrap(),
             "a lost guard released the new holder"
         );
-        assert!(b.release(&new).await.unwrap());
+        assert!(
+            b.release(&new).await.unwrap(),
+            "release of the new holder's lease answered false (not held)"
+        );
     }
 
     /// When the backend goes away, a guard's `lost()` fires by the lease's deadline.
@@ -437,7 +552,10 @@ declare_properties!(__fencelock_conformance_locker, {
             Instant::now() <= valid_until + ttl,
             "lost() fired ({reason}) long after the lease's deadline"
         );
-        assert!(!guard.is_held());
+        assert!(
+            !guard.is_held(),
+            "the guard says it holds after lost() fired ({reason})"
+        );
     }
 
     /// N tasks x M rounds of fenced read-modify-write on one counter end exactly at N x M, and no
@@ -475,7 +593,10 @@ declare_properties!(__fencelock_conformance_locker, {
                         .unwrap();
                     let end = Instant::now().min(guard.lease().valid_until);
                     intervals.lock().unwrap().push((start, end));
-                    assert!(guard.release().await.unwrap());
+                    assert!(
+                        guard.release().await.unwrap(),
+                        "release of a counter holder's guard answered false (not held)"
+                    );
                 }
             }));
         }

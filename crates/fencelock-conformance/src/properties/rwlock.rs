@@ -32,7 +32,10 @@ async fn offers_shared(backend: &Arc<dyn LockBackend>) -> bool {
     assert_unsupported(rw.upgradeable_read(key.as_str()).wait(Duration::ZERO).await, b);
     // A writer needs no companion where no upgrader can exist: it is still granted.
     let writer = rw.try_write(key.as_str()).await.unwrap().expect("a writer was refused a free key");
-    assert!(writer.release().await.unwrap());
+    assert!(
+        writer.release().await.unwrap(),
+        "release of a writer on a backend without shared locks answered false (not held)"
+    );
     false
 }
 
@@ -44,7 +47,11 @@ fn two_rw(backend: &Arc<dyn LockBackend>) -> (RwLocker, RwLocker) {
 
 fn assert_unsupported<T: std::fmt::Debug>(outcome: Result<T, Error>, b: &dyn LockBackend) {
     match outcome {
-        Err(Error::Unsupported { backend, .. }) => assert_eq!(backend, b.name()),
+        Err(Error::Unsupported { backend, .. }) => assert_eq!(
+            backend,
+            b.name(),
+            "Unsupported names another backend than the one refusing"
+        ),
         other => panic!(
             "{} does not claim shared locks: expected Error::Unsupported, got {other:?}",
             b.name()
@@ -75,8 +82,15 @@ declare_properties!(__fencelock_conformance_rwlock, {
         let (c, rc) = read_lease(b, &key, LONG_TTL).await;
         assert_eq!(a.fence(), c.fence(), "overlapping readers got different fences");
         let phase = b.inspect_shared(&key).await.unwrap().expect("no read phase");
-        assert_eq!(phase.fence, a.fence());
-        assert_eq!(phase.readers, 2);
+        assert_eq!(
+            phase.fence,
+            a.fence(),
+            "inspect_shared reports another fence than the readers'"
+        );
+        assert_eq!(
+            phase.readers, 2,
+            "inspect_shared does not count two readers"
+        );
         let info = b.inspect(&key).await.unwrap();
         assert_eq!(info.holder, Some(a.fence()), "inspect does not show the read phase");
         for fence in [a.fence(), c.fence(), a.fence()] {
@@ -86,9 +100,18 @@ declare_properties!(__fencelock_conformance_rwlock, {
         let rw = RwLocker::new(Locker::new(s.backend.clone()));
         let guard = rw.read(key.as_str()).ttl(LONG_TTL).wait(Duration::ZERO).await.unwrap();
         assert_eq!(guard.fence(), a.fence(), "a joining reader got another fence");
-        assert!(guard.release().await.unwrap());
-        assert!(b.release_shared(&a, ra).await.unwrap());
-        assert!(b.release_shared(&c, rc).await.unwrap());
+        assert!(
+            guard.release().await.unwrap(),
+            "release of the joining reader's guard answered false (not held)"
+        );
+        assert!(
+            b.release_shared(&a, ra).await.unwrap(),
+            "release of a reader still in the phase answered false (not held)"
+        );
+        assert!(
+            b.release_shared(&c, rc).await.unwrap(),
+            "release of a reader still in the phase answered false (not held)"
+        );
         assert!(b.inspect_shared(&key).await.unwrap().is_none(), "phase outlived its readers");
     }
 
@@ -103,19 +126,31 @@ declare_properties!(__fencelock_conformance_rwlock, {
         let writer = grant(b, &key, LONG_TTL).await;
         assert!(b.try_acquire_shared(&key, OwnerId::random(), LONG_TTL).await.unwrap().is_none(), "a reader got in beside a writer");
         assert!(b.try_acquire(&key, LONG_TTL).await.unwrap().is_none(), "two writers");
-        assert!(b.release(&writer).await.unwrap());
+        assert!(
+            b.release(&writer).await.unwrap(),
+            "release of the writer's lease answered false (not held)"
+        );
         let (a, ra) = read_lease(b, &key, LONG_TTL).await;
         let (c, rc) = read_lease(b, &key, LONG_TTL).await;
         assert!(b.try_acquire(&key, LONG_TTL).await.unwrap().is_none(), "a writer got in beside readers");
         let renewed = b.extend_shared(&a, ra, LONG_TTL).await.expect("extend_shared failed");
         assert_eq!(renewed.fence(), a.fence(), "extend changed the read fence");
-        assert!(b.release_shared(&a, ra).await.unwrap());
+        assert!(
+            b.release_shared(&a, ra).await.unwrap(),
+            "release of a reader still in the phase answered false (not held)"
+        );
         assert!(!b.release_shared(&a, ra).await.unwrap(), "a reader released twice");
         assert!(matches!(b.extend_shared(&a, ra, LONG_TTL).await, Err(Error::LeaseLost { .. })), "a released reader was renewed");
         assert!(b.try_acquire(&key, LONG_TTL).await.unwrap().is_none(), "one reader left, yet a writer got in");
-        assert!(b.release_shared(&c, rc).await.unwrap());
+        assert!(
+            b.release_shared(&c, rc).await.unwrap(),
+            "release of the last reader answered false (not held)"
+        );
         let writer = grant(b, &key, LONG_TTL).await;
-        assert!(b.release(&writer).await.unwrap());
+        assert!(
+            b.release(&writer).await.unwrap(),
+            "release of the writer after the readers answered false (not held)"
+        );
     }
 
     /// A writer's token exceeds every read fence before it, and the next read phase's token
@@ -132,10 +167,16 @@ declare_properties!(__fencelock_conformance_rwlock, {
             if let Some(previous) = last {
                 assert!(r.token > previous, "read phase token {} not above {previous}", r.token);
             }
-            assert!(b.release_shared(&r, reader).await.unwrap());
+            assert!(
+                b.release_shared(&r, reader).await.unwrap(),
+                "release of a reader still in the phase answered false (not held)"
+            );
             let w = grant(b, &key, LONG_TTL).await;
             assert!(w.token > r.token, "writer token {} not above read fence {}", w.token, r.token);
-            assert!(b.release(&w).await.unwrap());
+            assert!(
+                b.release(&w).await.unwrap(),
+                "release of the writer's lease answered false (not held)"
+            );
             last = Some(w.token);
         }
     }
@@ -156,7 +197,10 @@ declare_properties!(__fencelock_conformance_rwlock, {
         assert_stale(s.storage.read(&key, r.fence()).await, r.fence(), w.fence());
         assert_stale(s.storage.write(&key, r.fence(), b"stale").await, r.fence(), w.fence());
         assert!(matches!(b.extend_shared(&r, reader, LONG_TTL).await, Err(Error::LeaseLost { .. })), "an expired reader was renewed");
-        assert!(!b.release_shared(&r, reader).await.unwrap());
+        assert!(
+            !b.release_shared(&r, reader).await.unwrap(),
+            "release of a reader whose phase a writer ended answered true (still held)"
+        );
         assert!(b.release(&w).await.unwrap(), "the stale reader's release freed the writer's lock");
     }
 
@@ -176,11 +220,20 @@ declare_properties!(__fencelock_conformance_rwlock, {
         assert_eq!(plain.fence(), first.fence(), "the plain reader is in another phase");
         s.storage.read(&key, plain.fence()).await.expect("a plain reader's fenced read was refused");
         s.storage.read(&key, first.fence()).await.expect("the upgradeable reader's fenced read was refused");
-        assert!(plain.release().await.unwrap());
+        assert!(
+            plain.release().await.unwrap(),
+            "release of the plain reader's guard answered false (not held)"
+        );
         assert!(b.try_write(key.as_str()).await.unwrap().is_none(), "a writer got in beside the upgradeable reader");
-        assert!(first.release().await.unwrap());
+        assert!(
+            first.release().await.unwrap(),
+            "release of the upgradeable reader's guard answered false (not held)"
+        );
         let next = b.try_upgradeable_read(key.as_str()).await.unwrap().expect("the released upgradeable reader still kept the next one out");
-        assert!(next.release().await.unwrap());
+        assert!(
+            next.release().await.unwrap(),
+            "release of the next upgradeable reader's guard answered false (not held)"
+        );
     }
 
     /// The upgrade waits for the other readers and takes a new token; a writer that was
@@ -211,7 +264,10 @@ declare_properties!(__fencelock_conformance_rwlock, {
             // The plain reader is still in the phase: the upgrade cannot be through.
             sleep(s.short_ttl()).await;
             assert!(!upgrade.is_finished(), "the upgrade did not wait for the other reader");
-            assert!(plain.release().await.unwrap());
+            assert!(
+                plain.release().await.unwrap(),
+                "release of the plain reader's guard answered false (not held)"
+            );
             let writer = upgrade.await.unwrap().expect("the upgrade failed once the reader left");
             assert!(writer.token() > read_fence.token, "the upgrade's token {} is not above the read fence {read_fence}", writer.token());
             let key = writer.guard().lease().key;
@@ -222,11 +278,17 @@ declare_properties!(__fencelock_conformance_rwlock, {
             sleep(s.short_ttl()).await;
             assert!(!waiting.is_finished(), "a waiting writer was granted beside the upgraded writer");
             let upgraded_token = writer.token();
-            assert!(writer.release().await.unwrap());
+            assert!(
+                writer.release().await.unwrap(),
+                "release of the upgraded writer's guard answered false (not held)"
+            );
             let (next, _) = waiting.await.unwrap();
             let next = next.expect("the waiting writer was not granted after the upgraded one left");
             assert!(next.token() > upgraded_token, "the waiting writer's token {} is not above the upgrade's {upgraded_token}", next.token());
-            assert!(next.release().await.unwrap());
+            assert!(
+                next.release().await.unwrap(),
+                "release of the waiting writer's guard answered false (not held)"
+            );
         }
     }
 
@@ -249,10 +311,23 @@ declare_properties!(__fencelock_conformance_rwlock, {
         assert_eq!(read.as_deref(), Some(&b"written"[..]), "the downgraded reader read something else");
         assert!(b.try_write(key.as_str()).await.unwrap().is_none(), "a writer got in beside the downgraded reader");
         let plain = b.try_read(key.as_str()).await.unwrap().expect("a plain reader was refused beside the downgraded reader");
-        assert_eq!(plain.fence(), reader.fence());
-        assert!(plain.release().await.unwrap());
-        assert!(reader.release().await.unwrap());
+        assert_eq!(
+            plain.fence(),
+            reader.fence(),
+            "a plain reader beside the downgraded reader got another fence"
+        );
+        assert!(
+            plain.release().await.unwrap(),
+            "release of the plain reader's guard answered false (not held)"
+        );
+        assert!(
+            reader.release().await.unwrap(),
+            "release of the downgraded reader's guard answered false (not held)"
+        );
         let writer = b.try_write(key.as_str()).await.unwrap().expect("a writer was refused once the reader was released");
-        assert!(writer.release().await.unwrap());
+        assert!(
+            writer.release().await.unwrap(),
+            "release of the writer's guard answered false (not held)"
+        );
     }
 });

@@ -45,12 +45,22 @@ declare_properties!(__fencelock_conformance_semaphore, {
         assert!(!waiter.is_finished(), "a waiter got a permit while all were held");
         let freed = held.remove(1);
         let freed_slot = freed.slot();
-        assert!(freed.release().await.unwrap());
+        assert!(
+            freed.release().await.unwrap(),
+            "release of a held permit answered false (not held)"
+        );
         let got = timeout(PATIENCE, waiter).await.expect("waiter not woken").unwrap().unwrap();
-        assert_eq!(got.slot(), freed_slot);
+        assert_eq!(
+            got.slot(),
+            freed_slot,
+            "the waiter got another slot than the one given back"
+        );
         held.push(got);
         for permit in held {
-            assert!(permit.release().await.unwrap());
+            assert!(
+                permit.release().await.unwrap(),
+                "release of a held permit answered false (not held)"
+            );
         }
         // Contention: 6 tasks x 4 rounds on 2 permits, counting overlapping holders.
         let sem = semaphore(s, "permits-contended", 2).unwrap();
@@ -66,7 +76,10 @@ declare_properties!(__fencelock_conformance_semaphore, {
                     most.fetch_max(now, Ordering::SeqCst);
                     sleep(Duration::from_millis(10)).await;
                     inside.fetch_sub(1, Ordering::SeqCst);
-                    assert!(permit.release().await.unwrap());
+                    assert!(
+                        permit.release().await.unwrap(),
+                        "release of a held permit answered false (not held)"
+                    );
                 }
             }));
         }
@@ -88,13 +101,20 @@ declare_properties!(__fencelock_conformance_semaphore, {
         s.storage.write(&resource, old.fence(), b"old").await.unwrap();
         sleep(s.past_short_ttl()).await;
         let new = sem.acquire().ttl(LONG_TTL).wait(PATIENCE).await.unwrap();
-        assert_eq!(new.slot(), old.slot());
+        assert_eq!(
+            new.slot(),
+            old.slot(),
+            "the next permit of a 1-permit semaphore is on another slot"
+        );
         assert!(new.token() > old.token(), "a slot's token did not increase");
         s.storage.write(&resource, new.fence(), b"new").await.unwrap();
         assert_stale(s.storage.write(&resource, old.fence(), b"stale").await, old.fence(), new.fence());
         assert!(!old.release().await.unwrap(), "the paused holder released the new holder's slot");
-        assert!(new.is_held());
-        assert!(new.release().await.unwrap());
+        assert!(new.is_held(), "the new holder's permit says it is not held");
+        assert!(
+            new.release().await.unwrap(),
+            "release of the new holder's permit answered false (not held)"
+        );
     }
 
     /// Slot keys stay within `LockKey::MAX_LEN`: the longest key that fits works, one byte
@@ -108,11 +128,26 @@ declare_properties!(__fencelock_conformance_semaphore, {
         // `/permit/9` is 9 bytes: with 10 permits a key may be 503 bytes long.
         let fits: String = format!("{base}/").chars().chain(std::iter::repeat('x')).take(503).collect();
         let sem = Semaphore::new(&locker, &fits, 10).expect("a 503-byte key with 10 permits");
-        assert_eq!(sem.slot_key(9).unwrap().as_str().len(), LockKey::MAX_LEN);
+        assert_eq!(
+            sem.slot_key(9).unwrap().as_str().len(),
+            LockKey::MAX_LEN,
+            "the last slot's key of a 503-byte key with 10 permits is not MAX_LEN bytes long"
+        );
         let permit = sem.acquire().ttl(LONG_TTL).wait(Duration::ZERO).await.unwrap();
-        assert!(permit.release().await.unwrap());
+        assert!(
+            permit.release().await.unwrap(),
+            "release of a permit with the longest key answered false (not held)"
+        );
         let too_long = format!("{fits}x");
-        assert!(matches!(Semaphore::new(&locker, &too_long, 10), Err(Error::InvalidKey { .. })));
-        assert!(matches!(Semaphore::new(&locker, &fits, 0), Err(Error::InvalidConfig { .. })));
+        let over_long = Semaphore::new(&locker, &too_long, 10);
+        assert!(
+            matches!(over_long, Err(Error::InvalidKey { .. })),
+            "slot keys over MAX_LEN answered {over_long:?}, not InvalidKey"
+        );
+        let no_permits = Semaphore::new(&locker, &fits, 0);
+        assert!(
+            matches!(no_permits, Err(Error::InvalidConfig { .. })),
+            "a semaphore of zero permits answered {no_permits:?}, not InvalidConfig"
+        );
     }
 });

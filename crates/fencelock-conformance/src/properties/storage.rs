@@ -26,7 +26,8 @@ declare_properties!(__fencelock_conformance_storage, {
         record_holder(st, &key, first.fence(), &first_info).await.unwrap();
         assert_eq!(
             read_holder(st, &key, first.fence()).await.unwrap(),
-            Some(first_info.clone())
+            Some(first_info.clone()),
+            "the holder record does not read back under its own fence"
         );
         sleep(s.past_short_ttl()).await; // the first holder's lease ends
         let second = grant_after_expiry(b, &key, LONG_TTL).await;
@@ -43,7 +44,8 @@ declare_properties!(__fencelock_conformance_storage, {
         );
         assert_eq!(
             read_holder(st, &key, second.fence()).await.unwrap(),
-            Some(second_info)
+            Some(second_info),
+            "a refused stale overwrite changed the successor's holder record"
         );
         b.release(&second).await.unwrap();
     }
@@ -54,7 +56,11 @@ declare_properties!(__fencelock_conformance_storage, {
         let (b, st) = (&*s.backend, &*s.storage);
         let key = key("paused");
         let first = grant(b, &key, s.short_ttl()).await;
-        assert_eq!(st.read(&key, first.fence()).await.unwrap(), None);
+        assert_eq!(
+            st.read(&key, first.fence()).await.unwrap(),
+            None,
+            "a never-written resource reads back a value"
+        );
         sleep(s.past_short_ttl()).await; // the pause
         let second = grant_after_expiry(b, &key, LONG_TTL).await;
         st.read(&key, second.fence()).await.unwrap();
@@ -65,8 +71,16 @@ declare_properties!(__fencelock_conformance_storage, {
             second.fence(),
         );
         let snapshot = peek(st, &key).await.unwrap();
-        assert_eq!(snapshot.value.as_deref(), Some(&b"second"[..]));
-        assert_eq!(snapshot.fence, second.fence());
+        assert_eq!(
+            snapshot.value.as_deref(),
+            Some(&b"second"[..]),
+            "a refused stale write changed the value"
+        );
+        assert_eq!(
+            snapshot.fence,
+            second.fence(),
+            "the resource's fence is not the second holder's"
+        );
         b.release(&second).await.unwrap();
     }
 
@@ -83,7 +97,8 @@ declare_properties!(__fencelock_conformance_storage, {
             Snapshot {
                 value: Some(b"new".to_vec()),
                 fence: new
-            }
+            },
+            "the newer fence's write is not the resource's value and fence"
         );
     }
 
@@ -102,12 +117,17 @@ declare_properties!(__fencelock_conformance_storage, {
         let st = &*s.storage;
         let key = key("same");
         let (_, fence) = successive_fences(&*s.backend, &key).await;
-        assert_eq!(st.read(&key, fence).await.unwrap(), None);
+        assert_eq!(
+            st.read(&key, fence).await.unwrap(),
+            None,
+            "a never-written resource reads back a value"
+        );
         st.write(&key, fence, b"1").await.unwrap();
         st.write(&key, fence, b"2").await.unwrap();
         assert_eq!(
             st.read(&key, fence).await.unwrap().as_deref(),
-            Some(&b"2"[..])
+            Some(&b"2"[..]),
+            "a read under the same fence does not see its own last write"
         );
     }
 
@@ -133,7 +153,8 @@ declare_properties!(__fencelock_conformance_storage, {
         st.write(&key, b, b"b").await.unwrap();
         assert_eq!(
             peek(st, &key).await.unwrap().value.as_deref(),
-            Some(&b"b"[..])
+            Some(&b"b"[..]),
+            "the admitted write is not the resource's value"
         );
     }
 
@@ -142,8 +163,16 @@ declare_properties!(__fencelock_conformance_storage, {
         let st = &*s.storage;
         let key = key("empty-read");
         let (old, new) = successive_fences(&*s.backend, &key).await;
-        assert_eq!(peek(st, &key).await, None);
-        assert_eq!(st.read(&key, new).await.unwrap(), None);
+        assert_eq!(
+            peek(st, &key).await,
+            None,
+            "a never-touched resource has a snapshot"
+        );
+        assert_eq!(
+            st.read(&key, new).await.unwrap(),
+            None,
+            "a never-written resource reads back a value"
+        );
         assert_eq!(
             peek(st, &key).await,
             Some(Snapshot {
@@ -162,10 +191,19 @@ declare_properties!(__fencelock_conformance_storage, {
         let (old, new) = successive_fences(&*s.backend, &key).await;
         st.write(&key, new, b"kept").await.unwrap();
         let before = peek(st, &key).await;
-        assert!(st.write(&key, old, b"overwritten").await.is_err());
-        assert!(st.read(&key, old).await.is_err());
+        assert!(
+            st.write(&key, old, b"overwritten").await.is_err(),
+            "a write with an older fence was admitted"
+        );
+        assert!(
+            st.read(&key, old).await.is_err(),
+            "a read with an older fence was admitted"
+        );
         let impostor = Fence::new(new.token, OwnerId::random());
-        assert!(st.write(&key, impostor, b"overwritten").await.is_err());
+        assert!(
+            st.write(&key, impostor, b"overwritten").await.is_err(),
+            "a write with the current token from another owner was admitted"
+        );
         assert_eq!(
             peek(st, &key).await,
             before,
@@ -188,7 +226,8 @@ declare_properties!(__fencelock_conformance_storage, {
             );
             assert_eq!(
                 peek(st, &key).await.unwrap().value.as_deref(),
-                Some(&value[..])
+                Some(&value[..]),
+                "peek does not show the {len}-byte value just written"
             );
         }
     }
@@ -205,7 +244,11 @@ declare_properties!(__fencelock_conformance_storage, {
             "max_value_len {max} is larger than any test can allocate"
         );
         match st.write(&key, fence, &vec![7u8; max + 1]).await {
-            Err(Error::ValueTooLarge { size, max: m }) => assert_eq!((size, m), (max + 1, max)),
+            Err(Error::ValueTooLarge { size, max: m }) => assert_eq!(
+                (size, m),
+                (max + 1, max),
+                "ValueTooLarge reports the wrong (size, max)"
+            ),
             other => panic!("expected ValueTooLarge, got {other:?}"),
         }
         assert_eq!(

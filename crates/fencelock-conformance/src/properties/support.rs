@@ -123,7 +123,10 @@ pub(super) async fn grant_after_expiry(
 /// tokens and different owners, as a paused client and its successor would hold.
 pub(super) async fn successive_fences(backend: &dyn LockBackend, key: &LockKey) -> (Fence, Fence) {
     let old = grant(backend, key, short_ttl(backend)).await;
-    assert!(backend.release(&old).await.unwrap());
+    assert!(
+        backend.release(&old).await.unwrap(),
+        "release of a lease still held answered false (not held)"
+    );
     let new = grant(backend, key, LONG_TTL).await;
     assert!(new.token > old.token, "token did not increase");
     backend.release(&new).await.unwrap();

@@ -37,7 +37,10 @@ declare_properties!(__fencelock_conformance_tokens, {
         let mut last = None;
         for _ in 0..3 {
             let lease = grant(b, &key, LONG_TTL).await;
-            assert!(b.release(&lease).await.unwrap());
+            assert!(
+                b.release(&lease).await.unwrap(),
+                "release of a lease still held answered false (not held)"
+            );
             last = Some(lease.token);
         }
         let last = last.unwrap();
@@ -48,7 +51,10 @@ declare_properties!(__fencelock_conformance_tokens, {
             "token {} after reopening, {last} before: the counter did not survive",
             lease.token
         );
-        assert!(reopened.release(&lease).await.unwrap());
+        assert!(
+            reopened.release(&lease).await.unwrap(),
+            "after reopening, release of a lease still held answered false (not held)"
+        );
     }
 
     /// Tokens strictly increase over 1,000 grants of one key.
@@ -66,7 +72,10 @@ declare_properties!(__fencelock_conformance_tokens, {
                 );
             }
             last = Some(lease.token);
-            assert!(b.release(&lease).await.unwrap());
+            assert!(
+                b.release(&lease).await.unwrap(),
+                "grant {round}: release of a lease still held answered false (not held)"
+            );
         }
     }
 
@@ -132,9 +141,17 @@ declare_properties!(__fencelock_conformance_tokens, {
         // On a key never used, advance_token starts the counter.
         let fresh = self::key("advance-fresh");
         let floor = FencingToken::new(77).unwrap();
-        assert!(s.operator().advance_token(&fresh, floor).await.unwrap() >= floor);
+        let fresh_counter = s.operator().advance_token(&fresh, floor).await.unwrap();
+        assert!(
+            fresh_counter >= floor,
+            "advance_token on a never-used key returned {fresh_counter}, below the floor {floor}"
+        );
         let lease = grant(b, &fresh, LONG_TTL).await;
-        assert!(lease.token > floor);
+        assert!(
+            lease.token > floor,
+            "the first grant on a key advanced to {floor} has token {}, not above it",
+            lease.token
+        );
         b.release(&lease).await.unwrap();
     }
 });
