@@ -241,7 +241,7 @@ impl PgAdvisoryBackend {
                 (Some(_), _) => Statement::Queued,
             };
             let owner = waiter.unwrap_or_else(OwnerId::random);
-            let conn = timed(BACKEND, self.timeout(), self.db.holders().acquire()).await?;
+            let conn = self.db.checkout(self.db.holders(), self.timeout()).await?;
             let mut holder = Holder(Some(conn));
             let owner_bytes = owner_bytes(owner);
             for _ in 0..epoch::TRIES {
@@ -307,7 +307,7 @@ impl PgAdvisoryBackend {
                                 &self.db,
                                 BACKEND,
                                 Protocol::Prepared,
-                                self.db.pool(),
+                                self.db.checked(),
                                 seen,
                             )
                             .await?;
@@ -441,7 +441,7 @@ impl LockBackend for PgAdvisoryBackend {
             self.timeout(),
             self.db.sql().advisory_leave.execute(
                 protocol,
-                self.db.pool(),
+                self.db.checked(),
                 &[
                     Arg::Text(key.as_str()),
                     Arg::Bytea(&owner_bytes(waiter)),
@@ -517,7 +517,7 @@ impl LockBackend for PgAdvisoryBackend {
                     self.timeout(),
                     self.db.sql().advisory_held.scalar_one(
                         protocol,
-                        self.db.pool(),
+                        self.db.checked(),
                         &[Arg::Int8(self.db.advisory_lock_id(key))],
                     ),
                 )
@@ -549,7 +549,7 @@ impl LockBackend for PgAdvisoryBackend {
             self.timeout(),
             self.db.sql().advisory_inspect.fetch_one(
                 protocol,
-                self.db.pool(),
+                self.db.checked(),
                 &[
                     Arg::Text(key.as_str()),
                     Arg::Int8(self.db.advisory_lock_id(key)),
@@ -589,7 +589,7 @@ impl LockBackend for PgAdvisoryBackend {
             self.timeout(),
             self.db.sql().advisory_inspect_queue.fetch_all(
                 protocol,
-                self.db.pool(),
+                self.db.checked(),
                 &[
                     Arg::Text(key.as_str()),
                     Arg::Int8(self.db.advisory_lock_id(key)),

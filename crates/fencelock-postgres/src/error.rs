@@ -7,6 +7,7 @@ use std::time::Duration;
 use fencelock_core::Error;
 use sqlx::postgres::PgDatabaseError;
 
+use crate::database::Explained;
 use crate::fence::{STALE_SQLSTATE, UNGRANTED_SQLSTATE, stale_from_detail};
 
 /// Maps a `sqlx` error to fencelock's [`Error`], naming `backend` in the message.
@@ -33,6 +34,19 @@ use crate::fence::{STALE_SQLSTATE, UNGRANTED_SQLSTATE, stale_from_detail};
 ///   anything the protocol does not allow (decode failures, missing columns) is
 ///   [`Error::Backend`] too.
 pub fn map_sqlx_error(backend: &'static str, error: sqlx::Error) -> Error {
+    let error = match error {
+        // A checkout of fencelock's pool refused or timed out, with what it found out
+        // (`database/checkout.rs`): the server is full, or the pool busy.
+        sqlx::Error::Io(io) if io.get_ref().is_some_and(|e| e.is::<Explained>()) => {
+            let message = io.into_inner().map(|e| e.to_string()).unwrap_or_default();
+            return Error::Unavailable {
+                backend,
+                message,
+                source: None,
+            };
+        }
+        other => other,
+    };
     match error {
         sqlx::Error::Io(_)
         | sqlx::Error::Tls(_)

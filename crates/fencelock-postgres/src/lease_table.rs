@@ -142,12 +142,17 @@ impl PgLeaseBackend {
         T: for<'r> FromRow<'r, PgRow> + Send + Unpin + 'static,
     {
         for _ in 0..epoch::TRIES {
+            // A server refusing new connections as full is named here, and asked at most
+            // a few times a second by the whole process.
+            let mut conn = self.db.checkout(self.db.pool(), self.timeout()).await?;
             let sent_at = Instant::now();
             let outcome = tokio::time::timeout(
                 self.timeout(),
-                statement.fetch_one::<T, _>(protocol, self.db.pool(), args),
+                statement.fetch_one::<T, _>(protocol, &mut *conn, args),
             )
             .await;
+            // Back to the pool before anything else here checks one out.
+            drop(conn);
             let row = match outcome {
                 Ok(Ok(row)) => row,
                 // Behind a transaction's (or a slow grant's) row lock on this key: held.
@@ -196,7 +201,7 @@ impl PgLeaseBackend {
                 self.timeout(),
                 self.db.sql().lease_acquire_all.fetch_one::<SetRow, _>(
                     protocol,
-                    self.db.pool(),
+                    self.db.checked(),
                     args,
                 ),
             )
@@ -415,7 +420,7 @@ impl LockBackend for PgLeaseBackend {
                 self.timeout(),
                 self.db.sql().lease_extend.fetch_one(
                     protocol,
-                    self.db.pool(),
+                    self.db.checked(),
                     &[
                         Arg::Text(lease.key.as_str()),
                         Arg::Bytea(&owner_bytes(lease.owner)),
@@ -446,7 +451,7 @@ impl LockBackend for PgLeaseBackend {
                 self.timeout(),
                 self.db.sql().lease_release.scalar_one(
                     protocol,
-                    self.db.pool(),
+                    self.db.checked(),
                     &[
                         Arg::Text(lease.key.as_str()),
                         Arg::Bytea(&owner_bytes(lease.owner)),
@@ -569,7 +574,7 @@ impl LockBackend for PgLeaseBackend {
             self.timeout(),
             self.db.sql().lease_leave.execute(
                 protocol,
-                self.db.pool(),
+                self.db.checked(),
                 &[
                     Arg::Text(key.as_str()),
                     Arg::Bytea(&owner_bytes(waiter)),
@@ -589,7 +594,7 @@ impl LockBackend for PgLeaseBackend {
             self.timeout(),
             self.db.sql().lease_inspect.fetch_one(
                 protocol,
-                self.db.pool(),
+                self.db.checked(),
                 &[Arg::Text(key.as_str())],
             ),
         )
@@ -604,7 +609,7 @@ impl LockBackend for PgLeaseBackend {
             self.timeout(),
             self.db.sql().lease_inspect_queue.fetch_all(
                 protocol,
-                self.db.pool(),
+                self.db.checked(),
                 &[Arg::Text(key.as_str())],
             ),
         )

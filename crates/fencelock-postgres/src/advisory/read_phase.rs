@@ -152,7 +152,7 @@ impl PgAdvisoryBackend {
                             &self.db,
                             BACKEND,
                             Protocol::Prepared,
-                            self.db.pool(),
+                            self.db.checked(),
                             seen,
                         )
                         .await?;
@@ -264,7 +264,7 @@ impl PgAdvisoryBackend {
             self.timeout(),
             self.db.sql().advisory_read_inspect.fetch_one(
                 protocol,
-                self.db.pool(),
+                self.db.checked(),
                 &[
                     Arg::Text(key.as_str()),
                     Arg::Int8(self.db.advisory_lock_id(key)),

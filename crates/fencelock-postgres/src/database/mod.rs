@@ -1,6 +1,7 @@
 //! `PgDatabase`: connecting (or adopting the application's pool), the schema, migrations, shared wake-ups.
 //!
-//! By concern: the three pools ([`pools`]), the transaction-pooler detection ([`pooler`]),
+//! By concern: the three pools ([`pools`]), checkouts that may open a connection
+//! ([`checkout`]), the transaction-pooler detection ([`pooler`]),
 //! the schema's lock mechanism ([`binding`]) and the migrations ([`migrate`]).
 
 use std::fmt;
@@ -23,10 +24,12 @@ use crate::wakeups::{KeepPlaces, Kept, KeptPlace, Wakeups};
 use crate::{PgAdvisoryBackend, PgBackendKind, PgFence, PgLeaseBackend, PgPooler, PgStorage};
 
 mod binding;
+mod checkout;
 mod migrate;
 mod pooler;
 mod pools;
 
+pub(crate) use checkout::Explained;
 pub(crate) use pools::tested_after_idle;
 
 const BACKEND: &str = "postgres";
@@ -62,6 +65,8 @@ struct Inner {
     /// The protocol fencelock's statements use, once known (see [`PgPooler`]).
     protocol: OnceCell<Protocol>,
     wakeups: OnceCell<Wakeups>,
+    /// Checkouts that may open a connection, and the server's refusals as full.
+    checkouts: Arc<checkout::Checkouts>,
 }
 
 impl fmt::Debug for PgDatabase {

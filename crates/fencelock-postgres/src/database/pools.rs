@@ -83,6 +83,7 @@ impl PgConfig {
         .instrument(span)
         .await;
         if let Err(e) = connected {
+            let e = db.full_or(e).await;
             return Err(crate::config::explain_connect_failure(
                 &self.hosts(),
                 e,
@@ -216,6 +217,7 @@ impl PgDatabase {
                 pooler: settings.pooler,
                 protocol: known(settings.pooler),
                 wakeups: OnceCell::new(),
+                checkouts: Arc::default(),
             }),
         })
     }
@@ -258,6 +260,7 @@ impl PgDatabase {
                 pooler,
                 protocol: known(pooler),
                 wakeups: OnceCell::new(),
+                checkouts: inner.checkouts.clone(),
             }),
         }
     }

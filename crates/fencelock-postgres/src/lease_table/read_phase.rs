@@ -107,7 +107,7 @@ impl PgLeaseBackend {
                 self.timeout(),
                 self.db.sql().lease_read_extend.fetch_one(
                     protocol,
-                    self.db.pool(),
+                    self.db.checked(),
                     &[
                         Arg::Text(lease.key.as_str()),
                         Arg::Bytea(&owner_bytes(lease.owner)),
@@ -140,7 +140,7 @@ impl PgLeaseBackend {
                 self.timeout(),
                 self.db.sql().lease_read_release.scalar_one(
                     protocol,
-                    self.db.pool(),
+                    self.db.checked(),
                     &[
                         Arg::Text(lease.key.as_str()),
                         Arg::Bytea(&owner_bytes(lease.owner)),
@@ -163,7 +163,7 @@ impl PgLeaseBackend {
             self.timeout(),
             self.db.sql().lease_read_inspect.fetch_optional(
                 protocol,
-                self.db.pool(),
+                self.db.checked(),
                 &[Arg::Text(key.as_str())],
             ),
         )
