@@ -112,6 +112,8 @@ impl fmt::Debug for ObjectFence {
 enum Op<'a> {
     Read,
     Write(&'a [u8]),
+    /// The payload removed, the fence kept: a tombstone.
+    Delete,
 }
 
 impl Op<'_> {
@@ -119,6 +121,7 @@ impl Op<'_> {
         match self {
             Op::Read => "read",
             Op::Write(_) => "write",
+            Op::Delete => "delete",
         }
     }
 }
@@ -219,6 +222,40 @@ impl ObjectFence {
         self.admit(path, fence, Op::Read).await
     }
 
+    /// A fenced delete that keeps the fence: admits `fence` for the object at `path` and
+    /// removes its payload, leaving a *tombstone* (the object with the fence and no payload,
+    /// in one conditional put). Afterwards [`get`](Self::get) answers `None`, as for a
+    /// missing object, and a holder with an older fence is still refused
+    /// ([`Error::Stale`]). Deleting the object from the store instead (`DELETE`, a lifecycle
+    /// rule) forgets its fence: the next put of any token, a paused holder's included, is
+    /// admitted there (DESIGN.md 5.7, *Deleting*).
+    ///
+    /// ```
+    /// # async fn demo() -> fencelock_core::Result<()> {
+    /// use std::sync::Arc;
+    /// use fencelock_core::{Error, Fence, FencingToken, OwnerId};
+    /// use fencelock_object_store::ObjectFence;
+    /// use fencelock_object_store::object_store::{memory::InMemory, path::Path};
+    ///
+    /// let fence = ObjectFence::connect(Arc::new(InMemory::new()), &Path::default()).await?;
+    /// let path = Path::from("reports/q3.json");
+    /// let old = Fence::new(FencingToken::new(2).unwrap(), OwnerId::random());
+    /// let new = Fence::new(FencingToken::new(3).unwrap(), OwnerId::random());
+    /// fence.put(&path, old, b"draft").await?;
+    /// fence.delete(&path, new).await?;
+    /// assert_eq!(fence.get(&path, new).await?, None);
+    /// assert!(matches!(fence.put(&path, old, b"late").await, Err(Error::Stale { .. })));
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`put`](Self::put).
+    pub async fn delete(&self, path: &Path, fence: Fence) -> Result<()> {
+        self.admit(path, fence, Op::Delete).await.map(drop)
+    }
+
     /// The object and its last admitted fence, without fencing; `None` when there is none.
     pub async fn peek(&self, path: &Path) -> Result<Option<FencedObject>> {
         self.check_options()?;
@@ -265,6 +302,7 @@ impl ObjectFence {
                 && match op {
                     Op::Read => true,
                     Op::Write(payload) => stored.as_deref() == Some(payload),
+                    Op::Delete => stored.is_none(),
                 };
             if already && (contended || self.rule.admits(last, fence)) {
                 // Nothing to change: the object holds this fence (and this payload).
@@ -274,6 +312,7 @@ impl ObjectFence {
             let (next, answer) = match op {
                 Op::Read => (stored.clone(), stored),
                 Op::Write(payload) => (Some(Bytes::copy_from_slice(payload)), None),
+                Op::Delete => (None, None),
             };
             let body = Frame::encode(fence, next.as_deref());
             let mode = match current {

@@ -312,3 +312,47 @@ async fn a_fence_from_a_url_writes_under_its_prefix() {
         "the object was written at the bucket's root"
     );
 }
+
+/// A fenced delete leaves a tombstone that keeps the fence (DESIGN.md 5.7, *Deleting*): the
+/// object reads as gone, and a paused holder's older token is still refused there. A delete
+/// through the store itself forgets the fence, and that older token is admitted: the loss
+/// the tombstone exists for.
+#[tokio::test]
+async fn a_tombstone_keeps_the_fence_that_a_store_delete_forgets() {
+    let store: Arc<dyn ObjectStore> = Arc::new(raw_s3());
+    let fence =
+        support::moto::connected(ObjectFence::connect(store.clone(), &Path::from("probe")).await);
+    let path = Path::from(format!("tombstone/{}", OwnerId::random()));
+    let old = Fence::new(FencingToken::new(2).unwrap(), OwnerId::random());
+    let new = Fence::new(FencingToken::new(3).unwrap(), OwnerId::random());
+    fence.put(&path, old, b"draft").await.unwrap();
+
+    fence.delete(&path, new).await.unwrap();
+    assert_eq!(fence.get(&path, new).await.unwrap(), None);
+    match fence.put(&path, old, b"late").await {
+        Err(Error::Stale {
+            presented, current, ..
+        }) => {
+            assert_eq!((presented, current), (old, new));
+        }
+        other => panic!("a paused holder's put after the tombstone: {other:?}"),
+    }
+    let tomb = fence
+        .peek(&path)
+        .await
+        .unwrap()
+        .expect("the tombstone is gone");
+    assert_eq!((tomb.value, tomb.fence), (None, new));
+    // Deleting again under the same fence changes nothing; an older fence is refused.
+    fence.delete(&path, new).await.unwrap();
+    assert!(matches!(
+        fence.delete(&path, old).await,
+        Err(Error::Stale { .. })
+    ));
+
+    store.delete(&path).await.unwrap();
+    fence.put(&path, old, b"late").await.expect(
+        "after a plain delete the older token was refused: the fence survived, contrary to \
+         what DESIGN 5.7 says of a store's delete",
+    );
+}
