@@ -48,14 +48,12 @@ async fn a_full_server_is_asked_at_most_ten_times_a_second_and_named() {
     .unwrap();
     let db = config(&cluster).connect().await.unwrap();
     let locker = Locker::new(db.lock_backend(PgBackendKind::Advisory));
-    // The listener's connection is open before the server fills up.
-    drop(
-        locker
-            .lock("full/warm")
-            .wait(Duration::from_secs(10))
-            .await
-            .unwrap(),
-    );
+    // The listener's connection is open before the server fills up, and a holder holds.
+    let holder = locker
+        .lock("full/holder")
+        .wait(Duration::from_secs(10))
+        .await
+        .unwrap();
 
     // Others' sessions until the server refuses: it is full.
     let options: sqlx::postgres::PgConnectOptions = cluster.url().parse().unwrap();
@@ -84,6 +82,11 @@ async fn a_full_server_is_asked_at_most_ten_times_a_second_and_named() {
         }
     }
     let elapsed = started.elapsed().as_secs_f64().max(WAIT.as_secs_f64());
+    // The holder renews over the pool's connections, the server full all along.
+    holder
+        .extend(Duration::from_secs(30))
+        .await
+        .expect("a holder could not renew while the server was full");
     let refused = cluster.log().matches(REFUSED).count() - before;
     // Ten a second, and a margin for the connects in flight at either end.
     assert!(
@@ -110,6 +113,7 @@ async fn a_full_server_is_asked_at_most_ten_times_a_second_and_named() {
         .await
         .expect("granted once the server has room");
     guard.release().await.unwrap();
+    holder.release().await.unwrap();
     drop(granted);
     db.close().await;
 }

@@ -12,8 +12,9 @@
 //! - A checkout that timed out is explained by one diagnostic connect (at most one a second,
 //!   shared by every checkout that timed out meanwhile). A refusal as full closes the
 //!   database's [`FullServer`] gate: until its pause ends, a checkout that would open a
-//!   connection fails at once with [`Error::Unavailable`] naming the server, what it said,
-//!   and the settings to change; then one checkout probes again. A diagnostic connect that
+//!   connection takes one the pool gives back within its time-out, or fails with
+//!   [`Error::Unavailable`] naming the server, what it said, and the settings to change;
+//!   then one checkout probes again. A diagnostic connect that
 //!   succeeds says the pool's connections were all busy instead, and how many there are.
 //!
 //! Statements on fencelock's pool take it as [`Checked`] (an `Acquire` of sqlx's), so every
@@ -39,6 +40,10 @@ const BACKEND: &str = "postgres";
 
 /// SQLSTATE `too_many_connections`.
 const TOO_MANY_CONNECTIONS: &str = "53300";
+
+/// How often a checkout that may not open a connection (the server is full) looks for one
+/// given back to the pool.
+const RETURNED_POLL: Duration = Duration::from_millis(5);
 
 /// How long a diagnosis is the answer for every checkout that timed out.
 const DIAGNOSIS_LASTS: Duration = Duration::from_secs(1);
@@ -141,15 +146,25 @@ impl PgDatabase {
         let may_connect =
             pool.num_idle() == 0 && pool.size() < pool.options().get_max_connections();
         if !may_connect {
-            return match tokio::time::timeout(budget, pool.acquire()).await {
-                Ok(Err(sqlx::Error::PoolTimedOut)) | Err(_) => {
-                    Err(explained(self.explain(pool).await))
-                }
-                Ok(other) => other,
+            // An idle connection, or one given back: no connect, nothing to gate.
+            return match pool.acquire().await {
+                Err(sqlx::Error::PoolTimedOut) => Err(explained(self.explain(pool).await)),
+                other => other,
             };
         }
         let checkouts = &self.inner.checkouts;
         if let FullServerEntry::Full { said, retry_in } = checkouts.gate.enter() {
+            // No new connection now; one the pool has may come back within the budget (a
+            // holder's extend goes on while the server is full).
+            if pool.size() > 0 {
+                let until = tokio::time::Instant::now() + budget;
+                while tokio::time::Instant::now() < until {
+                    if let Some(conn) = pool.try_acquire() {
+                        return Ok(conn);
+                    }
+                    tokio::time::sleep(RETURNED_POLL).await;
+                }
+            }
             return Err(explained(self.full_message(&said, retry_in)));
         }
         let outcome = tokio::time::timeout(budget, async {
