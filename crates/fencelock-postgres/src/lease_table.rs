@@ -142,17 +142,12 @@ impl PgLeaseBackend {
         T: for<'r> FromRow<'r, PgRow> + Send + Unpin + 'static,
     {
         for _ in 0..epoch::TRIES {
-            // A server refusing new connections as full is named here, and asked at most
-            // a few times a second by the whole process.
-            let mut conn = self.db.checkout(self.db.pool(), self.timeout()).await?;
             let sent_at = Instant::now();
             let outcome = tokio::time::timeout(
                 self.timeout(),
-                statement.fetch_one::<T, _>(protocol, &mut *conn, args),
+                statement.fetch_one::<T, _>(protocol, self.db.checked(), args),
             )
             .await;
-            // Back to the pool before anything else here checks one out.
-            drop(conn);
             let row = match outcome {
                 Ok(Ok(row)) => row,
                 // Behind a transaction's (or a slow grant's) row lock on this key: held.

@@ -32,11 +32,9 @@ use sqlx::{Acquire, Connection, PgPool, Postgres, Transaction};
 use tokio::sync::{Mutex, Semaphore};
 use tokio::time::Instant;
 
-use super::PgDatabase;
+use super::{BACKEND, PgDatabase};
 use crate::error::timed;
 use crate::exec::BoxFuture;
-
-const BACKEND: &str = "postgres";
 
 /// SQLSTATE `too_many_connections`.
 const TOO_MANY_CONNECTIONS: &str = "53300";
