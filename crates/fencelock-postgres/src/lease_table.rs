@@ -145,7 +145,7 @@ impl PgLeaseBackend {
             let sent_at = Instant::now();
             let outcome = tokio::time::timeout(
                 self.timeout(),
-                statement.fetch_one::<T, _>(protocol, self.db.checked(), args),
+                statement.fetch_one::<T, _>(protocol, self.db.checked_try(), args),
             )
             .await;
             let row = match outcome {
@@ -196,7 +196,7 @@ impl PgLeaseBackend {
                 self.timeout(),
                 self.db.sql().lease_acquire_all.fetch_one::<SetRow, _>(
                     protocol,
-                    self.db.checked(),
+                    self.db.checked_try(),
                     args,
                 ),
             )

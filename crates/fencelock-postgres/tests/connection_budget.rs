@@ -4,12 +4,14 @@
 //! `pool_size + holder_pool_size + 1` on the advisory one (plus one diagnostic connect, only
 //! while a checkout times out). Counted in `pg_stat_activity` by the process's own
 //! `application_name`, while 256 waiters queue behind a holder and while the lock is handed
-//! down to them.
+//! down to them. And holders' renewals keep a share of the pool that grant tries never take.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use fencelock_core::{Locker, OwnerId};
+use fencelock_core::{LockBackend, LockKey, Locker, OwnerId};
 use fencelock_postgres::{PgBackendKind, PgConfig};
 use fencelock_testkit::postgres::{PgSchema, pg_url};
 use sqlx::PgPool;
@@ -119,4 +121,92 @@ async fn the_lease_backend_keeps_its_connection_budget() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_advisory_backend_keeps_its_connection_budget() {
     budget_holds(PgBackendKind::Advisory, i64::from(POOL + HOLDERS) + 2).await;
+}
+
+/// Grant tries of one process blocked in the server, as many as the pool has connections and
+/// more, leave a holder of the lease backend a connection to extend its lease with (DESIGN
+/// 5.3, *Connections of one process*). The tries block on an `ACCESS EXCLUSIVE` lock of the
+/// queue's places, which every try reads and an extend does not; before the reserve, the
+/// extend queued behind them for the pool and timed out, and the lease lapsed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocked_tries_leave_holders_a_connection_to_extend_with() {
+    let schema = PgSchema::create().await;
+    let db = PgConfig::from_url(&format!("{}?schema={}", pg_url(), schema.name()))
+        .unwrap()
+        .pool_size(POOL)
+        .operation_timeout(Duration::from_secs(3))
+        .connect()
+        .await
+        .unwrap();
+    let backend: Arc<dyn LockBackend> = Arc::new(db.lock_backend(PgBackendKind::Lease));
+    let held = LockKey::new("reserve/held").unwrap();
+    let lease = backend
+        .try_acquire(&held, Duration::from_secs(60))
+        .await
+        .unwrap()
+        .expect("the free key was not granted");
+
+    let mut blocker = schema.admin().begin().await.unwrap();
+    sqlx::query(&format!(
+        "LOCK TABLE {}.fencelock_lease_places IN ACCESS EXCLUSIVE MODE",
+        schema.name()
+    ))
+    .execute(&mut *blocker)
+    .await
+    .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tries = Vec::new();
+    for i in 0..4 * POOL {
+        let (backend, stop) = (backend.clone(), stop.clone());
+        tries.push(tokio::spawn(async move {
+            let key = LockKey::new(format!("reserve/try-{i}")).unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                let _ = backend.try_acquire(&key, Duration::from_secs(60)).await;
+            }
+        }));
+    }
+    // Every connection the tries may take is blocked in the server, and a moment more for
+    // any they could take beyond it.
+    let blocked = format!(
+        "SELECT count(*) FROM pg_locks WHERE NOT granted \
+          AND relation = '{}.fencelock_lease_places'::regclass",
+        schema.name()
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(&blocked)
+            .fetch_one(schema.admin())
+            .await
+            .unwrap();
+        if waiting >= i64::from(POOL - 1) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {waiting} grant tries blocked on the places after 30 s"
+        );
+        sleep(Duration::from_millis(20)).await;
+    }
+    sleep(Duration::from_millis(500)).await;
+
+    let extended = backend.extend(&lease, Duration::from_secs(60)).await;
+    let waiting: i64 = sqlx::query_scalar(&blocked)
+        .fetch_one(schema.admin())
+        .await
+        .unwrap();
+    blocker.rollback().await.unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for t in tries {
+        t.await.unwrap();
+    }
+    let extended = extended.unwrap_or_else(|e| {
+        panic!("the holder's extend failed with {waiting} grant tries blocked in the server: {e}")
+    });
+    assert_eq!(extended.token, lease.token);
+    assert!(
+        backend.release(&extended).await.unwrap(),
+        "the extended lease was not live at its release"
+    );
+    db.close().await;
+    schema.cleanup().await;
 }

@@ -21,15 +21,21 @@
 //! checkout of theirs goes through here too; the explanation rides in sqlx's error as an I/O
 //! error's payload ([`Explained`]), which [`map_sqlx_error`] turns back into
 //! [`Error::Unavailable`] with its message.
+//!
+//! Grant tries take the pool as [`CheckedTry`]: they share all of its connections but a
+//! reserve ([`reserved`]), which they never hold, so however many waiters of the process
+//! try at once, a holder's extend or release finds a connection within its time-out.
 
 use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_core::{Error, FullServer, FullServerEntry, Result};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgConnection;
 use sqlx::{Acquire, Connection, PgPool, Postgres, Transaction};
-use tokio::sync::{Mutex, Semaphore};
+use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::{BACKEND, PgDatabase};
@@ -66,15 +72,31 @@ pub(super) struct Checkouts {
     gate: FullServer,
     one_at_a_time: Semaphore,
     last: Mutex<Option<(Instant, Found)>>,
+    /// Grant tries' share of fencelock's pool: its size less [`reserved`].
+    tries: Arc<Semaphore>,
 }
 
-impl Default for Checkouts {
-    fn default() -> Self {
+impl Checkouts {
+    /// The checkouts of a database whose pool has `pool_size` connections.
+    pub(super) fn new(pool_size: u32) -> Self {
+        let share = pool_size.saturating_sub(reserved(pool_size)).max(1);
         Checkouts {
             gate: FullServer::new(),
             one_at_a_time: Semaphore::new(1),
             last: Mutex::new(None),
+            tries: Arc::new(Semaphore::new(share as usize)),
         }
+    }
+}
+
+/// How many connections of a pool of `pool_size` grant tries leave to everything else (a
+/// holder's extend and release above all): a quarter, and at least one once the pool has two.
+/// A pool of one is shared (a reserve there would leave the tries nothing).
+fn reserved(pool_size: u32) -> u32 {
+    if pool_size < 2 {
+        0
+    } else {
+        (pool_size / 4).max(1)
     }
 }
 
@@ -120,11 +142,73 @@ impl<'a> Acquire<'a> for Checked<'a> {
     }
 }
 
+/// fencelock's pool as a grant try takes it: [`Checked`], within the tries' share of the
+/// pool's connections (see the module's documentation).
+#[derive(Clone, Copy)]
+pub(crate) struct CheckedTry<'a> {
+    db: &'a PgDatabase,
+}
+
+/// A connection of a grant try, and its place in the tries' share until it goes back.
+pub(crate) struct TryConnection {
+    conn: PoolConnection<Postgres>,
+    _share: OwnedSemaphorePermit,
+}
+
+impl Deref for TryConnection {
+    type Target = PgConnection;
+
+    fn deref(&self) -> &PgConnection {
+        &self.conn
+    }
+}
+
+impl DerefMut for TryConnection {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        &mut self.conn
+    }
+}
+
+impl<'a> Acquire<'a> for CheckedTry<'a> {
+    type Database = Postgres;
+    type Connection = TryConnection;
+
+    fn acquire(self) -> BoxFuture<'a, TryConnection> {
+        Box::pin(async move {
+            let db = self.db;
+            let pool = &db.inner.pool;
+            let budget = db.inner.timeout.mul_f64(0.75);
+            let share = db.inner.checkouts.tries.clone().acquire_owned();
+            let share = match tokio::time::timeout(budget, share).await {
+                Ok(Ok(share)) => share,
+                Ok(Err(_closed)) => return Err(sqlx::Error::PoolClosed),
+                Err(_) => return Err(explained(db.tries_busy_message(pool))),
+            };
+            let conn = db.checkout_sqlx(pool).await?;
+            Ok(TryConnection {
+                conn,
+                _share: share,
+            })
+        })
+    }
+
+    /// No statement of fencelock's begins a transaction through this.
+    fn begin(self) -> BoxFuture<'a, Transaction<'a, Postgres>> {
+        Checked { db: self.db }.begin()
+    }
+}
+
 impl PgDatabase {
     /// fencelock's pool, each checkout through the turn and the gate (see the module's
     /// documentation).
     pub(crate) fn checked(&self) -> Checked<'_> {
         Checked { db: self }
+    }
+
+    /// fencelock's pool as a grant try takes it: [`checked`](Self::checked), within the
+    /// tries' share, so that the reserve stays for holders (see the module's documentation).
+    pub(crate) fn checked_try(&self) -> CheckedTry<'_> {
+        CheckedTry { db: self }
     }
 
     /// A connection of `pool`, within `limit`; see the module's documentation.
@@ -282,6 +366,19 @@ impl PgDatabase {
             self.server(),
             self.inner.pool.options().get_max_connections(),
             self.inner.holders.options().get_max_connections(),
+        )
+    }
+
+    fn tries_busy_message(&self, pool: &PgPool) -> String {
+        let size = pool.options().get_max_connections();
+        format!(
+            "no connection to PostgreSQL server {} within the operation time-out: this \
+             process's grant tries held all {} connections of their share (PgConfig::pool_size, \
+             now {size}, less the {} kept for holders' renewals and releases); raise \
+             PgConfig::pool_size, or the operation time-out",
+            self.server(),
+            size.saturating_sub(reserved(size)).max(1),
+            reserved(size),
         )
     }
 

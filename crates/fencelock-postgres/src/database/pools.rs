@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::pooler::{advisory_behind_pooler, known};
-use super::{Inner, PgDatabase};
+use super::{Inner, PgDatabase, checkout};
 use crate::statements::Statements;
 use crate::{PgBackendKind, PgConfig, PgPooler};
 
@@ -196,6 +196,9 @@ impl PgDatabase {
         settings: Settings,
     ) -> Result<Self> {
         let sql = Statements::new(schema)?;
+        let checkouts = Arc::new(checkout::Checkouts::new(
+            pool.options().get_max_connections(),
+        ));
         let holders = pool_options(settings.holder_pool_size, settings.timeout)
             .connect_lazy_with(options.clone());
         let tokens = pool_options(settings.token_pool_size.max(1), settings.timeout)
@@ -217,7 +220,7 @@ impl PgDatabase {
                 pooler: settings.pooler,
                 protocol: known(settings.pooler),
                 wakeups: OnceCell::new(),
-                checkouts: Arc::default(),
+                checkouts,
             }),
         })
     }
