@@ -6,10 +6,13 @@ use fencelock::{FencingToken, LockKey};
 use crate::args::SharedBackendArg;
 use crate::error::CliError;
 use crate::exit::Exit;
+use crate::spec::{Spec, SpecParser};
 
 pub(crate) const EXAMPLES: &str =
     "  # after a Redis restart without persistence, the storage is at token 41
   fencelock advance-token --backend redis://127.0.0.1:6379 --key nightly-report --to 41
+  # moving from Redis: once no client takes the lock there, go past its last grant
+  fencelock advance-token --backend 'postgres://app@db/app?backend=lease' --key nightly-report --past redis://cache:6379
   # moved from another lock service: lift the counter past the fence the storage holds
   fencelock advance-token --backend 'postgres://app@db/app?backend=lease' --key nightly-report --to-fence-of nightly-report
 ";
@@ -25,21 +28,60 @@ pub(crate) struct Args {
     #[arg(
         long,
         value_name = "N",
-        required_unless_present = "to_fence_of",
-        conflicts_with = "to_fence_of",
+        required_unless_present_any = ["to_fence_of", "past"],
+        conflicts_with_all = ["to_fence_of", "past"],
         value_parser = clap::value_parser!(u64).range(1..)
     )]
     to: Option<u64>,
     /// The floor is the fence this backend's storage last admitted for RESOURCE (the key, for
     /// data written with `write_key`): after moving to this lock service from another, whose
     /// tokens the storage already holds, the next grant is admitted again.
-    #[arg(long, value_name = "RESOURCE")]
+    #[arg(long, value_name = "RESOURCE", conflicts_with = "past")]
     to_fence_of: Option<String>,
+    /// The floor is the last token the lock service SPEC (the one you move from) granted for
+    /// the key: every token it handed out is then below every token this one grants, so its
+    /// holders' writes are refused as stale once the new service's holder writes. Stop every
+    /// client of SPEC from taking the lock first: a grant there after this step is not
+    /// covered. SPEC may be @FILE.
+    #[arg(long, value_name = "SPEC", value_parser = SpecParser)]
+    past: Option<Spec>,
     /// Raise the counter even when the floor leaves the key fewer than 2^32 further grants
     /// before its counter runs out (at 2^63 - 1): a key whose counter is used up can never be
     /// locked again.
     #[arg(long)]
     force: bool,
+}
+
+/// The last token the lock service `old` granted for `key`, read from it, with a note on
+/// stderr when a holder of it is live.
+async fn last_grant_of(old: &Spec, key: &LockKey, new: &Spec) -> Result<FencingToken, CliError> {
+    if !old.spec().is_shared() {
+        return Err(CliError::Input(format!(
+            "--past needs the lock service you move from, and {old} lives inside one process: \
+             it granted nothing another process could hold"
+        )));
+    }
+    if old.to_string() == new.to_string() {
+        return Err(CliError::Input(format!(
+            "--past names {old}, the service this command advances: name the lock service you \
+             move from"
+        )));
+    }
+    let info = old.spec().connect().await?.backend.inspect(key).await?;
+    let Some(last) = info.last_token else {
+        return Err(CliError::Input(format!(
+            "{old} never granted {key}: nothing to move past (check the key, and the prefix or \
+             schema in the URL; or give --to N)"
+        )));
+    };
+    if let Some(holder) = info.holder {
+        eprintln!(
+            "fencelock: note: {key} is held on {old} with token {}: its holder's writes are \
+             refused once a holder of {new} writes",
+            holder.token
+        );
+    }
+    Ok(last)
 }
 
 /// How many grants a floor must leave a key, unless `--force`: one call, by a typo or on
@@ -50,8 +92,9 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     let spec = args.backend.shared("fencelock advance-token")?;
     let key = LockKey::new(&args.key)?;
     let connected = spec.spec().connect().await?;
-    let floor = match (&args.to_fence_of, args.to) {
-        (Some(resource), _) => {
+    let floor = match (&args.past, &args.to_fence_of, args.to) {
+        (Some(old), _, _) => last_grant_of(old, &key, spec).await?,
+        (None, Some(resource), _) => {
             let resource = LockKey::new(resource)?;
             match connected.storage.peek(&resource).await? {
                 Some(snapshot) => snapshot.fence.token,
@@ -63,11 +106,11 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
                 }
             }
         }
-        (None, Some(to)) => FencingToken::new(to)
+        (None, None, Some(to)) => FencingToken::new(to)
             .ok_or_else(|| CliError::Input("--to must be at least 1".into()))?,
-        (None, None) => {
+        (None, None, None) => {
             return Err(CliError::Input(
-                "give --to N or --to-fence-of RESOURCE".into(),
+                "give --to N, --to-fence-of RESOURCE or --past SPEC".into(),
             ));
         }
     };

@@ -115,17 +115,21 @@ impl TypedValueParser for SpecParser {
     fn parse_ref(
         &self,
         cmd: &clap::Command,
-        _arg: Option<&clap::Arg>,
+        arg: Option<&clap::Arg>,
         value: &OsStr,
     ) -> Result<Spec, clap::Error> {
         let parsed = match value.to_str() {
             Some(text) => Spec::parse_value(text),
             None => Err("the backend spec is not valid UTF-8".to_owned()),
         };
+        let option = match arg.and_then(clap::Arg::get_long) {
+            Some("backend") | None => format!("--backend or {BACKEND_ENV}"),
+            Some(long) => format!("--{long}"),
+        };
         parsed.map_err(|reason| {
             clap::Error::raw(
                 ErrorKind::ValueValidation,
-                format!("invalid backend spec (--backend or {BACKEND_ENV}): {reason}\n"),
+                format!("invalid backend spec ({option}): {reason}\n"),
             )
             .with_cmd(cmd)
         })

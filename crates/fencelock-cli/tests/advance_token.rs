@@ -135,6 +135,87 @@ fn moving_to_another_lock_service_is_healed_from_the_storage_fence() {
     assert!(err.contains("holds no fence for never-written"), "{err}");
 }
 
+// Catches: a move between lock services that lets a holder of the old one write after the
+// new one's holder. Tokens 1-5 granted by Redis, the storage at 3: lifting the new counter
+// only past the storage's fence (3) let the old holder of token 5, which had not written yet,
+// write after the new holder's token 4 (and with the same resource it was refused as a
+// configuration error, not as stale). `--past` reads the old service's last grant and goes
+// past it, so the old holder is refused as stale.
+#[test]
+fn moving_past_the_old_services_last_grant_leaves_its_holders_stale() {
+    use fencelock::spec::BackendSpec;
+    use fencelock::{Error, Fence, FencedStorageExt, FencingToken, OwnerId};
+
+    let redis = RedisServer::spawn();
+    let tokens: Vec<u64> = (0..5)
+        .map(|_| token_of_a_run(&redis.url(), "ledger"))
+        .collect();
+    assert_eq!(tokens, [1, 2, 3, 4, 5]);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let schema = runtime.block_on(fencelock_testkit::postgres::PgSchema::create());
+    let url = schema.url();
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let pg = format!("{url}{sep}backend=lease&schema={}", schema.name());
+    let storage = runtime
+        .block_on(async { BackendSpec::parse(&pg)?.connect().await })
+        .unwrap()
+        .storage;
+    // The old service's holder of token 3 wrote; the holder of token 5 has not yet.
+    let third = Fence::new(FencingToken::new(3).unwrap(), OwnerId::random());
+    runtime
+        .block_on(storage.write_key("ledger", third, b"balance=10"))
+        .unwrap();
+
+    // Refused, changing nothing: the service being advanced, an in-process one, a key the
+    // old service never granted.
+    for (past, key, says) in [
+        (pg.as_str(), "ledger", "the service this command advances"),
+        ("memory://", "ledger", "lives inside one process"),
+        (
+            redis.url().as_str(),
+            "never-locked",
+            "never granted never-locked",
+        ),
+    ] {
+        let (code, out, err) = fencelock(&[
+            "advance-token",
+            "--backend",
+            &pg,
+            "--key",
+            key,
+            "--past",
+            past,
+        ]);
+        assert_eq!(code, 2, "--past {past}: {out}\n{err}");
+        assert!(err.contains(says), "--past {past}: {err}");
+    }
+
+    let (code, out, err) = fencelock(&[
+        "advance-token",
+        "--backend",
+        &pg,
+        "--key",
+        "ledger",
+        "--past",
+        &redis.url(),
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("above 5"), "{out}");
+    let new_token = token_of_a_run(&pg, "ledger");
+    assert_eq!(new_token, 6, "the new service's first grant");
+    let new = Fence::new(FencingToken::new(new_token).unwrap(), OwnerId::random());
+    runtime
+        .block_on(storage.write_key("ledger", new, b"balance=12"))
+        .unwrap();
+
+    // The old service's last holder writes late: stale, both fences named.
+    let fifth = Fence::new(FencingToken::new(5).unwrap(), OwnerId::random());
+    match runtime.block_on(storage.write_key("ledger", fifth, b"balance=0")) {
+        Err(Error::Stale { .. }) => {}
+        other => panic!("the old service's holder of token 5 was not refused as stale: {other:?}"),
+    }
+}
+
 /// One call cannot use up a key's counter by accident: a floor that leaves fewer than 2^32
 /// grants before 2^63 - 1 is refused (exit 2, saying so and changing nothing) unless
 /// `--force`, which warns.
