@@ -15,11 +15,13 @@
 //! proxy.set_reset(true);                              // close everything, refuse new
 //! proxy.set_lose_answers(true);                       // requests run, answers are lost
 //! proxy.heal();                                       // back to a plain proxy
-//! # let _ = via; Ok(()) }
+//! let sent = proxy.exchanges();                       // round trips made through it so far
+//! # let _ = (via, sent); Ok(()) }
 //! ```
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -49,6 +51,8 @@ struct Shared {
     faults: Mutex<Faults>,
     /// Bumped to cut every open connection; dropped (with the proxy) to end every task.
     epoch: watch::Sender<u64>,
+    /// Requests that began an exchange: see [`FaultProxy::exchanges`].
+    exchanges: AtomicU64,
 }
 
 impl Shared {
@@ -75,6 +79,7 @@ impl FaultProxy {
             target,
             faults: Mutex::new(Faults::default()),
             epoch,
+            exchanges: AtomicU64::new(0),
         });
         let accept = tokio::spawn(accept_loop(listener, Arc::clone(&shared)));
         Ok(FaultProxy {
@@ -141,6 +146,14 @@ impl FaultProxy {
     /// reach the server and run, their outcome unknown to the client.
     pub fn set_lose_answers(&self, on: bool) {
         self.update(|f| f.lose_answers = on);
+    }
+
+    /// The round trips clients made through the proxy so far, over every connection: a
+    /// client's data counts once when it is the first on its connection or follows data of
+    /// the server's, so a request in several pieces, or several sent together (pipelined),
+    /// count once. Compare two readings around one call to count its round trips.
+    pub fn exchanges(&self) -> u64 {
+        self.shared.exchanges.load(Ordering::SeqCst)
     }
 
     /// Removes every fault. Connections cut by a reset stay cut.
@@ -219,8 +232,22 @@ async fn forward(
     };
     let _ = server.set_nodelay(true);
     let (server_read, server_write) = server.into_split();
-    let up = pump(client_read, server_write, Arc::clone(shared), false);
-    let down = pump(server_read, client_write, Arc::clone(shared), true);
+    // Whether the server spoke last: the client's next data begins an exchange.
+    let answered = Arc::new(AtomicBool::new(true));
+    let up = pump(
+        client_read,
+        server_write,
+        Arc::clone(shared),
+        false,
+        Arc::clone(&answered),
+    );
+    let down = pump(
+        server_read,
+        client_write,
+        Arc::clone(shared),
+        true,
+        answered,
+    );
     tokio::select! {
         _ = up => {}
         _ = down => {}
@@ -229,8 +256,15 @@ async fn forward(
     // Dropping both halves of both sockets closes the connection in both directions.
 }
 
-/// Copies `from` to `to` under the faults in force; `answers` is the server-to-client way.
-async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, shared: Arc<Shared>, answers: bool) {
+/// Copies `from` to `to` under the faults in force; `answers` is the server-to-client way, and
+/// `answered` says whether the server spoke last (see [`FaultProxy::exchanges`]).
+async fn pump(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    shared: Arc<Shared>,
+    answers: bool,
+    answered: Arc<AtomicBool>,
+) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buf).await {
@@ -247,6 +281,12 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, shared: Arc<Share
         }
         if !faults.delay.is_zero() {
             tokio::time::sleep(faults.delay).await;
+        }
+        if answers {
+            // Before the client can read it, so its next request sees the flag.
+            answered.store(true, Ordering::SeqCst);
+        } else if answered.swap(false, Ordering::SeqCst) {
+            shared.exchanges.fetch_add(1, Ordering::SeqCst);
         }
         if to.write_all(&buf[..n]).await.is_err() {
             return;

@@ -93,3 +93,36 @@ async fn the_proxy_delays_swallows_and_cuts_traffic() {
         Some("+PONG\r\n")
     );
 }
+
+/// Sends `request` on `stream` and reads until `pongs` PONG replies came.
+fn pings(stream: &mut TcpStream, request: &[u8], pongs: usize) {
+    stream.write_all(request).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 64];
+    while got.len() < pongs * b"+PONG\r\n".len() {
+        let n = stream.read(&mut buf).unwrap();
+        assert!(n > 0, "the proxy closed the connection");
+        got.extend_from_slice(&buf[..n]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_counts_round_trips() {
+    let server = spawn(RedisOptions::default());
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let via = proxy.addr();
+    tokio::task::spawn_blocking(move || {
+        let mut stream = TcpStream::connect(via).unwrap();
+        stream.set_read_timeout(Some(ANSWER)).unwrap();
+        pings(&mut stream, b"PING\r\n", 1);
+        // Pipelined: one round trip for both.
+        pings(&mut stream, b"PING\r\nPING\r\n", 2);
+        // One request in two pieces, the second after a pause: one round trip.
+        stream.write_all(b"PI").unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        pings(&mut stream, b"NG\r\n", 1);
+    })
+    .await
+    .unwrap();
+    assert_eq!(proxy.exchanges(), 3);
+}

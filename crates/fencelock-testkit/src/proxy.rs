@@ -9,5 +9,74 @@
 //! proxy.heal();
 //! # Ok(()) }
 //! ```
+//!
+//! [`uncontended_round_trips`] counts what an uncontended grant and a release cost in round
+//! trips, through a proxy in front of the backend's server.
 
+use std::time::Duration;
+
+use fencelock_core::{LockBackend, LockKey};
 pub use fencelock_servers::proxy::{FaultProxy, Faults};
+
+/// The round trips of uncontended grants and of their releases, one entry per call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoundTrips {
+    /// Of each `try_acquire` of a free key.
+    pub grants: Vec<u64>,
+    /// Of each `release` of the lease just granted.
+    pub releases: Vec<u64>,
+}
+
+/// Counts, through `proxy` (which stands between `backend` and its only server), the round
+/// trips of `times` uncontended `try_acquire`s of `key` and of their `release`s, after three
+/// of each to warm the backend (connections open, statements prepared, scripts loaded). Each
+/// count is taken from quiet to quiet (no traffic for 100 ms), so it holds what the call
+/// caused after it returned too, such as a pool testing the connection it got back.
+///
+/// # Panics
+/// When a call fails, or a grant of the free key is refused.
+pub async fn uncontended_round_trips(
+    proxy: &FaultProxy,
+    backend: &dyn LockBackend,
+    key: &LockKey,
+    times: usize,
+) -> RoundTrips {
+    const TTL: Duration = Duration::from_secs(30);
+    let mut counted = RoundTrips {
+        grants: Vec::new(),
+        releases: Vec::new(),
+    };
+    for round in 0..3 + times {
+        let before = quiet(proxy).await;
+        let lease = match backend.try_acquire(key, TTL).await {
+            Ok(Some(lease)) => lease,
+            other => panic!(
+                "{}: a grant of the free key {key}: {other:?}",
+                backend.name()
+            ),
+        };
+        let granted = quiet(proxy).await;
+        if let Err(e) = backend.release(&lease).await {
+            panic!("{}: the release of {key}: {e}", backend.name());
+        }
+        let released = quiet(proxy).await;
+        if round >= 3 {
+            counted.grants.push(granted - before);
+            counted.releases.push(released - granted);
+        }
+    }
+    counted
+}
+
+/// The proxy's count of exchanges once it has not moved for 100 ms.
+async fn quiet(proxy: &FaultProxy) -> u64 {
+    let mut last = proxy.exchanges();
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = proxy.exchanges();
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+}

@@ -1,0 +1,45 @@
+//! The round trips of an uncontended grant and of a release (DESIGN 4.0, *Round trips*),
+//! counted at the TCP level by a proxy between the backend and the server: one `CALL` each,
+//! which is all the call waits for, and sqlx's `COM_PING` of the session on its way back into
+//! the pool after a release, which it does not wait for.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use fencelock_core::{HostPort, LockBackend, LockKey};
+use fencelock_testkit::proxy::{FaultProxy, RoundTrips, uncontended_round_trips};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_grant_and_a_release_are_one_call_each() {
+    let (db, cleanup) = common::database("rtrips").await;
+    let server = cleanup.config().hosts()[0].clone();
+    let target = tokio::net::lookup_host(server.to_string())
+        .await
+        .unwrap()
+        .next()
+        .unwrap();
+    let proxy = FaultProxy::start(target).await.unwrap();
+    let proxied = cleanup
+        .config()
+        .clone()
+        .with_hosts(&[HostPort::new("127.0.0.1", proxy.port())])
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let backend = proxied.lock_backend();
+    let key = LockKey::new("round-trips").unwrap();
+    let counted = uncontended_round_trips(&proxy, &backend, &key, 5).await;
+    // The grant keeps its session for the lease: the call alone. The release gives it back.
+    assert_eq!(
+        counted,
+        RoundTrips {
+            grants: vec![1; 5],
+            releases: vec![2; 5],
+        },
+        "{}: round trips of uncontended grants and of their releases",
+        backend.name()
+    );
+    proxied.close().await;
+    db.close().await;
+}
