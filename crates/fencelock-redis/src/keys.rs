@@ -1,7 +1,7 @@
 //! Redis key names: one hash tag per user key, so a lock, its counter, its read phase and its
 //! channel share a Redis Cluster slot.
 
-use fencelock_core::{Error, LockKey, Result};
+use fencelock_core::{COMPANION_SUFFIX, Error, LockKey, Result};
 
 /// The prefix used when none is configured.
 pub(crate) const DEFAULT_PREFIX: &str = "fencelock";
@@ -13,9 +13,18 @@ pub(crate) const DEFAULT_PREFIX: &str = "fencelock";
 /// between the first `{` and the next `}`; since the prefix may not contain braces and
 /// `enc(k)` contains no `}`, that text is exactly `enc(k)`, never empty, so every key of `k`
 /// lands in the same slot. `enc` is injective, so distinct keys never share names.
+///
+/// On a cluster ([`clustered`](Self::clustered)) an upgradeable reader's companion lock
+/// `k/upgrader` is named `{prefix}:{enc(k)}/upgrader:...` (and its own companion
+/// `{enc(k)}/upgrader/upgrader`): its keys share `k`'s slot, so a failover loses or keeps the
+/// two together, as one server would (DESIGN 5.2, *The companion's slot*). Names stay
+/// injective: the tag holds the key less every trailing `/upgrader` (never empty), the run of
+/// `/upgrader` between the tag's closing brace and the next `:` holds the rest, and `enc` is
+/// injective.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct KeySpace {
     prefix: String,
+    companions_in_base_slot: bool,
 }
 
 impl KeySpace {
@@ -35,6 +44,16 @@ impl KeySpace {
         }
         Ok(KeySpace {
             prefix: prefix.to_owned(),
+            companions_in_base_slot: false,
+        })
+    }
+
+    /// The key space of a cluster: a companion lock's keys in its key's slot (see the type's
+    /// documentation).
+    pub(crate) fn clustered(prefix: &str) -> Result<Self> {
+        Ok(KeySpace {
+            companions_in_base_slot: true,
+            ..KeySpace::new(prefix)?
         })
     }
 
@@ -42,12 +61,31 @@ impl KeySpace {
         &self.prefix
     }
 
+    /// The name of a lock's key: a companion's in its key's slot on a cluster.
     fn name(&self, key: &LockKey, suffix: &str) -> String {
-        let mut name =
-            String::with_capacity(self.prefix.len() + key.as_str().len() + suffix.len() + 4);
+        let text = key.as_str();
+        if !self.companions_in_base_slot {
+            return self.named(text, "", suffix);
+        }
+        // A companion's companion too: every trailing suffix goes after the tag.
+        let mut base = text;
+        while let Some(rest) = base.strip_suffix(COMPANION_SUFFIX)
+            && !rest.is_empty()
+        {
+            base = rest;
+        }
+        self.named(base, &text[base.len()..], suffix)
+    }
+
+    /// `{prefix}:{enc(tagged)}<after>:<suffix>`.
+    fn named(&self, tagged: &str, after: &str, suffix: &str) -> String {
+        let mut name = String::with_capacity(
+            self.prefix.len() + tagged.len() + after.len() + suffix.len() + 4,
+        );
         name.push_str(&self.prefix);
         name.push(':');
-        push_tag(&mut name, key);
+        push_tag(&mut name, tagged);
+        name.push_str(after);
         name.push(':');
         name.push_str(suffix);
         name
@@ -110,28 +148,28 @@ impl KeySpace {
 
     /// `{prefix}:{<resource>}:data`: the hash of a fenced-storage resource.
     pub(crate) fn data(&self, resource: &LockKey) -> String {
-        self.name(resource, "data")
+        self.named(resource.as_str(), "", "data")
     }
 
     /// `{prefix}:{<resource>}:fence`: the fence record guarding a resource's keys of the
     /// user's own (a hash with fields `token` and `owner`).
     pub(crate) fn fence(&self, resource: &LockKey) -> String {
-        self.name(resource, "fence")
+        self.named(resource.as_str(), "", "fence")
     }
 }
 
 /// `{enc(key)}`: the hash tag every key name of `key` carries.
 pub(crate) fn tag(key: &LockKey) -> String {
     let mut tag = String::with_capacity(key.as_str().len() + 2);
-    push_tag(&mut tag, key);
+    push_tag(&mut tag, key.as_str());
     tag
 }
 
 /// Appends `{enc(key)}`, copying the runs between the characters it encodes whole (every
 /// grant names five keys, so this is on each operation's path).
-fn push_tag(name: &mut String, key: &LockKey) {
+fn push_tag(name: &mut String, key: &str) {
     name.push('{');
-    for piece in key.as_str().split_inclusive(['%', '{', '}']) {
+    for piece in key.split_inclusive(['%', '{', '}']) {
         if let Some(text) = piece.strip_suffix('%') {
             name.push_str(text);
             name.push_str("%25");
@@ -185,6 +223,55 @@ mod tests {
                 assert!(seen.insert(name.clone()), "{name} named twice");
             }
         }
+    }
+
+    #[test]
+    fn a_companion_shares_its_keys_slot_on_a_cluster() {
+        let clustered = KeySpace::clustered("p").unwrap();
+        let plain = KeySpace::new("p").unwrap();
+        let companion = LockKey::new("orders/42/upgrader").unwrap();
+        assert_eq!(clustered.lock(&companion), "p:{orders/42}/upgrader:lock");
+        assert_eq!(plain.lock(&companion), "p:{orders/42/upgrader}:lock");
+        let mut named = std::collections::HashMap::new();
+        for k in [
+            "x",
+            "x/upgrader",
+            "x/upgrader/upgrader",
+            "/upgrader",
+            "a}",
+            "%",
+            "a/b",
+        ] {
+            let key = LockKey::new(k).unwrap();
+            let companion = LockKey::new(format!("{k}{COMPANION_SUFFIX}")).unwrap();
+            assert_eq!(
+                hash_tag(&clustered.lock(&companion)),
+                hash_tag(&clustered.lock(&key)),
+                "{k:?}"
+            );
+            for key in [key, companion] {
+                let names = [
+                    clustered.lock(&key),
+                    clustered.token(&key),
+                    clustered.readers(&key),
+                    clustered.queue(&key),
+                    clustered.channel(&key),
+                ];
+                for name in names {
+                    let earlier = named.insert(name.clone(), key.as_str().to_owned());
+                    assert!(
+                        earlier.as_deref().is_none_or(|e| e == key.as_str()),
+                        "{name} names {key} and {earlier:?}"
+                    );
+                }
+                // A resource's storage keys are named as everywhere else.
+                assert_eq!(clustered.data(&key), plain.data(&key));
+                assert_eq!(clustered.fence(&key), plain.fence(&key));
+            }
+        }
+        // A key that is only the suffix has no key to share a slot with.
+        let bare = LockKey::new(COMPANION_SUFFIX).unwrap();
+        assert_eq!(clustered.lock(&bare), plain.lock(&bare));
     }
 
     #[test]

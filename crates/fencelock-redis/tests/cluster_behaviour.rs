@@ -286,3 +286,44 @@ async fn a_frozen_replica_does_not_stall_connect() {
         "connect waited {elapsed:?} for the frozen replica"
     );
 }
+
+/// An upgradeable reader's companion lock lives in its key's slot (DESIGN 5.2, *The
+/// companion's slot*): so no failover of one master can lose the companion and keep the
+/// key's read phase, which would let a writer in between the upgrader's read and its write.
+/// Before, `{k/upgrader}` hashed to a slot of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgraders_companion_lives_in_its_keys_slot() {
+    use fencelock_core::{Locker, RwLocker};
+
+    let cluster = spawn(3, 0).await;
+    let backend = RedisClusterConfig::from_url(&cluster.url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let locks = RwLocker::new(Locker::new(backend));
+    // Keys whose own tags hash to many slots, so a companion elsewhere would show.
+    for key in ["ledger", "orders/42", "a", "b", "c"] {
+        let reader = locks.upgradeable_read(key).ttl(TTL).await.unwrap();
+        let slot_of = |name: &str| cli(&cluster, 0, &["CLUSTER", "KEYSLOT", name]);
+        let mut companion = None;
+        let mut readers = None;
+        for node in 0..cluster.len() {
+            for name in cli(&cluster, node, &["KEYS", "*"]).lines() {
+                if name.contains("/upgrader") && name.ends_with(":lock") {
+                    companion = Some(name.to_owned());
+                } else if name.ends_with(":readers") {
+                    readers = Some(name.to_owned());
+                }
+            }
+        }
+        let companion = companion.expect("no companion lock key on any master");
+        let readers = readers.expect("no read phase key on any master");
+        assert_eq!(
+            slot_of(&companion),
+            slot_of(&readers),
+            "{key}: the companion {companion} is not in the slot of {readers}"
+        );
+        reader.release().await.unwrap();
+    }
+}

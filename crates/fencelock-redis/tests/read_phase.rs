@@ -315,3 +315,58 @@ async fn waiters_wait_for_the_phase_and_wake_when_it_ends() {
     );
     writer.release().await.unwrap();
 }
+
+/// An upgrader whose companion the server lost (a failover to a replica that missed its
+/// grant or its renewals; here deleted by hand) while its local deadline still counts it
+/// held: a writer takes the companion and queues for the key, and the upgrade must then be
+/// refused, since that writer may be granted between the upgrader's read and its write.
+/// Before the upgrade asked the server, its local check passed and the upgrade was granted
+/// after the writer's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_asks_the_server_for_its_companion() {
+    use fencelock_core::{Error, Locker, RwLocker};
+
+    let server = RedisServer::spawn();
+    let upgrader = RwLocker::new(Locker::new(node(&server).await));
+    let writer = RwLocker::new(Locker::new(node(&server).await));
+    let reader = upgrader.upgradeable_read("ledger").ttl(LONG).await.unwrap();
+    let lost: i64 = redis::cmd("DEL")
+        .arg("read-phase:{ledger/upgrader}:lock")
+        .query_async(&mut server_connection(&server).await)
+        .await
+        .unwrap();
+    assert_eq!(lost, 1, "the companion's key was not where the test looked");
+    assert!(
+        reader.is_held(),
+        "the upgrader's local view still counts it held"
+    );
+
+    let writes = tokio::spawn(async move {
+        let guard = writer
+            .write("ledger")
+            .ttl(LONG)
+            .wait(LONG)
+            .await
+            .expect("the writer was not granted");
+        guard.release().await.unwrap();
+    });
+    // The writer holds the companion and waits for the read phase to end.
+    sleep(Duration::from_millis(500)).await;
+    match reader.upgrade(LONG).await {
+        Err(Error::LeaseLost { .. }) => {}
+        Ok(upgraded) => {
+            upgraded.release().await.unwrap();
+            panic!("the upgrade was granted though a writer took its companion");
+        }
+        Err(e) => panic!("the upgrade failed otherwise: {e}"),
+    }
+    tokio::time::timeout(LONG, writes).await.unwrap().unwrap();
+}
+
+async fn server_connection(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}

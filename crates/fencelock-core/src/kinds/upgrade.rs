@@ -78,6 +78,19 @@ fn companion_lost(companion: &LockGuard) -> Error {
     Error::lease_lost(&companion.lease().key, LostReason::DeadlinePassed)
 }
 
+/// Whether the companion is still this holder's, asked of the server: an extend, which
+/// renews only the live lease of this owner and token. The local deadline is only as good
+/// as the renewals the server kept, and a promoted replica may have lost the last of them
+/// (or the grant itself) while this process counts on it; another party holding the
+/// companion since, or having held and released it, makes the extend fail. `Err` when the
+/// companion is not (or not known to be) held: the step must be refused.
+async fn held_on_server(companion: &LockGuard, ttl: Duration) -> Result<()> {
+    if !companion.is_held() {
+        return Err(companion_lost(companion));
+    }
+    companion.extend(ttl).await
+}
+
 /// The option setters of a request that keeps its own [`LockOptions`].
 macro_rules! option_setters {
     ($request:ident) => {
@@ -178,10 +191,10 @@ impl WriteRequest {
                 return Err(on_key(e, &key, started));
             }
         };
-        // Held now means held since before the grant (a lease is never renewed back to
-        // life), so no upgrader was between its read and its write when this writer got in.
-        if !gate.is_held() {
-            let error = companion_lost(&gate);
+        // Held now, on the server, means held since before the grant (a lease is never
+        // renewed back to life, and no other holder restores this one's owner and token), so
+        // no upgrader was between its read and its write when this writer got in.
+        if let Err(error) = held_on_server(&gate, o.ttl).await {
             give_up(granted).await;
             give_up(gate).await;
             return Err(error);
@@ -358,8 +371,8 @@ impl UpgradeableReadGuard {
     /// so no other writer of the key is granted between the read and the write.
     ///
     /// Refused with [`Error::LeaseLost`] (on the companion's key) when the companion is not
-    /// held before the read is left or after the write is granted: another writer may have
-    /// come in between. On any error the upgrade holds nothing (the read is given up first,
+    /// held before the read is left or after the write is granted (asked of the server then):
+    /// another writer may have come in between. On any error the upgrade holds nothing (the read is given up first,
     /// so a failed upgrade cannot keep it); take a new reader to go on.
     ///
     /// # Cancel safety
@@ -398,8 +411,7 @@ impl UpgradeableReadGuard {
                 return Err(e);
             }
         };
-        if !gate.is_held() {
-            let error = companion_lost(&gate);
+        if let Err(error) = held_on_server(&gate, o.ttl).await {
             give_up(writer).await;
             give_up(gate).await;
             return Err(error);
@@ -444,6 +456,11 @@ impl fmt::Debug for UpgradedGuard {
 }
 
 impl UpgradedGuard {
+    /// The key.
+    pub fn key(&self) -> &LockKey {
+        &self.key
+    }
+
     /// The writer's fence: the token the upgrade took.
     pub fn fence(&self) -> Fence {
         self.writer.fence()
@@ -509,8 +526,7 @@ impl UpgradedGuard {
                 return Err(e);
             }
         };
-        if !gate.is_held() {
-            let error = companion_lost(&gate);
+        if let Err(error) = held_on_server(&gate, o.ttl).await {
             give_up(read.into_guard()).await;
             give_up(gate).await;
             return Err(error);

@@ -351,7 +351,7 @@ impl RedisClusterConfig {
 
     /// Validates everything that can be validated without the network.
     pub(crate) fn validate(&self) -> Result<KeySpace> {
-        let keys = KeySpace::new(&self.prefix)?;
+        let keys = KeySpace::clustered(&self.prefix)?;
         for (name, value) in [
             ("call_timeout", self.call_timeout),
             ("connect_timeout", self.connect_timeout),
