@@ -330,6 +330,14 @@ impl CompositeGuard {
             .map(|at| &self.members[at])
     }
 
+    /// Every member's key and the fence of its own grant, in key order: what to present
+    /// with every operation on each key's data, without a lookup that may miss.
+    pub fn fences(&self) -> impl Iterator<Item = (LockKey, Fence)> + '_ {
+        self.members
+            .iter()
+            .map(|member| (member.lease().key, member.fence()))
+    }
+
     /// The fence of `key`'s own grant, to present with every operation on `key`'s data;
     /// `None` if `key` is not in the set.
     pub fn fence(&self, key: impl AsRef<str>) -> Option<Fence> {

@@ -22,6 +22,7 @@ mod lease;
 mod locker;
 pub mod metrics;
 mod registry;
+mod scope;
 mod storage;
 mod storage_config;
 mod storage_ext;
@@ -52,6 +53,7 @@ pub use kinds::{
 };
 pub use lease::{Lease, LockInfo, QueueEntry, QueueRole, drift_margin, valid_until};
 pub use locker::{LockOptions, LockRequest, Locker};
+pub use scope::{Held, scope};
 pub use storage::{FencedStorage, Snapshot, validate_value};
 pub use storage_config::{BackendStorage, StorageConfig, StorageScheme};
 pub use storage_ext::FencedStorageExt;
