@@ -38,8 +38,9 @@ pub(crate) struct Args {
     key: String,
     /// Lease ttl of the leadership; renewed at about a third of it. A leader that dies is
     /// replaced within about this long.
-    #[arg(long, default_value = "30s", value_parser = parse_ttl)]
-    ttl: Duration,
+    /// Default 30s, or the backend's longest lease when that is shorter (a ZooKeeper session).
+    #[arg(long, value_parser = parse_ttl)]
+    ttl: Option<Duration>,
     /// How long to campaign before giving up, connecting included (a bare number is
     /// seconds, as for flock -w); by default without a bound.
     #[arg(short, long, value_parser = parse_wait)]
@@ -79,7 +80,9 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     let outcome = async {
         let election = Election::new(&locker, key.as_str())?;
         let campaign = async {
-            let request = election.campaign().ttl(args.ttl);
+            let request = election
+                .campaign()
+                .ttl(args.ttl.unwrap_or(locker.options().ttl));
             let elected = match wait {
                 None => request.wait_forever().await,
                 Some(_) => {

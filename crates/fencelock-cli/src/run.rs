@@ -62,8 +62,9 @@ pub(crate) struct Args {
     #[arg(long, required = true, value_name = "KEY")]
     key: Vec<String>,
     /// Lease ttl; the lease is renewed at about a third of it while the command runs.
-    #[arg(long, default_value = "30s", value_parser = parse_ttl)]
-    ttl: Duration,
+    /// Default 30s, or the backend's longest lease when that is shorter (a ZooKeeper session).
+    #[arg(long, value_parser = parse_ttl)]
+    ttl: Option<Duration>,
     /// How long to wait for the lock, connecting included (a bare number is seconds, as for
     /// flock -w); 0 connects (within 5s) and tries once.
     #[arg(short, long, default_value = "0s", value_parser = parse_wait)]
@@ -320,14 +321,17 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
         connected = budget.connect() => connected?,
         signal = signals.recv() => return Ok(not_started(signal)),
     };
-    let locker = Locker::new(connected.backend).with_options(LockOptions {
+    let locker = Locker::new(connected.backend);
+    let defaults = locker.options();
+    let locker = locker.with_options(LockOptions {
         fair: !args.no_fair,
-        ..LockOptions::default()
+        ..defaults
     });
+    let ttl = args.ttl.unwrap_or(defaults.ttl);
     let storage = connected.storage;
     let outcome = async {
         let (guard, extra_env) = tokio::select! {
-            obtained = obtain(&locker, &budget, &keys, kind, args.ttl, args.verbosity) => {
+            obtained = obtain(&locker, &budget, &keys, kind, ttl, args.verbosity) => {
                 match obtained? {
                     Some(held) => held,
                     None => return Ok(Exit::NotObtained(args.once.conflict_exit_code)),

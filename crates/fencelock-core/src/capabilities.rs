@@ -123,6 +123,12 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
+    /// The ttl a request gets when it names none: [`DEFAULT_TTL`](crate::DEFAULT_TTL), 30 s,
+    /// within this backend's bounds (a ZooKeeper session of 2 s makes it 2 s).
+    pub fn default_ttl(&self) -> Duration {
+        crate::DEFAULT_TTL.clamp(self.min_ttl, self.max_ttl.max(self.min_ttl))
+    }
+
     /// Capabilities with the given guarantees, `min_ttl` = [`MIN_TTL`](crate::MIN_TTL) and
     /// `locks_survive_restart = false`.
     pub const fn new(

@@ -52,7 +52,7 @@ pub use kinds::{
     UpgradeableReadRequest, UpgradedGuard, WriteRequest,
 };
 pub use lease::{Lease, LockInfo, QueueEntry, QueueRole, drift_margin, valid_until};
-pub use locker::{LockOptions, LockRequest, Locker};
+pub use locker::{DEFAULT_TTL, LockOptions, LockRequest, Locker};
 pub use scope::{Held, scope};
 pub use storage::{FencedStorage, Snapshot, validate_value};
 pub use storage_config::{BackendStorage, StorageConfig, StorageScheme};

@@ -23,10 +23,14 @@ use crate::lease::Lease;
 use crate::metrics;
 use crate::registry::Registry;
 
+/// The lease ttl of a request that names none, where the backend allows it: 30 s.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
 /// Default options for the requests a [`Locker`] builds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LockOptions {
-    /// Lease ttl. Default 30 s.
+    /// Lease ttl. Default [`DEFAULT_TTL`], 30 s; a [`Locker::new`] takes it within its
+    /// backend's bounds ([`Capabilities::default_ttl`](crate::Capabilities::default_ttl)).
     pub ttl: Duration,
     /// How long to wait for a held lock. Default 10 s; zero tries once; [`Duration::MAX`] (or
     /// any budget the clock cannot add) waits without a bound.
@@ -46,7 +50,7 @@ pub struct LockOptions {
 impl Default for LockOptions {
     fn default() -> Self {
         LockOptions {
-            ttl: Duration::from_secs(30),
+            ttl: DEFAULT_TTL,
             wait: Duration::from_secs(10),
             watchdog: true,
             backoff: Backoff::default(),
@@ -154,10 +158,20 @@ impl Locker {
     /// let same = Locker::new(dynamic.clone());
     /// assert!(Arc::ptr_eq(same.backend(), &dynamic));
     /// ```
+    ///
+    /// The requests' default ttl is 30 s within the backend's bounds
+    /// ([`Capabilities::default_ttl`](crate::Capabilities::default_ttl)): on a backend whose
+    /// longest lease is shorter (a ZooKeeper session), a request that names no ttl gets the
+    /// longest, where it was refused before. A ttl a request names is checked as it is.
     pub fn new<B: LockBackend>(backend: B) -> Self {
+        let backend = shared_backend(backend);
+        let options = LockOptions {
+            ttl: backend.capabilities().default_ttl(),
+            ..LockOptions::default()
+        };
         Locker {
-            backend: shared_backend(backend),
-            options: LockOptions::default(),
+            backend,
+            options,
             registry: Arc::default(),
             holding: Arc::default(),
         }

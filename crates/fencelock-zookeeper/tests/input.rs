@@ -91,3 +91,33 @@ async fn a_ttl_past_the_session_names_the_setting_to_raise() {
         other => panic!("expected InvalidTtl, got {other:?}"),
     }
 }
+
+/// A request that names no ttl gets the longest lease the session allows when that is
+/// shorter than the default 30 s; before, every such request on a short session was refused
+/// as `InvalidTtl`. A ttl the request names is still checked as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_ttl_follows_a_short_session() {
+    use fencelock_core::{DEFAULT_TTL, Locker};
+
+    let server = common::spawn(1).await;
+    let backend = common::config(&server)
+        .session_timeout(Duration::from_secs(4))
+        .connect()
+        .await
+        .unwrap();
+    let longest = backend.capabilities().max_ttl;
+    assert!(longest < DEFAULT_TTL, "the session is {longest:?}");
+    let locker = Locker::new(backend);
+    let guard = locker
+        .lock("short-session")
+        .await
+        .expect("a request without a ttl was refused on a short session");
+    assert_eq!(guard.lease().ttl, longest);
+    guard.release().await.unwrap();
+    match locker.lock("short-session").ttl(DEFAULT_TTL).await {
+        Err(Error::InvalidTtl { reason, .. }) => {
+            assert!(reason.contains("session_timeout"), "{reason}");
+        }
+        other => panic!("a named ttl past the session was not refused: {other:?}"),
+    }
+}
