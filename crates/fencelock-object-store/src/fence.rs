@@ -114,6 +114,17 @@ enum Op<'a> {
     Write(&'a [u8]),
     /// The payload removed, the fence kept: a tombstone.
     Delete,
+    /// A write when the object holds no payload; a read when it does.
+    Create(&'a [u8]),
+}
+
+/// What one attempt of an operation does, once the object is read: a create resolves to a
+/// write or a read.
+#[derive(Clone, Copy)]
+enum Step<'a> {
+    Read,
+    Write(&'a [u8]),
+    Delete,
 }
 
 impl Op<'_> {
@@ -122,6 +133,7 @@ impl Op<'_> {
             Op::Read => "read",
             Op::Write(_) => "write",
             Op::Delete => "delete",
+            Op::Create(_) => "create",
         }
     }
 }
@@ -222,6 +234,42 @@ impl ObjectFence {
         self.admit(path, fence, Op::Read).await
     }
 
+    /// A fenced put-if-absent: admits `fence` for the object at `path` and stores `payload`
+    /// there only when the object holds no payload (it is missing, a tombstone, or was
+    /// created by a fenced read). `Ok(true)` when this call stored it; `Ok(false)` when a
+    /// payload was there, which is left as it is while the fence advances to `fence`, as a
+    /// fenced [`get`](Self::get) does (the answer "it exists" is a read, and an older holder
+    /// must not write after it). [`Error::Stale`] when the object's fence is newer, whether
+    /// or not it holds a payload.
+    ///
+    /// ```
+    /// # async fn demo() -> fencelock_core::Result<()> {
+    /// use std::sync::Arc;
+    /// use fencelock_core::{Fence, FencingToken, OwnerId};
+    /// use fencelock_object_store::ObjectFence;
+    /// use fencelock_object_store::object_store::{memory::InMemory, path::Path};
+    ///
+    /// let fence = ObjectFence::connect(Arc::new(InMemory::new()), &Path::default()).await?;
+    /// let path = Path::from("log/00000001.json");
+    /// let first = Fence::new(FencingToken::new(1).unwrap(), OwnerId::random());
+    /// let second = Fence::new(FencingToken::new(2).unwrap(), OwnerId::random());
+    /// assert!(fence.create(&path, first, b"commit 1").await?);
+    /// assert!(!fence.create(&path, second, b"commit 1'").await?); // taken: left as it is
+    /// assert_eq!(fence.get(&path, second).await?.as_deref(), Some(&b"commit 1"[..]));
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`put`](Self::put).
+    pub async fn create(&self, path: &Path, fence: Fence, payload: &[u8]) -> Result<bool> {
+        Ok(self
+            .admit(path, fence, Op::Create(payload))
+            .await?
+            .is_none())
+    }
+
     /// A fenced delete that keeps the fence: admits `fence` for the object at `path` and
     /// removes its payload, leaving a *tombstone* (the object with the fence and no payload,
     /// in one conditional put). Afterwards [`get`](Self::get) answers `None`, as for a
@@ -276,7 +324,7 @@ impl ObjectFence {
 
     async fn admit(&self, path: &Path, fence: Fence, op: Op<'_>) -> Result<Option<Bytes>> {
         self.check_options()?;
-        if let Op::Write(payload) = op {
+        if let Op::Write(payload) | Op::Create(payload) = op {
             validate_value(payload, self.max_value_len)?;
         }
         let span = tracing::debug_span!(
@@ -298,21 +346,35 @@ impl ObjectFence {
             let current = self.load(path).await?;
             let last = current.as_ref().map(|c| c.frame.fence);
             let stored = current.as_ref().and_then(|c| c.frame.value.clone());
+            // A create is a write where no payload is, and a read where one is; its answer
+            // is `None` when it wrote. Its own put that landed though reported as failed
+            // (this call's fence and payload found after a failed condition) wrote.
+            let step = match op {
+                Op::Create(payload)
+                    if contended && last == Some(fence) && stored.as_deref() == Some(payload) =>
+                {
+                    return Ok(None);
+                }
+                Op::Create(_) if stored.is_some() => Step::Read,
+                Op::Create(payload) | Op::Write(payload) => Step::Write(payload),
+                Op::Read => Step::Read,
+                Op::Delete => Step::Delete,
+            };
             let already = last == Some(fence)
-                && match op {
-                    Op::Read => true,
-                    Op::Write(payload) => stored.as_deref() == Some(payload),
-                    Op::Delete => stored.is_none(),
+                && match step {
+                    Step::Read => true,
+                    Step::Write(payload) => stored.as_deref() == Some(payload),
+                    Step::Delete => stored.is_none(),
                 };
             if already && (contended || self.rule.admits(last, fence)) {
                 // Nothing to change: the object holds this fence (and this payload).
                 return Ok(stored);
             }
             self.rule.check(path.as_ref(), last, fence)?;
-            let (next, answer) = match op {
-                Op::Read => (stored.clone(), stored),
-                Op::Write(payload) => (Some(Bytes::copy_from_slice(payload)), None),
-                Op::Delete => (None, None),
+            let (next, answer) = match step {
+                Step::Read => (stored.clone(), stored),
+                Step::Write(payload) => (Some(Bytes::copy_from_slice(payload)), None),
+                Step::Delete => (None, None),
             };
             let body = Frame::encode(fence, next.as_deref());
             let mode = match current {

@@ -356,3 +356,42 @@ async fn a_tombstone_keeps_the_fence_that_a_store_delete_forgets() {
          what DESIGN 5.7 says of a store's delete",
     );
 }
+
+/// Put-if-absent, on S3's conditional puts: the first create writes, a later one leaves the
+/// payload as it is but advances the fence (its "it exists" is a read), an older fence is
+/// refused as stale, and a tombstone counts as absent.
+#[tokio::test]
+async fn a_create_writes_only_where_no_payload_is() {
+    let store: Arc<dyn ObjectStore> = Arc::new(raw_s3());
+    let fence =
+        support::moto::connected(ObjectFence::connect(store.clone(), &Path::from("probe")).await);
+    let path = Path::from(format!("create/{}", OwnerId::random()));
+    let fences: Vec<Fence> = (1..=4)
+        .map(|t| Fence::new(FencingToken::new(t).unwrap(), OwnerId::random()))
+        .collect();
+
+    assert!(fence.create(&path, fences[1], b"first").await.unwrap());
+    assert!(!fence.create(&path, fences[2], b"second").await.unwrap());
+    let now = fence.peek(&path).await.unwrap().unwrap();
+    assert_eq!(now.value.as_deref(), Some(&b"first"[..]));
+    assert_eq!(
+        now.fence, fences[2],
+        "the refused create did not advance the fence"
+    );
+    match fence.create(&path, fences[0], b"late").await {
+        Err(Error::Stale {
+            presented, current, ..
+        }) => {
+            assert_eq!((presented, current), (fences[0], fences[2]));
+        }
+        other => panic!("an older holder's create: {other:?}"),
+    }
+
+    fence.delete(&path, fences[2]).await.unwrap();
+    assert!(fence.create(&path, fences[3], b"again").await.unwrap());
+    let now = fence.peek(&path).await.unwrap().unwrap();
+    assert_eq!(
+        (now.value.as_deref(), now.fence),
+        (Some(&b"again"[..]), fences[3])
+    );
+}
