@@ -184,6 +184,45 @@ impl Fence {
     }
 }
 
+/// The order in which to admit several resources in one transaction (a set lock's members,
+/// [`CompositeGuard::fences`](crate::CompositeGuard::fences)): by name, each once. Storage
+/// locks a resource's fence record from its admit to the end of the transaction, so every
+/// transaction that admits in this one order takes those locks in one global order, and two
+/// of them never wait for each other in a cycle. An invalid name is [`Error::InvalidKey`]; a
+/// resource named twice with two different fences is [`Error::InvalidConfig`] (one holder has
+/// one fence per resource).
+///
+/// ```
+/// use fencelock_core::{Fence, FencingToken, OwnerId, admission_order};
+/// let fence = |t| Fence::new(FencingToken::new(t).unwrap(), OwnerId::random());
+/// let order = admission_order([("b", fence(7)), ("a", fence(3))]).unwrap();
+/// let names: Vec<&str> = order.iter().map(|(key, _)| key.as_str()).collect();
+/// assert_eq!(names, ["a", "b"]);
+/// ```
+pub fn admission_order<K: AsRef<str>>(
+    fences: impl IntoIterator<Item = (K, Fence)>,
+) -> Result<Vec<(crate::LockKey, Fence)>> {
+    let mut order = fences
+        .into_iter()
+        .map(|(key, fence)| Ok((crate::LockKey::new(key)?, fence)))
+        .collect::<Result<Vec<_>>>()?;
+    order.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+    let mut unique: Vec<(crate::LockKey, Fence)> = Vec::with_capacity(order.len());
+    for (key, fence) in order {
+        match unique.last() {
+            Some((last, same)) if *last == key && *same == fence => {}
+            Some((last, other)) if *last == key => {
+                return Err(Error::config(format!(
+                    "{key} is named twice, with the fences {other} and {fence}: one holder has \
+                     one fence per resource"
+                )));
+            }
+            _ => unique.push((key, fence)),
+        }
+    }
+    Ok(unique)
+}
+
 impl fmt::Display for Fence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "token {} (owner {})", self.token, self.owner)

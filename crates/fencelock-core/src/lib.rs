@@ -37,7 +37,7 @@ pub use capabilities::{Capabilities, LockKinds, TimeAuthority, TokenGuarantee, W
 pub use composite::{CompositeGuard, LockAllRequest, MemberLost};
 pub use config::{BackendConfig, Connected, Scheme, Schemes};
 pub use error::{BoxError, Error, LostReason, NodeReport, Result};
-pub use fence::{Fence, FenceRule, FencingToken, OwnerId};
+pub use fence::{Fence, FenceRule, FencingToken, OwnerId, admission_order};
 pub use full_server::{Entry as FullServerEntry, FullServer};
 pub use guard::LockGuard;
 pub use holder::{

@@ -1,6 +1,6 @@
 //! `MySqlFence`: the fence check inside the caller's own transaction.
 
-use fencelock_core::{Error, Fence, FenceRule, LockKey, Result};
+use fencelock_core::{Error, Fence, FenceRule, LockKey, Result, admission_order};
 use sqlx::mysql::{MySql, MySqlPool};
 use sqlx::{Executor, Transaction};
 
@@ -117,6 +117,23 @@ impl MySqlFence {
             }
             Err(error) => Err(map_sqlx_error(BACKEND, error)),
         }
+    }
+
+    /// Admits every `(resource, fence)` pair inside `tx`, in [`admission_order`] (by name,
+    /// each once), as [`admit`](Self::admit) does one: a set lock's members in one call,
+    /// `fence.admit_all(&mut tx, guard.fences())`. The order is the same in every
+    /// transaction that uses it, so two of them admitting overlapping sets never deadlock on
+    /// each other's fence rows. The first refusal ends the call with its error, `tx` rolled
+    /// back; names are checked before anything is sent.
+    pub async fn admit_all<K: AsRef<str>>(
+        &self,
+        tx: &mut Transaction<'_, MySql>,
+        fences: impl IntoIterator<Item = (K, Fence)>,
+    ) -> Result<()> {
+        for (resource, fence) in admission_order(fences)? {
+            self.admit(tx, resource, fence).await?;
+        }
+        Ok(())
     }
 
     /// The last fence admitted for `resource` and committed, if any; a plain read. An

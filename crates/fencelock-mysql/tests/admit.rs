@@ -583,3 +583,49 @@ async fn a_token_above_i64_max_is_refused_before_anything_is_sent() {
     );
     assert!(MySqlFence::new("Not a prefix").is_err());
 }
+
+/// A set lock's members admitted in one call: every member's fence recorded with the
+/// transaction, whatever order they come in; an older member refuses the whole transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_is_admitted_in_one_call() {
+    let (db, _cleanup) = common::database("set").await;
+    let pool = app_pool().await;
+    let fence = db.fence();
+    let locker = Locker::new(db.lock_backend());
+    let set = locker
+        .lock_all(["account/2", "account/1"])
+        .ttl(Duration::from_secs(30))
+        .await
+        .unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    fence.admit_all(&mut tx, set.fences()).await.unwrap();
+    tx.commit().await.unwrap();
+    for (key, member) in set.fences() {
+        assert_eq!(
+            fence.current(&pool, &key).await.unwrap(),
+            Some(member),
+            "{key}"
+        );
+    }
+    let older: Vec<(LockKey, Fence)> = set
+        .fences()
+        .map(|(key, f)| {
+            let token = FencingToken::new(f.token.get() - 1).unwrap_or(f.token);
+            (key, Fence::new(token, OwnerId::random()))
+        })
+        .collect();
+    let mut tx = pool.begin().await.unwrap();
+    assert!(matches!(
+        fence.admit_all(&mut tx, older).await,
+        Err(Error::Stale { .. })
+    ));
+    drop(tx);
+    for (key, member) in set.fences() {
+        assert_eq!(
+            fence.current(&pool, &key).await.unwrap(),
+            Some(member),
+            "{key}"
+        );
+    }
+    set.release().await.unwrap();
+}

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use fencelock_core::{Error, Fence, FenceRule, FencingToken, LockKey, Result};
+use fencelock_core::{Error, Fence, FenceRule, FencingToken, LockKey, Result, admission_order};
 use sqlx::{Acquire, Postgres};
 use tracing::Instrument;
 
@@ -246,6 +246,24 @@ impl PgFence {
         }
         .instrument(span)
         .await
+    }
+
+    /// Admits every `(resource, fence)` pair inside the transaction of `conn` (`&mut tx`),
+    /// in [`admission_order`] (by name, each once), as [`admit`](Self::admit) does one: a
+    /// set lock's members in one call, `fence.admit_all(&mut tx, guard.fences())`. The
+    /// order is the same in every transaction that uses it, so two of them admitting
+    /// overlapping sets never deadlock on each other's fence records. The first refusal ends
+    /// the call with its error, and the server has aborted the transaction (roll it back);
+    /// names are checked before any I/O.
+    pub async fn admit_all<K: AsRef<str>>(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        fences: impl IntoIterator<Item = (K, Fence)>,
+    ) -> Result<()> {
+        for (resource, fence) in admission_order(fences)? {
+            self.admit(&mut *conn, resource, fence).await?;
+        }
+        Ok(())
     }
 
     /// The fence last admitted for `resource` by [`admit`](Self::admit) and committed (or

@@ -636,3 +636,48 @@ async fn concurrent_admits_of_one_resource_wait_for_each_other() {
         }
     }
 }
+
+/// A set lock's members admitted in one call: every member's fence recorded with the
+/// transaction, in name order whatever order they come in; an older member refuses the whole
+/// transaction; a resource named twice with two fences is refused before any I/O.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_is_admitted_in_one_call() {
+    let s = common::split().await;
+    let fence = s.db.fence();
+    let locker = Locker::new(MemoryLockBackend::new());
+    let set = locker
+        .lock_all(["account/2", "account/1"])
+        .ttl(LONG_TTL)
+        .await
+        .unwrap();
+    let mut tx = s.pool.begin().await.unwrap();
+    fence.admit_all(&mut tx, set.fences()).await.unwrap();
+    tx.commit().await.unwrap();
+    for (key, member) in set.fences() {
+        assert_eq!(
+            fence.current(&s.pool, &key).await.unwrap(),
+            Some(member),
+            "{key}"
+        );
+    }
+
+    let older: Vec<(LockKey, Fence)> = set.fences().map(|(key, _)| (key, fence_of(1))).collect();
+    let mut tx = s.pool.begin().await.unwrap();
+    assert!(matches!(
+        fence.admit_all(&mut tx, older).await,
+        Err(Error::Stale { .. })
+    ));
+    drop(tx);
+    for (key, member) in set.fences() {
+        assert_eq!(fence.current(&s.pool, &key).await.unwrap(), Some(member));
+    }
+
+    let mut tx = s.pool.begin().await.unwrap();
+    assert!(matches!(
+        fence
+            .admit_all(&mut tx, [("a", fence_of(5)), ("a", fence_of(6))])
+            .await,
+        Err(Error::InvalidConfig { .. })
+    ));
+    set.release().await.unwrap();
+}
