@@ -90,100 +90,36 @@ async fn lost_on(key: LockKey, lost: impl Future<Output = crate::LostReason>) ->
     Error::lease_lost(&key, lost.await)
 }
 
-impl Held for LockGuard {
-    type Fences = Fence;
+/// [`Held`] for guards of one fence: how to name the key of a loss, and the method that
+/// gives the guard up.
+macro_rules! held_with_one_fence {
+    ($($guard:ty => |$g:ident| $key:expr, $give_up:ident;)*) => {$(
+        impl Held for $guard {
+            type Fences = Fence;
 
-    fn fences(&self) -> Fence {
-        self.fence()
-    }
+            fn fences(&self) -> Fence {
+                self.fence()
+            }
 
-    fn lost_error(&self) -> impl Future<Output = Error> + Send + 'static {
-        lost_on(self.lease().key, self.lost())
-    }
+            fn lost_error(&self) -> impl Future<Output = Error> + Send + 'static {
+                let $g = self;
+                lost_on($key, self.lost())
+            }
 
-    fn release_held(self) -> impl Future<Output = Result<bool>> + Send {
-        self.release()
-    }
+            fn release_held(self) -> impl Future<Output = Result<bool>> + Send {
+                <$guard>::$give_up(self)
+            }
+        }
+    )*};
 }
 
-impl Held for ReadGuard {
-    type Fences = Fence;
-
-    fn fences(&self) -> Fence {
-        self.fence()
-    }
-
-    fn lost_error(&self) -> impl Future<Output = Error> + Send + 'static {
-        lost_on(self.lease().key, self.lost())
-    }
-
-    fn release_held(self) -> impl Future<Output = Result<bool>> + Send {
-        self.release()
-    }
-}
-
-impl Held for PermitGuard {
-    type Fences = Fence;
-
-    fn fences(&self) -> Fence {
-        self.fence()
-    }
-
-    fn lost_error(&self) -> impl Future<Output = Error> + Send + 'static {
-        lost_on(self.slot_key(), self.lost())
-    }
-
-    fn release_held(self) -> impl Future<Output = Result<bool>> + Send {
-        self.release()
-    }
-}
-
-impl Held for Leadership {
-    type Fences = Fence;
-
-    fn fences(&self) -> Fence {
-        self.fence()
-    }
-
-    fn lost_error(&self) -> impl Future<Output = Error> + Send + 'static {
-        lost_on(self.guard().lease().key, self.lost())
-    }
-
-    fn release_held(self) -> impl Future<Output = Result<bool>> + Send {
-        self.resign()
-    }
-}
-
-impl Held for UpgradeableReadGuard {
-    type Fences = Fence;
-
-    fn fences(&self) -> Fence {
-        self.fence()
-    }
-
-    fn lost_error(&self) -> impl Future<Output = Error> + Send + 'static {
-        lost_on(self.key().clone(), self.lost())
-    }
-
-    fn release_held(self) -> impl Future<Output = Result<bool>> + Send {
-        self.release()
-    }
-}
-
-impl Held for UpgradedGuard {
-    type Fences = Fence;
-
-    fn fences(&self) -> Fence {
-        self.fence()
-    }
-
-    fn lost_error(&self) -> impl Future<Output = Error> + Send + 'static {
-        lost_on(self.key().clone(), self.lost())
-    }
-
-    fn release_held(self) -> impl Future<Output = Result<bool>> + Send {
-        self.release()
-    }
+held_with_one_fence! {
+    LockGuard => |g| g.lease().key, release;
+    ReadGuard => |g| g.lease().key, release;
+    PermitGuard => |g| g.slot_key(), release;
+    Leadership => |g| g.guard().lease().key, resign;
+    UpgradeableReadGuard => |g| g.key().clone(), release;
+    UpgradedGuard => |g| g.key().clone(), release;
 }
 
 impl Held for CompositeGuard {

@@ -27,6 +27,28 @@ pub struct RoundTrips {
     pub releases: Vec<u64>,
 }
 
+impl RoundTrips {
+    /// Asserts that the grants and their releases took `grant` and `release` round trips
+    /// each, counted over all of them together (an exchange that a busy machine delays past
+    /// the quiet that ends one call's count lands in the next call's, and moves no total),
+    /// naming `backend` and every count when not.
+    ///
+    /// # Panics
+    /// When the total differs.
+    pub fn assert_each(&self, backend: &str, grant: u64, release: u64) {
+        let calls = self.grants.len() as u64;
+        let total: u64 = self.grants.iter().chain(&self.releases).sum();
+        assert_eq!(
+            total,
+            calls * (grant + release),
+            "{backend}: round trips of {calls} uncontended grants {:?} (expected {grant} each) \
+             and of their releases {:?} (expected {release} each)",
+            self.grants,
+            self.releases,
+        );
+    }
+}
+
 /// Counts, through `proxy` (which stands between `backend` and its only server), the round
 /// trips of `times` uncontended `try_acquire`s of `key` and of their `release`s, after three
 /// of each to warm the backend (connections open, statements prepared, scripts loaded). Each
