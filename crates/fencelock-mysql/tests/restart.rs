@@ -179,27 +179,11 @@ async fn a_database_kept_across_a_restart_works_once_the_server_is_back() {
 /// it); the key is granted again afterwards (at the latest once the lease's ttl ran out).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_whose_answer_is_lost_is_an_error_not_a_loss() {
-    use fencelock_core::HostPort;
-    use fencelock_servers::proxy::FaultProxy;
     /// Short, so a lease the lost release left held lapses within the test's patience.
     const TTL: Duration = Duration::from_secs(3);
 
     let (db, cleanup) = common::database("lostans").await;
-    let server = cleanup.config().hosts()[0].clone();
-    let target = tokio::net::lookup_host(server.to_string())
-        .await
-        .unwrap()
-        .next()
-        .unwrap();
-    let proxy = FaultProxy::start(target).await.unwrap();
-    let proxied = cleanup
-        .config()
-        .clone()
-        .with_hosts(&[HostPort::new("127.0.0.1", proxy.port())])
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let (proxy, proxied) = common::through_proxy(cleanup.config()).await;
     let backend = proxied.lock_backend();
     let key = LockKey::new("lost-answer").unwrap();
     let lease = backend.try_acquire(&key, TTL).await.unwrap().unwrap();

@@ -6,27 +6,13 @@
 
 mod common;
 
-use fencelock_core::{HostPort, LockBackend, LockKey};
-use fencelock_testkit::proxy::{FaultProxy, uncontended_round_trips};
+use fencelock_core::{LockBackend, LockKey};
+use fencelock_testkit::proxy::uncontended_round_trips;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_uncontended_grant_and_a_release_are_one_call_each() {
     let (db, cleanup) = common::database("rtrips").await;
-    let server = cleanup.config().hosts()[0].clone();
-    let target = tokio::net::lookup_host(server.to_string())
-        .await
-        .unwrap()
-        .next()
-        .unwrap();
-    let proxy = FaultProxy::start(target).await.unwrap();
-    let proxied = cleanup
-        .config()
-        .clone()
-        .with_hosts(&[HostPort::new("127.0.0.1", proxy.port())])
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let (proxy, proxied) = common::through_proxy(cleanup.config()).await;
     let backend = proxied.lock_backend();
     let key = LockKey::new("round-trips").unwrap();
     let counted = uncontended_round_trips(&proxy, &backend, &key, 5).await;

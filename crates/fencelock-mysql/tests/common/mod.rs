@@ -50,6 +50,30 @@ pub(crate) async fn database(tag: &str) -> (MySqlDatabase, Cleanup) {
     (db, Cleanup::new(config))
 }
 
+/// A fault proxy in front of `config`'s server, and fencelock on `config`'s prefix connected
+/// through it.
+pub(crate) async fn through_proxy(
+    config: &MySqlConfig,
+) -> (fencelock_testkit::proxy::FaultProxy, MySqlDatabase) {
+    let server = config.hosts()[0].clone();
+    let target = tokio::net::lookup_host(server.to_string())
+        .await
+        .unwrap()
+        .next()
+        .unwrap();
+    let proxy = fencelock_testkit::proxy::FaultProxy::start(target)
+        .await
+        .unwrap();
+    let proxied = config
+        .clone()
+        .with_hosts(&[fencelock_core::HostPort::new("127.0.0.1", proxy.port())])
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    (proxy, proxied)
+}
+
 /// Drops the tables and procedures of a test's prefix, and the test's own tables, when the
 /// test ends, however it ends.
 #[derive(Debug)]
