@@ -61,6 +61,19 @@ impl Default for LockOptions {
 
 /// Takes locks from one backend. Cheap to clone.
 ///
+/// # Defaults
+///
+/// What a request gets unless it says otherwise ([`LockOptions`], or
+/// [`with_options`](Self::with_options) for every request of a locker):
+///
+/// | setting | default | set with |
+/// |---|---|---|
+/// | lease ttl | 30 s ([`DEFAULT_TTL`]), or the backend's longest lease when shorter | [`LockRequest::ttl`] |
+/// | wait for a held lock | 10 s; zero tries once | [`LockRequest::wait`], [`LockRequest::wait_forever`] |
+/// | watchdog (renews at about ttl/3) | on | [`LockRequest::watchdog`] |
+/// | fair queue where the backend has one | on | [`LockRequest::fair`] |
+/// | pauses between tries | [`Backoff::default`](crate::Backoff) | [`LockRequest::backoff`] |
+///
 /// # Re-entry
 ///
 /// Locks are not re-entrant. A `lock` (or [`lock_all`](Self::lock_all), or
