@@ -79,12 +79,11 @@ pub(super) struct Checkouts {
 impl Checkouts {
     /// The checkouts of a database whose pool has `pool_size` connections.
     pub(super) fn new(pool_size: u32) -> Self {
-        let share = pool_size.saturating_sub(reserved(pool_size)).max(1);
         Checkouts {
             gate: FullServer::new(),
             one_at_a_time: Semaphore::new(1),
             last: Mutex::new(None),
-            tries: Arc::new(Semaphore::new(share as usize)),
+            tries: Arc::new(Semaphore::new(tries_share(pool_size) as usize)),
         }
     }
 }
@@ -98,6 +97,11 @@ fn reserved(pool_size: u32) -> u32 {
     } else {
         (pool_size / 4).max(1)
     }
+}
+
+/// How many connections of a pool of `pool_size` grant tries may hold at once.
+fn tries_share(pool_size: u32) -> u32 {
+    pool_size.saturating_sub(reserved(pool_size)).max(1)
 }
 
 /// A checkout refused or timed out, explained: the message of the [`Error::Unavailable`] that
@@ -377,7 +381,7 @@ impl PgDatabase {
              now {size}, less the {} kept for holders' renewals and releases); raise \
              PgConfig::pool_size, or the operation time-out",
             self.server(),
-            size.saturating_sub(reserved(size)).max(1),
+            tries_share(size),
             reserved(size),
         )
     }
