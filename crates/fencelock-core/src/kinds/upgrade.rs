@@ -372,8 +372,8 @@ impl UpgradeableReadGuard {
     ///
     /// Refused with [`Error::LeaseLost`] (on the companion's key) when the companion is not
     /// held before the read is left or after the write is granted (asked of the server then):
-    /// another writer may have come in between. On any error the upgrade holds nothing (the read is given up first,
-    /// so a failed upgrade cannot keep it); take a new reader to go on.
+    /// another writer may have come in between. On any error the upgrade holds nothing (the
+    /// read is given up first, so a failed upgrade cannot keep it); take a new reader to go on.
     ///
     /// # Cancel safety
     ///
