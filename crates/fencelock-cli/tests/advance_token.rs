@@ -24,6 +24,26 @@ fn token_of_a_run(url: &str, key: &str) -> u64 {
     out.trim().parse().unwrap()
 }
 
+/// The lock service moved to: the PostgreSQL lease backend on a schema of its own (dropped
+/// with the returned guard), its spec, and its storage.
+fn lease_service(
+    runtime: &tokio::runtime::Runtime,
+) -> (
+    fencelock_testkit::postgres::PgSchema,
+    String,
+    std::sync::Arc<dyn fencelock::FencedStorage>,
+) {
+    let schema = runtime.block_on(fencelock_testkit::postgres::PgSchema::create());
+    let url = schema.url();
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let pg = format!("{url}{sep}backend=lease&schema={}", schema.name());
+    let storage = runtime
+        .block_on(async { fencelock::spec::BackendSpec::parse(&pg)?.connect().await })
+        .unwrap()
+        .storage;
+    (schema, pg, storage)
+}
+
 #[test]
 fn advance_token_heals_a_counter_lost_in_a_restart() {
     // No persistence: a restart loses the counters, so tokens start again at 1.
@@ -69,7 +89,6 @@ fn advance_token_heals_a_counter_lost_in_a_restart() {
 // a grant of the new service is admitted.
 #[test]
 fn moving_to_another_lock_service_is_healed_from_the_storage_fence() {
-    use fencelock::spec::BackendSpec;
     use fencelock::{Fence, FencedStorageExt, FencingToken, OwnerId};
 
     let redis = RedisServer::spawn();
@@ -78,14 +97,7 @@ fn moving_to_another_lock_service_is_healed_from_the_storage_fence() {
         .max()
         .unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let schema = runtime.block_on(fencelock_testkit::postgres::PgSchema::create());
-    let url = schema.url();
-    let sep = if url.contains('?') { '&' } else { '?' };
-    let pg = format!("{url}{sep}backend=lease&schema={}", schema.name());
-    let storage = runtime
-        .block_on(async { BackendSpec::parse(&pg)?.connect().await })
-        .unwrap()
-        .storage;
+    let (_schema, pg, storage) = lease_service(&runtime);
     // The old service's holder wrote the data with its token.
     let old = Fence::new(FencingToken::new(old_token).unwrap(), OwnerId::random());
     runtime
@@ -143,7 +155,6 @@ fn moving_to_another_lock_service_is_healed_from_the_storage_fence() {
 // past it, so the old holder is refused as stale.
 #[test]
 fn moving_past_the_old_services_last_grant_leaves_its_holders_stale() {
-    use fencelock::spec::BackendSpec;
     use fencelock::{Error, Fence, FencedStorageExt, FencingToken, OwnerId};
 
     let redis = RedisServer::spawn();
@@ -152,14 +163,7 @@ fn moving_past_the_old_services_last_grant_leaves_its_holders_stale() {
         .collect();
     assert_eq!(tokens, [1, 2, 3, 4, 5]);
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let schema = runtime.block_on(fencelock_testkit::postgres::PgSchema::create());
-    let url = schema.url();
-    let sep = if url.contains('?') { '&' } else { '?' };
-    let pg = format!("{url}{sep}backend=lease&schema={}", schema.name());
-    let storage = runtime
-        .block_on(async { BackendSpec::parse(&pg)?.connect().await })
-        .unwrap()
-        .storage;
+    let (_schema, pg, storage) = lease_service(&runtime);
     // The old service's holder of token 3 wrote; the holder of token 5 has not yet.
     let third = Fence::new(FencingToken::new(3).unwrap(), OwnerId::random());
     runtime
