@@ -7,16 +7,8 @@
 //! call to [`register`], and from then on every tool that takes a spec (this module, the
 //! `fencelock` command built on `fencelock-cli`, benches and chaos runs) reaches it.
 //!
-//! | scheme | backend | grammar |
-//! |---|---|---|
-//! | `memory://` | `MemoryLockBackend` + `MemoryStorage` (in-process; the default) | no host, path or options |
-//! | `redis://`, `rediss://` | `RedisLockBackend` + `RedisStorage` (feature `redis`; `rediss://` with `tls`) | `RedisConfig::from_url` |
-//! | `redlock://` | `Redlock` over independent Redis servers + `RedisStorage` on one of them (feature `redis`) | `RedlockConfig::from_url` |
-//! | `redis+cluster://`, `rediss+cluster://` | `RedisClusterBackend` + `RedisStorage` on a Redis Cluster (feature `redis`) | `RedisClusterConfig::from_url` |
-//! | `postgres://`, `postgresql://` | `PgLeaseBackend` or `PgAdvisoryBackend` + `PgStorage` (feature `postgres`) | `PgConfig::from_url` |
-//! | `mysql://`, `mariadb://` | `MySqlLockBackend` (`GET_LOCK`) + `MySqlStorage` (feature `mysql`) | `MySqlConfig::from_url` |
-//! | `etcd://` | `EtcdLockBackend` + `EtcdStorage` on an etcd cluster (feature `etcd`) | `EtcdConfig::from_url` |
-//! | `zookeeper://` | the ZooKeeper backend and storage on an ensemble (feature `zookeeper`) | `ZkConfig::from_url` |
+//! The built-in backends and their schemes are listed at [`built_in`]; each backend's config
+//! type (`RedisConfig::from_url`, `PgConfig::from_url`, ...) documents its grammar.
 
 use std::fmt;
 use std::sync::{Arc, LazyLock, PoisonError, RwLock};
@@ -25,53 +17,17 @@ pub use crate::storage_spec::StorageSpec;
 pub use fencelock_core::{BackendConfig, Connected, Scheme, Schemes, StorageConfig, StorageScheme};
 use fencelock_core::{Error, HostPort, Result};
 
-/// The built-in schemes and the feature that brings each, so that a spec of a backend this
-/// build lacks is told which feature to turn on.
-const BUILT_IN: &[(&str, &str)] = &[
-    ("memory", "memory"),
-    ("redis", "redis"),
-    ("rediss", "redis"),
-    ("redlock", "redis"),
-    ("redis+cluster", "redis"),
-    ("rediss+cluster", "redis"),
-    ("postgres", "postgres"),
-    ("postgresql", "postgres"),
-    ("mysql", "mysql"),
-    ("mariadb", "mysql"),
-    ("etcd", "etcd"),
-    ("zookeeper", "zookeeper"),
-    ("s3", "object-store"),
-    ("memory-objects", "object-store"),
-];
+/// The built-in schemes, the feature that brings each, and whether it is storage only, so
+/// that a spec of a backend this build lacks is told which feature to turn on.
+const BUILT_IN: &[(&str, &str, bool)] = built_in_backends!(scheme_features);
 
-/// The schemes of the backends this build has, by feature. The only place the facade names
-/// a backend.
+/// The schemes of the built-in backends this build has, by feature:
+///
+#[doc = built_in_backends!(backend_table)]
 pub fn built_in() -> Schemes {
     let mut schemes = Schemes::new();
-    let lists: &[&[Scheme]] = &[
-        #[cfg(feature = "memory")]
-        fencelock_memory::SCHEMES,
-        #[cfg(feature = "redis")]
-        fencelock_redis::SCHEMES,
-        #[cfg(feature = "postgres")]
-        fencelock_postgres::SCHEMES,
-        #[cfg(feature = "mysql")]
-        fencelock_mysql::SCHEMES,
-        #[cfg(feature = "etcd")]
-        fencelock_etcd::SCHEMES,
-        #[cfg(feature = "zookeeper")]
-        fencelock_zookeeper::SCHEMES,
-    ];
-    for list in lists {
-        for scheme in *list {
-            // The built-in names are distinct and well-formed (a unit test registers them all).
-            let _ = schemes.register(*scheme);
-        }
-    }
-    #[cfg(feature = "object-store")]
-    for scheme in fencelock_object_store::STORAGE_SCHEMES {
-        let _ = schemes.register_storage(*scheme);
-    }
+    let register = built_in_backends!(register_built_in);
+    register(&mut schemes);
     schemes
 }
 
@@ -112,7 +68,7 @@ pub(crate) fn refuse_missing_feature(spec: &str) -> Result<()> {
     if let Some(scheme) = Schemes::scheme_of(spec)
         && registry.get(&scheme).is_none()
         && registry.storage_schemes().all(|s| s.name != scheme)
-        && let Some((_, feature)) = BUILT_IN.iter().find(|(name, _)| *name == scheme)
+        && let Some((_, feature, _)) = BUILT_IN.iter().find(|(name, ..)| *name == scheme)
     {
         return Err(Error::config(format!(
             "this build of fencelock lacks the `{feature}` feature"
@@ -130,7 +86,7 @@ fn refuse_storage_only(spec: &str) -> Result<()> {
     let registry = REGISTRY.read().unwrap_or_else(PoisonError::into_inner);
     let built_in_storage = BUILT_IN
         .iter()
-        .any(|(name, feature)| *name == scheme && *feature == "object-store");
+        .any(|(name, _, storage_only)| *name == scheme && *storage_only);
     let registered_storage = registry.storage_schemes().any(|s| s.name == scheme);
     if registry.get(&scheme).is_none() && (built_in_storage || registered_storage) {
         return Err(Error::config(format!(
@@ -164,8 +120,8 @@ pub fn spawner(scheme: &str) -> Result<fencelock_core::tools::Spawn> {
                 can()
             ))
         }),
-        None => match BUILT_IN.iter().find(|(name, _)| *name == scheme) {
-            Some((_, feature)) => Err(Error::config(format!(
+        None => match BUILT_IN.iter().find(|(name, ..)| *name == scheme) {
+            Some((_, feature, _)) => Err(Error::config(format!(
                 "this build of fencelock lacks the `{feature}` feature, which spawns {scheme}://"
             ))),
             None => Err(Error::config(format!(
@@ -341,17 +297,10 @@ mod tests {
     #[test]
     fn every_built_in_scheme_of_this_build_is_registered_once() {
         let schemes = built_in();
-        for (name, feature) in BUILT_IN {
-            let built = match *feature {
-                "memory" => cfg!(feature = "memory"),
-                "redis" => cfg!(feature = "redis"),
-                "postgres" => cfg!(feature = "postgres"),
-                "mysql" => cfg!(feature = "mysql"),
-                "etcd" => cfg!(feature = "etcd"),
-                "zookeeper" => cfg!(feature = "zookeeper"),
-                "object-store" => cfg!(feature = "object-store"),
-                other => panic!("unknown feature {other}"),
-            };
+        for (name, feature, _) in BUILT_IN {
+            let built = crate::backends::MODULES
+                .iter()
+                .any(|(_, f, built)| f == feature && *built);
             let registered =
                 schemes.get(name).is_some() || schemes.storage_schemes().any(|s| s.name == *name);
             assert_eq!(registered, built, "{name}");
@@ -361,7 +310,7 @@ mod tests {
                 .iter()
                 .map(|s| s.name)
                 .chain(schemes.storage_schemes().map(|s| s.name))
-                .all(|name| BUILT_IN.iter().any(|(n, _)| *n == name))
+                .all(|name| BUILT_IN.iter().any(|(n, ..)| *n == name))
         );
     }
 

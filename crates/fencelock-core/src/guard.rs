@@ -11,9 +11,9 @@ use tracing::Instrument;
 use crate::backend::{LockBackend, validate_ttl};
 use crate::error::{Error, LostReason, Result};
 use crate::fence::{Fence, FencingToken};
-use crate::held::{Held, Renewal};
 use crate::lease::Lease;
-use crate::registry::Registry;
+use crate::lease_state::{LeaseState, Renewal};
+use crate::live_leases::LiveLeases;
 use crate::supervisors::Watch;
 use crate::watchdog::supervise;
 
@@ -60,7 +60,7 @@ use crate::watchdog::supervise;
 /// # Ok(()) }
 /// ```
 pub struct LockGuard {
-    held: Arc<Held>,
+    held: Arc<LeaseState>,
     /// Ends this guard's supervision (watchdog and backend loss watch), wherever it is polled.
     supervision: CancellationToken,
 }
@@ -81,30 +81,30 @@ impl LockGuard {
     /// # Panics
     /// When called outside a Tokio runtime.
     pub fn new(backend: Arc<dyn LockBackend>, lease: Lease, watchdog: bool) -> Self {
-        let held = Arc::new(Held::new(backend, lease, None));
+        let held = Arc::new(LeaseState::new(backend, lease, None));
         let (supervision, watch) = Self::supervision(&held, watchdog);
         tokio::spawn(watch);
         LockGuard { held, supervision }
     }
 
-    /// A guard on the list of `registry`, for its locker's `shutdown`.
+    /// A guard on the locker's list of live leases, for its locker's `shutdown`.
     pub(crate) fn registered(
         backend: Arc<dyn LockBackend>,
         lease: Lease,
         watchdog: bool,
-        registry: &Arc<Registry>,
+        live_leases: &Arc<LiveLeases>,
     ) -> Self {
-        let registration = registry.register();
+        let registration = live_leases.register();
         let id = registration.id;
-        let held = Arc::new(Held::new(backend, lease, Some(registration)));
-        registry.insert(id, held.clone());
+        let held = Arc::new(LeaseState::new(backend, lease, Some(registration)));
+        live_leases.insert(id, held.clone());
         let (supervision, watch) = Self::supervision(&held, watchdog);
-        registry.supervisors.watch(watch);
+        live_leases.supervisors.watch(watch);
         LockGuard { held, supervision }
     }
 
     /// `held`'s supervision, and the token that ends it.
-    fn supervision(held: &Arc<Held>, watchdog: bool) -> (CancellationToken, Watch) {
+    fn supervision(held: &Arc<LeaseState>, watchdog: bool) -> (CancellationToken, Watch) {
         let supervision = CancellationToken::new();
         let stop = supervision.clone();
         let held = held.clone();
@@ -206,7 +206,7 @@ impl LockGuard {
 }
 
 /// Finishes a release in the background if the future awaiting it is dropped first.
-struct ReleaseOnCancel(Option<Arc<Held>>);
+struct ReleaseOnCancel(Option<Arc<LeaseState>>);
 
 impl ReleaseOnCancel {
     fn finished(mut self) {

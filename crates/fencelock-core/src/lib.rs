@@ -13,15 +13,15 @@ mod error;
 mod fence;
 mod full_server;
 mod guard;
-mod held;
-mod holder;
+mod holder_record;
 mod host;
 mod key;
 mod kinds;
 mod lease;
+mod lease_state;
+mod live_leases;
 mod locker;
 pub mod metrics;
-mod registry;
 mod scope;
 mod storage;
 mod storage_config;
@@ -40,7 +40,7 @@ pub use error::{BoxError, Error, LostReason, NodeReport, Result};
 pub use fence::{Fence, FenceRule, FencingToken, OwnerId, admission_order};
 pub use full_server::{Entry as FullServerEntry, FullServer};
 pub use guard::LockGuard;
-pub use holder::{
+pub use holder_record::{
     HOLDER_RESOURCE_PREFIX, HolderInfo, MAX_HOST_LEN, MAX_PURPOSE_LEN, holder_resource,
     read_holder, record_holder,
 };

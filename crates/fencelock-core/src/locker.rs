@@ -20,8 +20,8 @@ use crate::fence::OwnerId;
 use crate::guard::LockGuard;
 use crate::key::LockKey;
 use crate::lease::Lease;
+use crate::live_leases::LiveLeases;
 use crate::metrics;
-use crate::registry::Registry;
 
 /// The lease ttl of a request that names none, where the backend allows it: 30 s.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -103,8 +103,8 @@ impl Default for LockOptions {
 pub struct Locker {
     backend: Arc<dyn LockBackend>,
     options: LockOptions,
-    registry: Arc<Registry>,
-    holding: Arc<Holding>,
+    live_leases: Arc<LiveLeases>,
+    holding: Arc<HeldKeys>,
 }
 
 impl Clone for Locker {
@@ -114,7 +114,7 @@ impl Clone for Locker {
         Locker {
             backend: self.backend.clone(),
             options: self.options,
-            registry: self.registry.clone(),
+            live_leases: self.live_leases.clone(),
             holding: Arc::default(),
         }
     }
@@ -123,11 +123,11 @@ impl Clone for Locker {
 /// The keys one `Locker` value holds, each with its guard's lost token (cancelled once the
 /// guard is released, dropped or lost), for refusing re-entry.
 #[derive(Debug, Default)]
-pub(crate) struct Holding {
+pub(crate) struct HeldKeys {
     keys: Mutex<HashMap<LockKey, CancellationToken>>,
 }
 
-impl Holding {
+impl HeldKeys {
     /// [`Error::AlreadyHeld`] if `key` is held through this locker.
     pub(crate) fn refuse_held(&self, key: &LockKey) -> Result<()> {
         let keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
@@ -152,7 +152,7 @@ impl fmt::Debug for Locker {
         f.debug_struct("Locker")
             .field("backend", &self.backend.name())
             .field("options", &self.options)
-            .field("live_guards", &self.registry.len())
+            .field("live_guards", &self.live_leases.len())
             .finish()
     }
 }
@@ -185,7 +185,7 @@ impl Locker {
         Locker {
             backend,
             options,
-            registry: Arc::default(),
+            live_leases: Arc::default(),
             holding: Arc::default(),
         }
     }
@@ -210,7 +210,7 @@ impl Locker {
             backend: self.backend.clone(),
             key: LockKey::new(key),
             options: self.options,
-            registry: self.registry.clone(),
+            live_leases: self.live_leases.clone(),
             holding: self.holding.clone(),
         }
     }
@@ -258,7 +258,7 @@ impl Locker {
         Locker {
             backend: self.backend.clone(),
             options: self.options,
-            registry: self.registry.clone(),
+            live_leases: self.live_leases.clone(),
             holding: self.holding.clone(),
         }
     }
@@ -267,7 +267,7 @@ impl Locker {
     /// step), registered and counted as held like a `lock` request's grant.
     pub(crate) fn adopt(&self, lease: Lease, watchdog: bool) -> LockGuard {
         let key = lease.key.clone();
-        let guard = LockGuard::registered(self.backend.clone(), lease, watchdog, &self.registry);
+        let guard = LockGuard::registered(self.backend.clone(), lease, watchdog, &self.live_leases);
         self.holding.granted(key, guard.lost_token());
         guard
     }
@@ -283,7 +283,7 @@ impl Locker {
         Locker {
             backend,
             options: self.options,
-            registry: self.registry.clone(),
+            live_leases: self.live_leases.clone(),
             holding: Arc::default(),
         }
     }
@@ -295,7 +295,7 @@ impl Locker {
 
     /// How many guards from this locker (and its clones) are alive or still releasing.
     pub fn live_guards(&self) -> usize {
-        self.registry.len()
+        self.live_leases.len()
     }
 
     /// Releases every lock taken through this locker or its clones whose guard is still
@@ -332,7 +332,7 @@ impl Locker {
     /// }
     /// ```
     pub async fn shutdown(&self) -> Result<usize> {
-        let leases = self.registry.drain();
+        let leases = self.live_leases.drain();
         let releases: Vec<_> = leases
             .iter()
             .filter(|held| held.claim_release())
@@ -360,7 +360,7 @@ impl Locker {
         }
         // The places of requests dropped while they waited (a cancelled wait, a signal): given
         // up before the process goes, not left to lapse.
-        self.registry.wait_for_leaves().await;
+        self.live_leases.wait_for_leaves().await;
         self.backend.finish_background().await;
         first_error.map_or(Ok(released), Err)
     }
@@ -401,8 +401,8 @@ pub struct LockRequest {
     backend: Arc<dyn LockBackend>,
     key: Result<LockKey>,
     options: LockOptions,
-    registry: Arc<Registry>,
-    holding: Arc<Holding>,
+    live_leases: Arc<LiveLeases>,
+    holding: Arc<HeldKeys>,
 }
 
 impl LockRequest {
@@ -460,8 +460,8 @@ impl LockRequest {
         backend: Arc<dyn LockBackend>,
         key: LockKey,
         options: LockOptions,
-        registry: Arc<Registry>,
-        holding: Arc<Holding>,
+        live_leases: Arc<LiveLeases>,
+        holding: Arc<HeldKeys>,
     ) -> impl Future<Output = Result<LockGuard>> + Send {
         let span = tracing::debug_span!(
             "fencelock.acquire",
@@ -483,7 +483,7 @@ impl LockRequest {
                 key,
                 waiter: OwnerId::random(),
                 taken: false,
-                registry: registry.clone(),
+                live_leases: live_leases.clone(),
             };
             let mut attempt = 0u32;
             // A grant the backend handed to the waiter, taken up in place of the next try.
@@ -514,7 +514,7 @@ impl LockRequest {
                                 backend.clone(),
                                 lease,
                                 options.watchdog,
-                                &registry,
+                                &live_leases,
                             );
                             holding.granted(place.key.clone(), guard.lost_token());
                             break Ok(guard);
@@ -627,7 +627,7 @@ struct QueuePlace {
     /// Whether a queued try was sent since the last grant, so the backend may hold a place.
     taken: bool,
     /// The locker's, which tracks a leave spawned at a drop for `Locker::shutdown`.
-    registry: Arc<Registry>,
+    live_leases: Arc<LiveLeases>,
 }
 
 impl QueuePlace {
@@ -655,7 +655,7 @@ impl Drop for QueuePlace {
             let (backend, key, waiter) = (self.backend.clone(), self.key.clone(), self.waiter);
             // Tracked: `Locker::shutdown` waits for it, so a process that shuts its locker
             // down after a cancelled wait (a signal) leaves no place behind.
-            self.registry.spawn_leave(&runtime, async move {
+            self.live_leases.spawn_leave(&runtime, async move {
                 if let Err(e) = backend.leave_queue(&key, waiter).await {
                     tracing::debug!(error = %e, "leaving the queue failed");
                 }
@@ -676,7 +676,7 @@ impl IntoFuture for LockRequest {
             backend,
             key,
             options,
-            registry,
+            live_leases,
             holding,
         } = self;
         let checked = key.and_then(|key| {
@@ -686,7 +686,11 @@ impl IntoFuture for LockRequest {
         });
         match checked {
             Ok(key) => Box::pin(LockRequest::wait_for(
-                backend, key, options, registry, holding,
+                backend,
+                key,
+                options,
+                live_leases,
+                holding,
             )),
             Err(e) => Box::pin(std::future::ready(Err(e))),
         }
@@ -700,7 +704,13 @@ mod tests {
     /// The size of the future `f` returns.
     fn future_size<F, Fut>(_: F) -> usize
     where
-        F: FnOnce(Arc<dyn LockBackend>, LockKey, LockOptions, Arc<Registry>, Arc<Holding>) -> Fut,
+        F: FnOnce(
+            Arc<dyn LockBackend>,
+            LockKey,
+            LockOptions,
+            Arc<LiveLeases>,
+            Arc<HeldKeys>,
+        ) -> Fut,
     {
         std::mem::size_of::<Fut>()
     }

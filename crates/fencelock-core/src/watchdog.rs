@@ -8,12 +8,12 @@ use tokio::time::{Instant, sleep, sleep_until};
 use tracing::Instrument;
 
 use crate::error::{Error, LostReason};
-use crate::held::{Held, Renewal};
+use crate::lease_state::{LeaseState, Renewal};
 
 /// Watches `held` until it is lost; renews it if `renew`. A loss the backend reports between
 /// renewals ([`LockBackend::watch_lost`](crate::LockBackend::watch_lost)) fires the lost signal
 /// at once.
-pub(crate) async fn supervise(held: Arc<Held>, renew: bool) {
+pub(crate) async fn supervise(held: Arc<LeaseState>, renew: bool) {
     let lease = held.lease();
     tokio::select! {
         // In order: each branch ends the supervision, so none needs a fair turn.
@@ -27,7 +27,7 @@ pub(crate) async fn supervise(held: Arc<Held>, renew: bool) {
     }
 }
 
-async fn watch(held: &Held, renew: bool) {
+async fn watch(held: &LeaseState, renew: bool) {
     if !renew {
         // Unrenewed, the lease ends at its stored deadline, however `extend` moves it.
         deadline_passed(held).await;
@@ -59,14 +59,14 @@ pub(crate) fn renew_at(stored_at: Instant, valid_until: Instant) -> Instant {
 /// Renews once (unless another renewal was stored after the one numbered `seen`), retrying
 /// failed attempts, until the lease's deadline: the stored one, which a user's shorter
 /// `extend` may move earlier while this runs.
-async fn renew_once(held: &Held, seen: u64) -> Result<(), LostReason> {
+async fn renew_once(held: &LeaseState, seen: u64) -> Result<(), LostReason> {
     tokio::select! {
         outcome = renew_retrying(held, seen) => outcome,
         _ = deadline_passed(held) => Err(LostReason::DeadlinePassed),
     }
 }
 
-async fn renew_retrying(held: &Held, seen: u64) -> Result<(), LostReason> {
+async fn renew_retrying(held: &LeaseState, seen: u64) -> Result<(), LostReason> {
     loop {
         let lease = held.lease();
         let span = tracing::debug_span!(
@@ -93,7 +93,7 @@ async fn renew_retrying(held: &Held, seen: u64) -> Result<(), LostReason> {
 }
 
 /// Completes once the stored deadline has passed, following every change to it.
-async fn deadline_passed(held: &Held) {
+async fn deadline_passed(held: &LeaseState) {
     loop {
         let lease = held.lease();
         if !lease.is_valid() {
@@ -113,7 +113,7 @@ mod tests {
     /// The size of the future `f` returns.
     fn future_size<F, Fut>(_: F) -> usize
     where
-        F: FnOnce(Arc<Held>, bool) -> Fut,
+        F: FnOnce(Arc<LeaseState>, bool) -> Fut,
     {
         std::mem::size_of::<Fut>()
     }

@@ -13,10 +13,10 @@ mod handoff;
 mod keys;
 mod leases;
 mod queue;
+mod read_phase;
 mod reply;
 mod seen;
 mod set;
-mod shared;
 #[cfg(feature = "servers")]
 mod spawn;
 mod storage;

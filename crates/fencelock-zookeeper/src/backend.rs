@@ -19,9 +19,9 @@ use crate::layout::{
     parse_queue_node,
 };
 use crate::queue::Place;
+use crate::read_phase::ReaderGrant;
 use crate::recipe::Judged;
 use crate::session::{Session, Sessions};
-use crate::shared::ReaderGrant;
 
 /// The largest token: counters are stored as decimal `i64` so other ZooKeeper clients read
 /// them as Java `long`s.

@@ -10,10 +10,10 @@ mod error;
 mod inspect;
 mod layout;
 mod queue;
+mod read_phase;
 mod recipe;
 mod renew;
 mod session;
-mod shared;
 #[cfg(feature = "servers")]
 mod spawn;
 mod storage;

@@ -1,4 +1,4 @@
-//! The state of one held lease, shared by its guard, its watchdog and its locker's registry:
+//! The state of one held lease, shared by its guard, its watchdog and its locker's list of live leases:
 //! renewals one at a time, the lost signal, and the one release.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,8 +13,8 @@ use tracing::Instrument;
 use crate::backend::LockBackend;
 use crate::error::{Error, LostReason, Result};
 use crate::lease::{self, Lease};
+use crate::live_leases::LiveLeases;
 use crate::metrics;
-use crate::registry::Registry;
 
 /// What a renewal is for.
 #[derive(Debug, Clone, Copy)]
@@ -24,7 +24,7 @@ pub(crate) enum Renewal {
     /// The watchdog, which decided to renew after seeing the renewal numbered `seen`; skipped
     /// when another renewal was stored in the meantime.
     Watchdog {
-        /// [`Held::snapshot`]'s `renewals` when the watchdog decided.
+        /// [`LeaseState::snapshot`]'s `renewals` when the watchdog decided.
         seen: u64,
     },
 }
@@ -43,7 +43,7 @@ struct State {
 /// Where a lease is registered, so the end of its release takes it off its locker's list.
 #[derive(Debug)]
 pub(crate) struct Registration {
-    pub(crate) registry: Weak<Registry>,
+    pub(crate) live_leases: Weak<LiveLeases>,
     pub(crate) id: u64,
 }
 
@@ -52,7 +52,7 @@ const LOST_RELEASE_MIN: Duration = Duration::from_millis(50);
 const LOST_RELEASE_MAX: Duration = Duration::from_secs(1);
 
 /// One held lease.
-pub(crate) struct Held {
+pub(crate) struct LeaseState {
     pub(crate) backend: Arc<dyn LockBackend>,
     state: Mutex<State>,
     /// When the lease was granted (stored here), for the hold time.
@@ -71,13 +71,13 @@ pub(crate) struct Held {
     registration: Option<Registration>,
 }
 
-impl Held {
+impl LeaseState {
     pub(crate) fn new(
         backend: Arc<dyn LockBackend>,
         lease: Lease,
         registration: Option<Registration>,
     ) -> Self {
-        Held {
+        LeaseState {
             backend,
             state: Mutex::new(State {
                 lease,
@@ -270,9 +270,9 @@ impl Held {
     /// Takes the lease off its locker's list and wakes whoever waits for the release.
     fn release_finished(&self) {
         if let Some(registration) = &self.registration
-            && let Some(registry) = registration.registry.upgrade()
+            && let Some(live_leases) = registration.live_leases.upgrade()
         {
-            registry.remove(registration.id);
+            live_leases.remove(registration.id);
         }
         self.released.cancel();
     }

@@ -10,13 +10,13 @@ use std::time::Duration;
 
 use tokio_util::task::TaskTracker;
 
-use crate::held::{Held, Registration};
+use crate::lease_state::{LeaseState, Registration};
 use crate::supervisors::Supervisors;
 
 /// Every lease from one locker (and its clones) until its release finished.
 #[derive(Default)]
-pub(crate) struct Registry {
-    live: Mutex<HashMap<u64, Arc<Held>>>,
+pub(crate) struct LiveLeases {
+    live: Mutex<HashMap<u64, Arc<LeaseState>>>,
     next_id: AtomicU64,
     /// The watchdogs of every guard of this locker, driven by one task per runtime.
     pub(crate) supervisors: Supervisors,
@@ -30,28 +30,28 @@ pub(crate) struct Registry {
 /// keep a leave for its whole call time-out, and its place lapses by itself anyway.
 pub(crate) const LEAVES_BOUND: Duration = Duration::from_secs(1);
 
-impl fmt::Debug for Registry {
+impl fmt::Debug for LiveLeases {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Registry")
+        f.debug_struct("LiveLeases")
             .field("live", &self.len())
             .finish()
     }
 }
 
-impl Registry {
-    fn live(&self) -> MutexGuard<'_, HashMap<u64, Arc<Held>>> {
+impl LiveLeases {
+    fn live(&self) -> MutexGuard<'_, HashMap<u64, Arc<LeaseState>>> {
         self.live.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A registration for a lease about to be [`insert`](Self::insert)ed.
     pub(crate) fn register(self: &Arc<Self>) -> Registration {
         Registration {
-            registry: Arc::downgrade(self),
+            live_leases: Arc::downgrade(self),
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
         }
     }
 
-    pub(crate) fn insert(&self, id: u64, held: Arc<Held>) {
+    pub(crate) fn insert(&self, id: u64, held: Arc<LeaseState>) {
         self.live().insert(id, held);
     }
 
@@ -60,7 +60,7 @@ impl Registry {
     }
 
     /// Takes every lease off the list.
-    pub(crate) fn drain(&self) -> Vec<Arc<Held>> {
+    pub(crate) fn drain(&self) -> Vec<Arc<LeaseState>> {
         self.live().drain().map(|(_, held)| held).collect()
     }
 
