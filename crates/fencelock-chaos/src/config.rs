@@ -23,7 +23,8 @@ pub enum Target {
         scheme: String,
         /// Servers (nodes, members).
         nodes: usize,
-        /// Persistence of the servers, where the backend has a choice (Redis).
+        /// Whether the servers keep what they acknowledged through a kill, where the
+        /// backend's spawner has a choice (it becomes the spawn request's `durable`).
         persistence: Persistence,
     },
     /// Servers the caller runs, named by a backend spec (`redis://`, `redlock://`,
@@ -42,12 +43,15 @@ impl Target {
     }
 }
 
-/// Persistence of spawned lock nodes.
+/// Persistence of spawned lock nodes: the spawn request's `durable`
+/// ([`SpawnRequest::durable`](fencelock::tools::SpawnRequest::durable)), which each backend's
+/// spawner meets its own way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Persistence {
-    /// AOF with `appendfsync always`: counters survive kill -9.
+    /// Every acknowledged write is on disk first: token counters survive kill -9.
     Always,
-    /// No persistence: a killed node comes back with its token counters gone.
+    /// Nothing kept: a killed node comes back with its token counters gone (where the
+    /// backend can run so), which the fence must survive.
     None,
 }
 
@@ -56,11 +60,12 @@ pub enum Persistence {
 pub enum FaultKind {
     /// SIGSTOP the worker that has just read under its lease, for 1 to 5 x ttl.
     Pause,
-    /// kill -9 spawned lock nodes (redis-server, etcd members) and restart them.
+    /// kill -9 spawned lock nodes (servers, members) and restart them.
     Kill,
     /// Delay, blackhole or reset traffic through fault proxies in front of every server.
     Partition,
-    /// `pg_terminate_backend` on the workers' Postgres sessions.
+    /// End the workers' server sessions by the backend's session fault (its
+    /// `SessionFaults`, named in the report as the backend names it).
     Terminate,
 }
 

@@ -49,7 +49,7 @@ pub struct FaultTally {
     pub partition_reset: u64,
     /// Terminate episodes.
     pub terminate_episodes: u64,
-    /// Postgres sessions ended over every terminate episode.
+    /// Server sessions ended over every terminate episode.
     pub sessions_terminated: u64,
 }
 

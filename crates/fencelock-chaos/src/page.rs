@@ -97,7 +97,7 @@ pub(crate) fn render(report: &ChaosReport) -> String {
                     }
                 }
                 h2 { "Time line" }
-                (legend())
+                (legend(report.session_fault))
                 div.pair {
                     (timeline_figure("timeline-fenced", "fenced run", fenced, report.ttl))
                     (timeline_figure("timeline-control", "control (no fencing)", control, report.ttl))
@@ -127,7 +127,8 @@ fn swatch(color: &str, label: &str) -> Markup {
     }
 }
 
-fn legend() -> Markup {
+/// The time line's legend; a session fault shows by the name its backend gives it.
+fn legend(session_fault: Option<&str>) -> Markup {
     html! {
         p.legend {
             (swatch("rgb(158,202,225)", "lease, within its ttl"))
@@ -135,7 +136,9 @@ fn legend() -> Markup {
             (swatch("rgba(60,60,60,0.45)", "worker paused (SIGSTOP)"))
             (swatch("rgb(120,0,0)", "kill -9 (servers)"))
             (swatch("rgb(117,107,177)", "partition (servers)"))
-            (swatch("rgb(140,81,10)", "pg_terminate_backend"))
+            @if let Some(label) = session_fault {
+                (swatch("rgb(140,81,10)", label))
+            }
             br;
             "● read (upper row of a lane) ▲ write (lower row), at its answer: "
             span style="color:rgb(35,139,69)" { "admitted" } ", "

@@ -48,6 +48,9 @@ pub struct ChaosReport {
     pub work: Duration,
     /// The faults injected.
     pub faults: Vec<FaultKind>,
+    /// What the backend calls its session fault (`terminate`), when the run's servers have
+    /// one: the name the backend's `SessionFaults::label` gives.
+    pub session_fault: Option<&'static str>,
     /// The fenced run.
     pub fenced: RunReport,
     /// The negative control.
@@ -180,6 +183,7 @@ impl ChaosReport {
             "ttl_ms": self.ttl.as_secs_f64() * 1000.0,
             "work_ms": self.work.as_secs_f64() * 1000.0,
             "faults": names(&self.faults),
+            "session_fault": self.session_fault,
             "fenced": run_json(&self.fenced),
             "control": run_json(&self.control),
             "outcome": self.outcome.as_str(),

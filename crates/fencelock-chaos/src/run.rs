@@ -96,6 +96,7 @@ pub async fn run(
         ttl: settings.ttl,
         work: settings.work,
         faults: settings.faults,
+        session_fault: cluster.faults.as_ref().map(|faults| faults.label()),
         fenced,
         control,
         outcome,

@@ -219,6 +219,12 @@ fn the_report_page_renders_a_time_line_per_worker_and_the_history_is_exported() 
             "the page loads something ({fetches})"
         );
     }
+    // The legend names faults by what the backend calls them: Redis has no session fault, so
+    // no other backend's name for one shows.
+    assert!(
+        !html.contains("pg_terminate_backend"),
+        "the legend names a fault this backend has not"
+    );
     let mut dump = headless(scratch.path());
     dump.arg("--dump-dom")
         .arg(format!("file://{}", page.display()));

@@ -132,6 +132,9 @@ pub struct Scheme {
     /// Starts throwaway servers of this scheme for fault runs (`fencelock chaos --spawn`),
     /// when the backend can: see [`Spawn`](crate::tools::Spawn).
     pub spawn: Option<crate::tools::Spawn>,
+    /// A whole URL of this scheme, for messages that show what a spec looks like
+    /// (`redis://127.0.0.1:6379`); see [`with_example`](Self::with_example).
+    pub example: Option<&'static str>,
 }
 
 impl Scheme {
@@ -147,7 +150,16 @@ impl Scheme {
             summary,
             parse,
             spawn: None,
+            example: None,
         }
+    }
+
+    /// The same scheme, with `example` (a whole URL of it, no password) shown where a message
+    /// says what a backend spec looks like. The first registered scheme with an example is
+    /// the one shown.
+    pub const fn with_example(mut self, example: &'static str) -> Self {
+        self.example = Some(example);
+        self
     }
 
     /// The same scheme, with `spawn` starting servers of it for fault runs.
@@ -312,10 +324,14 @@ impl Schemes {
         }
     }
 
-    fn example(&self) -> &'static str {
-        match self.list.iter().find(|scheme| scheme.name != "memory") {
-            Some(scheme) if scheme.name == "redis" => "redis://127.0.0.1:6379",
-            _ => "memory://",
+    /// The example URL of the first scheme that gives one, else `<first scheme>://`.
+    fn example(&self) -> String {
+        match self.list.iter().find_map(|scheme| scheme.example) {
+            Some(example) => example.to_owned(),
+            None => match self.list.first() {
+                Some(scheme) => format!("{}://", scheme.name),
+                None => "scheme://host".to_owned(),
+            },
         }
     }
 }
@@ -377,6 +393,35 @@ mod tests {
         assert_eq!(schemes.iter().count(), 1);
         assert!(schemes.get("A+B").is_some());
         assert_eq!(schemes.list(), "a+b://");
+    }
+
+    #[test]
+    fn the_example_shown_is_the_first_a_scheme_gives() {
+        let message = |schemes: &Schemes| match schemes.parse("no scheme here") {
+            Err(Error::InvalidConfig { message, .. }) => message,
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        };
+        let mut schemes = Schemes::new();
+        assert!(message(&schemes).contains("such as scheme://host"));
+        schemes
+            .register(Scheme::new("plain", "no example", refuse))
+            .unwrap();
+        assert!(
+            message(&schemes).contains("such as plain:// "),
+            "{}",
+            message(&schemes)
+        );
+        schemes
+            .register(Scheme::new("shown", "an example", refuse).with_example("shown://h:1"))
+            .unwrap();
+        schemes
+            .register(Scheme::new("later", "another", refuse).with_example("later://h:2"))
+            .unwrap();
+        assert!(
+            message(&schemes).contains("such as shown://h:1 "),
+            "{}",
+            message(&schemes)
+        );
     }
 
     #[test]

@@ -10,11 +10,14 @@ use crate::config::EtcdConfig;
 
 /// The scheme this crate owns, `etcd://`, to register in a
 /// [`Schemes`](fencelock_core::Schemes) registry.
-pub const SCHEMES: &[Scheme] = &[spawns(Scheme::new(
-    "etcd",
-    "an etcd cluster, reached through one or more members",
-    |url| Ok(Box::new(EtcdConfig::from_url(url)?)),
-))];
+pub const SCHEMES: &[Scheme] = &[spawns(
+    Scheme::new(
+        "etcd",
+        "an etcd cluster, reached through one or more members",
+        |url| Ok(Box::new(EtcdConfig::from_url(url)?)),
+    )
+    .with_example("etcd://127.0.0.1:2379"),
+)];
 
 #[cfg(feature = "servers")]
 const fn spawns(scheme: Scheme) -> Scheme {

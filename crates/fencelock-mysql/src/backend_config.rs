@@ -16,7 +16,8 @@ fn parse(url: &str) -> Result<Box<dyn BackendConfig>> {
 /// The schemes this crate owns, `mysql://` and `mariadb://` (a synonym, kept as written), to
 /// register in a [`Schemes`](fencelock_core::Schemes) registry.
 pub const SCHEMES: &[Scheme] = &[
-    Scheme::new("mysql", "one MySQL or MariaDB database (GET_LOCK)", parse),
+    Scheme::new("mysql", "one MySQL or MariaDB database (GET_LOCK)", parse)
+        .with_example("mysql://root@127.0.0.1:3306/test"),
     Scheme::new(
         "mariadb",
         "one MariaDB or MySQL database (GET_LOCK; a synonym of mysql://)",

@@ -14,7 +14,7 @@ const SUMMARY: &str = "one PostgreSQL database (?backend=lease, the default, or 
 /// The schemes this crate owns, `postgres://` and `postgresql://` (the same grammar, see
 /// [`PgConfig`]), to register in a [`Schemes`](fencelock_core::Schemes) registry.
 pub const SCHEMES: &[Scheme] = &[
-    Scheme::new("postgres", SUMMARY, parse),
+    Scheme::new("postgres", SUMMARY, parse).with_example("postgres://postgres@127.0.0.1:5432/test"),
     Scheme::new("postgresql", SUMMARY, parse),
 ];
 

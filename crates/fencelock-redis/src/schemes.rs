@@ -17,7 +17,8 @@ use crate::redlock::RedlockConfig;
 /// registry. The TLS ones parse only with the `tls` feature.
 pub const SCHEMES: &[Scheme] = &[
     spawns(
-        Scheme::new("redis", "one Redis server", parse_redis),
+        Scheme::new("redis", "one Redis server", parse_redis)
+            .with_example("redis://127.0.0.1:6379"),
         SpawnAs::Redis,
     ),
     Scheme::new(

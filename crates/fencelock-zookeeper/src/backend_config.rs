@@ -14,11 +14,14 @@ use crate::storage::ZkStorage;
 
 /// The scheme this crate owns, `zookeeper://`, to register in a
 /// [`Schemes`](fencelock_core::Schemes) registry.
-pub const SCHEMES: &[Scheme] = &[spawns(Scheme::new(
-    "zookeeper",
-    "a ZooKeeper ensemble, reached through one or more servers",
-    |url| Ok(Box::new(ZkConfig::from_url(url)?)),
-))];
+pub const SCHEMES: &[Scheme] = &[spawns(
+    Scheme::new(
+        "zookeeper",
+        "a ZooKeeper ensemble, reached through one or more servers",
+        |url| Ok(Box::new(ZkConfig::from_url(url)?)),
+    )
+    .with_example("zookeeper://127.0.0.1:2181"),
+)];
 
 #[cfg(feature = "servers")]
 const fn spawns(scheme: Scheme) -> Scheme {
