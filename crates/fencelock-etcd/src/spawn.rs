@@ -8,7 +8,7 @@ use std::sync::Arc;
 use fencelock_core::tools::{SpawnFuture, SpawnRequest, SpawnedServers};
 use fencelock_core::{Error, Result};
 use fencelock_servers::etcd::EtcdServer;
-use fencelock_servers::set::{self, EtcdMember, ServerSet};
+use fencelock_servers::set::{self, ServerSet};
 
 use crate::config::EtcdConfig;
 
@@ -31,7 +31,7 @@ async fn spawn(request: SpawnRequest) -> Result<Box<dyn SpawnedServers>> {
     );
     // Fewer than half at a time (the one member, when there is one): a cluster of three keeps
     // its quorum, and a restarted member rejoins with its data.
-    let servers = ServerSet::new("etcd", lock, described, EtcdMember::all(&cluster))
+    let servers = ServerSet::new("etcd", lock, described, cluster.processes())
         .kill_at_most((count.saturating_sub(1) / 2).max(1))
         .keep(cluster);
     Ok(Box::new(servers))

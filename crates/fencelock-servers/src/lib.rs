@@ -3,6 +3,7 @@
 #![warn(missing_docs)]
 
 pub mod etcd;
+pub mod members;
 pub mod moto;
 pub mod port;
 pub mod proxy;

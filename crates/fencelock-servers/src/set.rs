@@ -1,6 +1,7 @@
 //! Spawned servers as one set a fault run pulls: [`ServerSet`] implements the core's
-//! [`SpawnedServers`] over any [`Process`], so a backend's spawner is a few lines that start
-//! its servers and name the lock service and the storage on them.
+//! [`SpawnedServers`] over any [`Process`] (a redis-server, or each member of a
+//! [`Members`](crate::members::Members) group), so a backend's spawner is a few lines that
+//! start its servers and name the lock service and the storage on them.
 
 use std::any::Any;
 use std::fmt;
@@ -10,9 +11,7 @@ use std::sync::Arc;
 use fencelock_core::tools::SpawnedServers;
 use fencelock_core::{BackendConfig, Error, Result, async_trait};
 
-use crate::etcd::EtcdServer;
 use crate::redis::RedisServer;
-use crate::zookeeper::ZkServer;
 
 /// One server of a set: a process a fault run kills with SIGKILL and starts again on its port
 /// and data.
@@ -43,84 +42,6 @@ impl Process for RedisServer {
 
     fn try_restart(&self) -> io::Result<()> {
         RedisServer::try_restart(self)
-    }
-}
-
-/// Member `index` of a spawned etcd cluster.
-#[derive(Debug)]
-pub struct EtcdMember {
-    cluster: Arc<EtcdServer>,
-    index: usize,
-}
-
-impl EtcdMember {
-    /// Every member of `cluster`, in order.
-    pub fn all(cluster: &Arc<EtcdServer>) -> Vec<Arc<dyn Process>> {
-        (0..cluster.len())
-            .map(|index| {
-                Arc::new(EtcdMember {
-                    cluster: cluster.clone(),
-                    index,
-                }) as Arc<dyn Process>
-            })
-            .collect()
-    }
-}
-
-impl Process for EtcdMember {
-    fn is_running(&self) -> bool {
-        self.cluster.is_running(self.index)
-    }
-
-    fn kill(&self) {
-        self.cluster.kill(self.index);
-    }
-
-    fn try_restart(&self) -> io::Result<()> {
-        self.cluster.try_restart(self.index)
-    }
-
-    fn leads(&self) -> bool {
-        self.cluster.leader() == Some(self.index)
-    }
-}
-
-/// Member `index` of a spawned ZooKeeper ensemble.
-#[derive(Debug)]
-pub struct ZkMember {
-    ensemble: Arc<ZkServer>,
-    index: usize,
-}
-
-impl ZkMember {
-    /// Every member of `ensemble`, in order.
-    pub fn all(ensemble: &Arc<ZkServer>) -> Vec<Arc<dyn Process>> {
-        (0..ensemble.len())
-            .map(|index| {
-                Arc::new(ZkMember {
-                    ensemble: ensemble.clone(),
-                    index,
-                }) as Arc<dyn Process>
-            })
-            .collect()
-    }
-}
-
-impl Process for ZkMember {
-    fn is_running(&self) -> bool {
-        self.ensemble.is_running(self.index)
-    }
-
-    fn kill(&self) {
-        self.ensemble.kill(self.index);
-    }
-
-    fn try_restart(&self) -> io::Result<()> {
-        self.ensemble.try_restart(self.index)
-    }
-
-    fn leads(&self) -> bool {
-        self.ensemble.leader() == Some(self.index)
     }
 }
 

@@ -2,11 +2,13 @@
 //!
 //! Throwaway Postgres schemas and clusters (which tests may crash and restart), a PgBouncer in
 //! transaction mode, Redis clusters and TLS servers (with certificates made at test time) live
-//! here; the redis-server and etcd member spawners and the TCP fault proxy live in
-//! `fencelock-servers` (the `fencelock chaos` command uses them at run time too) and are
-//! wrapped under the same paths, panicking with what to install instead of returning errors.
+//! here. The redis-server spawner, the server groups (etcd, ZooKeeper) and the TCP fault
+//! proxy live in `fencelock-servers` (the `fencelock chaos` command uses them at run time
+//! too) and are wrapped under the same paths, panicking with what to install instead of
+//! returning errors (one wrapper for every group: [`members::Spawned`]).
 
 pub mod etcd;
+pub mod members;
 pub mod pg_cluster;
 pub mod pgbouncer;
 pub use pgbouncer::PgBouncer;

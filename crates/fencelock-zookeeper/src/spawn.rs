@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use fencelock_core::tools::{SpawnFuture, SpawnRequest, SpawnedServers};
 use fencelock_core::{Error, Result};
-use fencelock_servers::set::{self, ServerSet, ZkMember};
+use fencelock_servers::set::{self, ServerSet};
 use fencelock_servers::zookeeper::ZkServer;
 
 use crate::config::ZkConfig;
@@ -34,7 +34,7 @@ async fn spawn(request: SpawnRequest) -> Result<Box<dyn SpawnedServers>> {
     );
     // Fewer than half at a time (the one server, when there is one): an ensemble of three
     // keeps its quorum, and a restarted server rejoins with its data.
-    let servers = ServerSet::new("zookeeper", lock, described, ZkMember::all(&ensemble))
+    let servers = ServerSet::new("zookeeper", lock, described, ensemble.processes())
         .kill_at_most((count.saturating_sub(1) / 2).max(1))
         .keep(ensemble);
     Ok(Box::new(servers))
