@@ -4,6 +4,8 @@
 
 #[macro_use]
 mod backends;
+#[cfg(feature = "blocking")]
+pub mod blocking;
 pub mod spec;
 mod storage_spec;
 
