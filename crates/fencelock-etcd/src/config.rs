@@ -1,7 +1,5 @@
 //! `EtcdConfig`: the `etcd://` grammar, its validation, and the typed settings of a client.
 
-use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
 use fencelock_core::url::{
@@ -100,31 +98,11 @@ pub struct EtcdConfig {
     pub(crate) max_value_len: usize,
 }
 
-impl fmt::Debug for EtcdConfig {
-    // Hand-written so that a password never reaches a log.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EtcdConfig")
-            .field("url", &self.redacted_url())
-            .field("operation_timeout", &self.operation_timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("max_value_len", &self.max_value_len)
-            .finish()
-    }
-}
-
-impl fmt::Display for EtcdConfig {
-    /// The URL with the password replaced by `***`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.redacted_url())
-    }
-}
-
-impl FromStr for EtcdConfig {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        Self::from_url(s)
-    }
-}
+fencelock_core::redacted_config!(EtcdConfig {
+    operation_timeout,
+    connect_timeout,
+    max_value_len
+});
 
 impl EtcdConfig {
     /// The URL schemes this config owns.

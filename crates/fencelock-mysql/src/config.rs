@@ -221,33 +221,13 @@ impl PartialEq for MySqlConfig {
 
 impl Eq for MySqlConfig {}
 
-impl fmt::Debug for MySqlConfig {
-    // Hand-written so that a password never reaches a log.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MySqlConfig")
-            .field("url", &self.redacted_url())
-            .field("pool_size", &self.pool_size)
-            .field("session_pool_size", &self.session_pool_size)
-            .field("operation_timeout", &self.operation_timeout)
-            .field("max_value_len", &self.max_value_len)
-            .field("install", &self.install)
-            .finish()
-    }
-}
-
-impl fmt::Display for MySqlConfig {
-    /// The URL with the password replaced by `***`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.redacted_url())
-    }
-}
-
-impl FromStr for MySqlConfig {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        Self::from_url(s)
-    }
-}
+fencelock_core::redacted_config!(MySqlConfig {
+    pool_size,
+    session_pool_size,
+    operation_timeout,
+    max_value_len,
+    install
+});
 
 impl MySqlConfig {
     /// The URL schemes this config owns.

@@ -1,8 +1,6 @@
 //! `ObjectStoreConfig`: the `s3://` and `memory-objects://` URLs, parsed with the core URL
 //! toolkit, and the storage they connect to.
 
-use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -143,30 +141,10 @@ pub struct ObjectStoreConfig {
     call_timeout: Duration,
 }
 
-impl fmt::Debug for ObjectStoreConfig {
-    // Hand-written so that the secret key never reaches a log.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ObjectStoreConfig")
-            .field("url", &self.redacted_url())
-            .field("max_value_len", &self.max_value_len)
-            .field("call_timeout", &self.call_timeout)
-            .finish()
-    }
-}
-
-impl fmt::Display for ObjectStoreConfig {
-    /// The URL with the secret key replaced by `***`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.redacted_url())
-    }
-}
-
-impl FromStr for ObjectStoreConfig {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        Self::from_url(s)
-    }
-}
+fencelock_core::redacted_config!(ObjectStoreConfig {
+    max_value_len,
+    call_timeout
+});
 
 impl ObjectStoreConfig {
     /// A configuration from an `s3://` or `memory-objects://` URL (grammar above), checked

@@ -1,7 +1,6 @@
 //! `RedisConfig`: how to reach one Redis server, and how to name keys there. It owns the
 //! `redis://` and `rediss://` URL schemes.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -72,27 +71,15 @@ enum Target {
     Unusable(String),
 }
 
-impl fmt::Debug for RedisConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisConfig")
-            .field("url", &self.redacted_url())
-            .field("prefix", &self.prefix)
-            .field("call_timeout", &self.call_timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("max_value_len", &self.max_value_len)
-            .field("fence_rule", &self.fence_rule)
-            .field("allow_eviction", &self.allow_eviction)
-            .field("tls_ca", &self.tls_ca)
-            .finish()
-    }
-}
-
-impl fmt::Display for RedisConfig {
-    /// The URL with its password as `***`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.redacted_url())
-    }
-}
+fencelock_core::redacted_config!(RedisConfig {
+    prefix,
+    call_timeout,
+    connect_timeout,
+    max_value_len,
+    fence_rule,
+    allow_eviction,
+    tls_ca
+});
 
 impl RedisConfig {
     /// The URL schemes this config reads: `redis` and `rediss` (TLS, with the `tls` feature).

@@ -96,11 +96,7 @@ impl fmt::Debug for ZkConfig {
     }
 }
 
-impl fmt::Display for ZkConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.redacted_url())
-    }
-}
+fencelock_core::redacted_config!(ZkConfig);
 
 fn invalid(message: impl Into<String>) -> Error {
     Error::config(message)

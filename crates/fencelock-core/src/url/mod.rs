@@ -27,3 +27,68 @@ pub use hosts::{distinct, parse_host, parse_hosts, port_problem};
 pub use options::{Known, OptionEntry, Options};
 pub use redact::{passwords, redact, safe_to_echo};
 pub use text::decode_part;
+
+/// The one way a backend's URL config is shown: `Display` is its `redacted_url()` (every
+/// password `***`), `FromStr` is its `from_url`, and, given the config's other fields, `Debug`
+/// shows the redacted URL and those fields. The type needs `redacted_url(&self) -> String`
+/// and `from_url(&str) -> Result<Self>`.
+///
+/// ```
+/// use fencelock_core::{Error, Result};
+///
+/// #[derive(Clone, PartialEq)]
+/// pub struct LockDirConfig {
+///     url: String,
+///     depth: u8,
+/// }
+///
+/// impl LockDirConfig {
+///     pub fn from_url(url: &str) -> Result<Self> {
+///         url.starts_with("lockdir://")
+///             .then(|| LockDirConfig { url: url.to_owned(), depth: 2 })
+///             .ok_or_else(|| Error::config("not a lockdir:// URL"))
+///     }
+///
+///     pub fn redacted_url(&self) -> String {
+///         fencelock_core::url::redact(&self.url)
+///     }
+/// }
+///
+/// fencelock_core::redacted_config!(LockDirConfig { depth });
+///
+/// let config: LockDirConfig = "lockdir://user:secret@host/x".parse()?;
+/// assert_eq!(config.to_string(), "lockdir://user:***@host/x");
+/// assert!(!format!("{config:?}").contains("secret"));
+/// # Ok::<(), Error>(())
+/// ```
+#[macro_export]
+macro_rules! redacted_config {
+    ($config:ident) => {
+        impl ::std::fmt::Display for $config {
+            /// The URL with every password replaced by `***`.
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.write_str(&self.redacted_url())
+            }
+        }
+
+        impl ::std::str::FromStr for $config {
+            type Err = $crate::Error;
+            fn from_str(s: &str) -> $crate::Result<Self> {
+                Self::from_url(s)
+            }
+        }
+    };
+    ($config:ident { $($field:ident),* $(,)? }) => {
+        $crate::redacted_config!($config);
+
+        impl ::std::fmt::Debug for $config {
+            // The URL only as redacted, so that a password never reaches a log.
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.debug_struct(stringify!($config))
+                    .field("url", &self.redacted_url())
+                    $(.field(stringify!($field), &self.$field))*
+                    .finish()
+            }
+        }
+    };
+}

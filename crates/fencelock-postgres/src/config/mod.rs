@@ -4,11 +4,8 @@
 //! redaction, options, decoding), the builder settings and their kinds ([`options`]),
 //! connect-error and TLS classification ([`errors`]), schema names ([`schema`]).
 
-use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
-use fencelock_core::{Error, Result};
 use sqlx::postgres::PgConnectOptions;
 use url::Url;
 
@@ -110,34 +107,11 @@ impl PartialEq for PgConfig {
 
 impl Eq for PgConfig {}
 
-impl fmt::Debug for PgConfig {
-    // Hand-written so that a password never reaches a log.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PgConfig")
-            .field("url", &self.redacted_url())
-            .field("pooler", &self.pooler)
-            .field("pool_size", &self.pool_size)
-            .field("holder_pool_size", &self.holder_pool_size)
-            .field("operation_timeout", &self.operation_timeout)
-            .field(
-                "idle_in_transaction_timeout",
-                &self.idle_in_transaction_timeout,
-            )
-            .field("migrate", &self.migrate)
-            .finish()
-    }
-}
-
-impl fmt::Display for PgConfig {
-    /// The URL with the password replaced by `***`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.redacted_url())
-    }
-}
-
-impl FromStr for PgConfig {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        Self::from_url(s)
-    }
-}
+fencelock_core::redacted_config!(PgConfig {
+    pooler,
+    pool_size,
+    holder_pool_size,
+    operation_timeout,
+    idle_in_transaction_timeout,
+    migrate
+});

@@ -2,7 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use fencelock_core::HostPort;
+use fencelock_core::{Error, HostPort};
 
 use super::*;
 

@@ -1,7 +1,6 @@
 //! `RedisClusterConfig`: how to reach a Redis Cluster (its seed nodes) and how to name keys
 //! there. It owns the `redis+cluster://` URL scheme.
 
-use std::fmt;
 use std::time::Duration;
 
 use fencelock_core::url::{Known, Options, distinct};
@@ -55,26 +54,14 @@ pub struct RedisClusterConfig {
     allow_eviction: bool,
 }
 
-impl fmt::Debug for RedisClusterConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisClusterConfig")
-            .field("url", &self.redacted_url())
-            .field("prefix", &self.prefix)
-            .field("call_timeout", &self.call_timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("max_value_len", &self.max_value_len)
-            .field("fence_rule", &self.fence_rule)
-            .field("allow_eviction", &self.allow_eviction)
-            .finish()
-    }
-}
-
-impl fmt::Display for RedisClusterConfig {
-    /// The URL with its password as `***`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.redacted_url())
-    }
-}
+fencelock_core::redacted_config!(RedisClusterConfig {
+    prefix,
+    call_timeout,
+    connect_timeout,
+    max_value_len,
+    fence_rule,
+    allow_eviction
+});
 
 impl RedisClusterConfig {
     /// The URL schemes this config reads: `redis+cluster` and `rediss+cluster` (TLS, with the

@@ -75,12 +75,7 @@ impl fmt::Debug for RedlockConfig {
     }
 }
 
-impl fmt::Display for RedlockConfig {
-    /// The `redlock://` URL with every password as `***`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.redacted_url())
-    }
-}
+fencelock_core::redacted_config!(RedlockConfig);
 
 const SCHEME: &str = "redlock://";
 
