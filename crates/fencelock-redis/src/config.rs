@@ -33,8 +33,8 @@ pub const DEFAULT_MAX_VALUE_LEN: usize = 16 << 20;
 /// a tool such as `fencelock inspect` reaches the locks of an application that set one.
 ///
 /// [`to_url`](Self::to_url) gives the URL back, credentials included, so that
-/// `RedisConfig::from_url(&c.to_url())` equals `c`; [`Display`](fmt::Display) and
-/// [`Debug`](fmt::Debug) show it with the password as `***`. Both write the prefix when it
+/// `RedisConfig::from_url(&c.to_url())` equals `c`; [`Display`](std::fmt::Display) and
+/// [`Debug`](std::fmt::Debug) show it with the password as `***`. Both write the prefix when it
 /// is not the default one, however it was set. The other options set with the builder
 /// (timeouts, value limit, fence rule) are not part of the URL.
 ///

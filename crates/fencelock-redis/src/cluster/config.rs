@@ -27,8 +27,8 @@ use fencelock_core::url::{redact, safe_to_echo};
 /// [`Error::InvalidConfig`] and never show a password.
 ///
 /// [`to_url`](Self::to_url) gives the URL back, credentials included, so that
-/// `RedisClusterConfig::from_url(&c.to_url())` equals `c`; [`Display`](fmt::Display) and
-/// [`Debug`](fmt::Debug) show it with the password as `***`, and the prefix when it is not
+/// `RedisClusterConfig::from_url(&c.to_url())` equals `c`; [`Display`](std::fmt::Display) and
+/// [`Debug`](std::fmt::Debug) show it with the password as `***`, and the prefix when it is not
 /// the default, however it was set. The other options set with the builder (timeouts, value
 /// limit, fence rule) are not part of the URL.
 ///
