@@ -1,7 +1,7 @@
 //! `fencelock advance-token`: raise a key's token counter past a floor, the way to heal a lock
 //! server that lost its counters.
 
-use fencelock::{FencingToken, LockKey};
+use fencelock::{FencingToken, LockBackend, LockKey, MovedPast, move_past};
 
 use crate::args::SharedBackendArg;
 use crate::error::CliError;
@@ -52,9 +52,14 @@ pub(crate) struct Args {
     force: bool,
 }
 
-/// The last token the lock service `old` granted for `key`, read from it, with a note on
-/// stderr when a holder of it is live.
-async fn last_grant_of(old: &Spec, key: &LockKey, new: &Spec) -> Result<FencingToken, CliError> {
+/// Moves `key` from the lock service `old` to `new` ([`move_past`]): the new counter goes
+/// past the last token `old` granted, with a note on stderr when a holder of it is live.
+async fn move_from(
+    old: &Spec,
+    new: &Spec,
+    to: &dyn LockBackend,
+    key: &LockKey,
+) -> Result<Exit, CliError> {
     if !old.spec().is_shared() {
         return Err(CliError::Input(format!(
             "--past needs the lock service you move from, and {old} lives inside one process: \
@@ -67,21 +72,31 @@ async fn last_grant_of(old: &Spec, key: &LockKey, new: &Spec) -> Result<FencingT
              move from"
         )));
     }
-    let info = old.spec().connect().await?.backend.inspect(key).await?;
-    let Some(last) = info.last_token else {
-        return Err(CliError::Input(format!(
+    let from = old.spec().connect().await?.backend;
+    match move_past(from.as_ref(), to, key).await? {
+        MovedPast::Moved {
+            last_grant,
+            counter,
+            still_held,
+        } => {
+            if let Some(token) = still_held {
+                eprintln!(
+                    "fencelock: note: {key} is held on {old} with token {token}: its holder's \
+                     writes are refused once a holder of {new} writes"
+                );
+            }
+            println!(
+                "token counter of {key} is at {counter}: the next grant carries a token above \
+                 {last_grant}"
+            );
+            Ok(Exit::Success)
+        }
+        MovedPast::NeverGranted => Err(CliError::Input(format!(
             "{old} never granted {key}: nothing to move past (check the key, and the prefix or \
              schema in the URL; or give --to N)"
-        )));
-    };
-    if let Some(holder) = info.holder {
-        eprintln!(
-            "fencelock: note: {key} is held on {old} with token {}: its holder's writes are \
-             refused once a holder of {new} writes",
-            holder.token
-        );
+        ))),
+        other => Err(CliError::Input(format!("unexpected outcome {other:?}"))),
     }
-    Ok(last)
 }
 
 /// How many grants a floor must leave a key, unless `--force`: one call, by a typo or on
@@ -93,7 +108,9 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
     let key = LockKey::new(&args.key)?;
     let connected = spec.spec().connect().await?;
     let floor = match (&args.past, &args.to_fence_of, args.to) {
-        (Some(old), _, _) => last_grant_of(old, &key, spec).await?,
+        (Some(old), _, _) => {
+            return move_from(old, spec, connected.backend.as_ref(), &key).await;
+        }
         (None, Some(resource), _) => {
             let resource = LockKey::new(resource)?;
             match connected.storage.peek(&resource).await? {

@@ -22,6 +22,7 @@ mod lease_state;
 mod live_leases;
 mod locker;
 pub mod metrics;
+mod moving;
 mod scope;
 mod storage;
 mod storage_config;
@@ -53,6 +54,7 @@ pub use kinds::{
 };
 pub use lease::{Lease, LockInfo, QueueEntry, QueueRole, drift_margin, valid_until};
 pub use locker::{DEFAULT_TTL, LockOptions, LockRequest, Locker};
+pub use moving::{MovedPast, move_past};
 pub use scope::{Held, scope};
 pub use storage::{FencedStorage, Snapshot, validate_value};
 pub use storage_config::{BackendStorage, StorageConfig, StorageScheme};
