@@ -107,8 +107,12 @@ pub struct Locker {
 impl Locker {
     /// A locker over `backend`, with the default options.
     pub fn new<B: LockBackend>(backend: B) -> Result<Self> {
-        let runtime = Runtime::start()?;
-        // The backend's background tasks (if it starts any) belong on this runtime.
+        Ok(Self::on(Runtime::start()?, backend))
+    }
+
+    /// A locker over `backend` on `runtime`, where the backend's background tasks (if it
+    /// starts any) belong.
+    fn on<B: LockBackend>(runtime: Arc<Runtime>, backend: B) -> Self {
         let inner = match runtime.handle() {
             Some(handle) => {
                 let _entered = handle.enter();
@@ -116,7 +120,7 @@ impl Locker {
             }
             None => fencelock_core::Locker::new(backend),
         };
-        Ok(Locker { inner, runtime })
+        Locker { inner, runtime }
     }
 
     /// Parses the backend spec `spec` (a URL: `redis://...`, `postgres://...`, `memory://`)
@@ -126,18 +130,11 @@ impl Locker {
         let spec = BackendSpec::parse(spec)?;
         let runtime = Runtime::start()?;
         let connected = runtime.block_on(spec.connect())??;
-        let inner = match runtime.handle() {
-            Some(handle) => {
-                let _entered = handle.enter();
-                fencelock_core::Locker::new(connected.backend)
-            }
-            None => fencelock_core::Locker::new(connected.backend),
-        };
         let storage = Storage {
             inner: connected.storage,
             runtime: runtime.clone(),
         };
-        Ok((Locker { inner, runtime }, storage))
+        Ok((Self::on(runtime, connected.backend), storage))
     }
 
     /// The same locker with `options` as the defaults of its requests.
