@@ -6,6 +6,15 @@
 mod backends;
 #[cfg(feature = "blocking")]
 pub mod blocking;
+#[cfg(all(
+    feature = "redis",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "zookeeper",
+    feature = "object-store",
+    feature = "blocking"
+))]
+pub mod guide;
 pub mod spec;
 mod storage_spec;
 
