@@ -26,12 +26,11 @@
 //! # let _ = url; Ok(()) }
 //! ```
 
-use std::io::{self, Read, Write};
-use std::net::TcpStream;
+use std::io;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::members::{Member, Members, Service};
+use crate::members::{Member, Members, Service, ask};
 
 pub use crate::port::free_port;
 
@@ -139,13 +138,13 @@ impl Members<Etcd> {
 fn healthy(port: u16) -> bool {
     let request =
         format!("GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
-    http(port, &request).is_some_and(|reply| reply.contains("\"health\":\"true\""))
+    ask(port, &request).is_some_and(|reply| reply.contains("\"health\":\"true\""))
 }
 
 /// The member id and the leader's id the member on `port` reports in its status, as the
 /// decimal strings of etcd's JSON gateway.
 fn status(port: u16) -> Option<(String, String)> {
-    let reply = http(
+    let reply = ask(
         port,
         &format!(
             "POST /v3/maintenance/status HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\
@@ -158,15 +157,4 @@ fn status(port: u16) -> Option<(String, String)> {
         Some(reply[start..start + len].to_owned())
     };
     Some((field("member_id")?, field("leader")?))
-}
-
-/// Sends `request` to the member on `port` and reads the whole reply; `None` when it does not
-/// answer.
-fn http(port: u16, request: &str) -> Option<String> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    stream.write_all(request.as_bytes()).ok()?;
-    let mut reply = String::new();
-    let _ = stream.read_to_string(&mut reply);
-    Some(reply)
 }

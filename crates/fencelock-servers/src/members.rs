@@ -21,7 +21,8 @@
 
 use std::fmt;
 use std::fs::OpenOptions;
-use std::io;
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -406,6 +407,18 @@ impl<S: Service> Drop for Members<S> {
             self.kill(index);
         }
     }
+}
+
+/// Sends `request` to the server on 127.0.0.1:`port` and reads its whole reply (a probe the
+/// server answers and then closes: an HTTP request with `Connection: close`, a ZooKeeper
+/// four-letter word); `None` when nothing answers. Reads wait at most 2 s.
+pub(crate) fn ask(port: u16, request: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut reply = String::new();
+    let _ = stream.read_to_string(&mut reply);
+    Some(reply)
 }
 
 /// Member `index` of a group, as one server of a fault run's set.

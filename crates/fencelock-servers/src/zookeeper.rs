@@ -28,13 +28,13 @@
 //! # let _ = url; Ok(()) }
 //! ```
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::members::{Member, Members, Service};
+use crate::members::{Member, Members, Service, ask};
 
 pub use crate::port::free_port;
 
@@ -298,18 +298,7 @@ impl Members<ZooKeeper> {
 /// The mode `srvr` reports on `port`; `None` when the member does not answer or does not
 /// serve requests.
 fn mode(port: u16) -> Option<String> {
-    let reply = four_letter(port, "srvr")?;
+    let reply = ask(port, "srvr")?;
     let line = reply.lines().find(|l| l.starts_with("Mode: "))?;
     Some(line.trim_start_matches("Mode: ").trim().to_owned())
-}
-
-/// Sends a four-letter command to the member on `port` and reads the whole reply; `None`
-/// when it does not answer.
-fn four_letter(port: u16, command: &str) -> Option<String> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    stream.write_all(command.as_bytes()).ok()?;
-    let mut reply = String::new();
-    let _ = stream.read_to_string(&mut reply);
-    Some(reply)
 }
