@@ -21,6 +21,15 @@ use fencelock_core::{Error, HostPort, Result};
 /// that a spec of a backend this build lacks is told which feature to turn on.
 const BUILT_IN: &[(&str, &str, bool)] = built_in_backends!(scheme_features);
 
+/// The feature that brings the built-in scheme `scheme`, and whether it is storage only;
+/// `None` for a scheme that is not built in.
+fn built_in_scheme(scheme: &str) -> Option<(&'static str, bool)> {
+    BUILT_IN
+        .iter()
+        .find(|(name, ..)| *name == scheme)
+        .map(|&(_, feature, storage_only)| (feature, storage_only))
+}
+
 /// The schemes of the built-in backends this build has, by feature:
 ///
 #[doc = built_in_backends!(backend_table)]
@@ -68,7 +77,7 @@ pub(crate) fn refuse_missing_feature(spec: &str) -> Result<()> {
     if let Some(scheme) = Schemes::scheme_of(spec)
         && registry.get(&scheme).is_none()
         && registry.storage_schemes().all(|s| s.name != scheme)
-        && let Some((_, feature, _)) = BUILT_IN.iter().find(|(name, ..)| *name == scheme)
+        && let Some((feature, _)) = built_in_scheme(&scheme)
     {
         return Err(Error::config(format!(
             "this build of fencelock lacks the `{feature}` feature"
@@ -84,9 +93,7 @@ fn refuse_storage_only(spec: &str) -> Result<()> {
         return Ok(());
     };
     let registry = REGISTRY.read().unwrap_or_else(PoisonError::into_inner);
-    let built_in_storage = BUILT_IN
-        .iter()
-        .any(|(name, _, storage_only)| *name == scheme && *storage_only);
+    let built_in_storage = built_in_scheme(&scheme).is_some_and(|(_, storage_only)| storage_only);
     let registered_storage = registry.storage_schemes().any(|s| s.name == scheme);
     if registry.get(&scheme).is_none() && (built_in_storage || registered_storage) {
         return Err(Error::config(format!(
@@ -120,8 +127,8 @@ pub fn spawner(scheme: &str) -> Result<fencelock_core::tools::Spawn> {
                 can()
             ))
         }),
-        None => match BUILT_IN.iter().find(|(name, ..)| *name == scheme) {
-            Some((_, feature, _)) => Err(Error::config(format!(
+        None => match built_in_scheme(&scheme) {
+            Some((feature, _)) => Err(Error::config(format!(
                 "this build of fencelock lacks the `{feature}` feature, which spawns {scheme}://"
             ))),
             None => Err(Error::config(format!(
