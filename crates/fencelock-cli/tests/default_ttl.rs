@@ -6,11 +6,12 @@
 mod common;
 
 use common::fencelock;
-use fencelock_testkit::zookeeper::ZkServer;
+use fencelock::zookeeper::servers::{ZkMembers, ZooKeeper};
+use fencelock_testkit::members::Spawned;
 
 #[test]
 fn run_and_elect_without_a_ttl_work_on_a_short_session() {
-    let server = ZkServer::spawn_ensemble(1);
+    let server = Spawned::spawn_with(ZooKeeper::plain(), 1);
     let spec = format!("{}?session_timeout=4s", server.url());
     let (code, out, err) = fencelock(&["run", "--backend", &spec, "--key", "k", "--", "true"]);
     assert_eq!(code, 0, "run: {out}{err}");

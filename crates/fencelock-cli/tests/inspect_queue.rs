@@ -12,10 +12,11 @@ mod common;
 use std::time::Duration;
 
 use fencelock::spec::BackendSpec;
+use fencelock::zookeeper::servers::{ZkMembers, ZooKeeper};
 use fencelock::{LockBackend, LockKey, Locker, OwnerId};
+use fencelock_testkit::members::Spawned;
 use fencelock_testkit::postgres::PgSchema;
 use fencelock_testkit::redis::RedisServer;
-use fencelock_testkit::zookeeper::ZkServer;
 use serde_json::Value;
 
 /// `fencelock inspect [--json] --backend spec key`: exit code and stdout.
@@ -36,7 +37,7 @@ async fn inspect(spec: &str, key: &str, json: bool) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_lists_the_zookeeper_queue_in_grant_order() {
-    let server = tokio::task::spawn_blocking(|| ZkServer::spawn_ensemble(1))
+    let server = tokio::task::spawn_blocking(|| Spawned::spawn_with(ZooKeeper::plain(), 1))
         .await
         .unwrap();
     let spec = format!("{}?prefix=cli-queue-{}", server.url(), OwnerId::random());

@@ -10,8 +10,9 @@ mod common;
 use std::process::Command;
 
 use common::fencelock;
+use fencelock::zookeeper::servers::{ZkMembers, ZooKeeper};
+use fencelock_testkit::members::Spawned;
 use fencelock_testkit::redis::RedisServer;
-use fencelock_testkit::zookeeper::ZkServer;
 
 fn redis_cli(server: &RedisServer, args: &[&str]) {
     let out = Command::new("redis-cli")
@@ -79,7 +80,7 @@ fn an_accepted_eviction_policy_is_said() {
 
 #[test]
 fn a_zookeeper_session_without_credentials_is_said() {
-    let server = ZkServer::spawn_ensemble(1);
+    let server = Spawned::spawn_with(ZooKeeper::plain(), 1);
     let (code, out, err) = fencelock(&[
         "run",
         "--backend",

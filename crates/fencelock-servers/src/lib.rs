@@ -9,4 +9,3 @@ pub mod port;
 pub mod proxy;
 pub mod redis;
 pub mod set;
-pub mod zookeeper;

@@ -412,7 +412,7 @@ impl<S: Service> Drop for Members<S> {
 /// Sends `request` to the server on 127.0.0.1:`port` and reads its whole reply (a probe the
 /// server answers and then closes: an HTTP request with `Connection: close`, a ZooKeeper
 /// four-letter word); `None` when nothing answers. Reads wait at most 2 s.
-pub(crate) fn ask(port: u16, request: &str) -> Option<String> {
+pub fn ask(port: u16, request: &str) -> Option<String> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     stream.write_all(request.as_bytes()).ok()?;

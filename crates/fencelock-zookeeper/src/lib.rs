@@ -15,6 +15,9 @@ mod recipe;
 mod renew;
 mod session;
 #[cfg(feature = "servers")]
+#[cfg_attr(docsrs, doc(cfg(feature = "servers")))]
+pub mod servers;
+#[cfg(feature = "servers")]
 mod spawn;
 mod storage;
 #[cfg(feature = "tls")]

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use fencelock_core::tools::{SpawnFuture, SpawnRequest, SpawnedServers};
 use fencelock_core::{Error, Result};
 use fencelock_servers::set::{self, ServerSet};
-use fencelock_servers::zookeeper::ZkServer;
 
 use crate::config::ZkConfig;
+use crate::servers::{ZkMembers, ZkServer, ZooKeeper};
 
 /// `zookeeper://`: an ensemble of `nodes` servers.
 pub(crate) fn zookeeper(request: SpawnRequest) -> SpawnFuture {
@@ -24,8 +24,12 @@ async fn spawn(request: SpawnRequest) -> Result<Box<dyn SpawnedServers>> {
             "spawning ZooKeeper needs at least one server",
         ));
     }
-    let ensemble =
-        Arc::new(set::start("zookeeper", move || ZkServer::try_spawn_ensemble(count)).await?);
+    let ensemble = Arc::new(
+        set::start("zookeeper", move || {
+            ZkServer::start(ZooKeeper::plain(), count)
+        })
+        .await?,
+    );
     let prefix = format!("fencelock-chaos-{}", request.run_tag);
     let lock = ZkConfig::from_url(&ensemble.url())?.prefix(prefix.clone());
     let described = format!(

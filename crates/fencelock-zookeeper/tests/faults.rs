@@ -17,10 +17,7 @@ fn key(name: &str) -> LockKey {
 }
 
 /// A proxy in front of member 0 and the config through it.
-async fn proxied(
-    server: &fencelock_testkit::zookeeper::ZkServer,
-    config: &ZkConfig,
-) -> (FaultProxy, ZkConfig) {
+async fn proxied(server: &common::ZkServer, config: &ZkConfig) -> (FaultProxy, ZkConfig) {
     let target: SocketAddr = format!("127.0.0.1:{}", server.client_port(0))
         .parse()
         .unwrap();

@@ -3,11 +3,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+use common::ZkMembers;
 
 use std::time::Duration;
 
 use fencelock_core::{Error, LockBackend, LockKey};
-use fencelock_testkit::zookeeper::free_port;
+use fencelock_servers::port::free_port;
 use fencelock_zookeeper::ZkConfig;
 use tokio::time::Instant;
 

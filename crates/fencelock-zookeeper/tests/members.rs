@@ -13,11 +13,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use common::ZkServer;
 use fencelock_core::{
     Error, FencedStorage, FencingToken, LockBackend, LockKey, LockOptions, Locker, OwnerId,
 };
 use fencelock_servers::proxy::FaultProxy;
-use fencelock_testkit::zookeeper::ZkServer;
 use fencelock_zookeeper::{ZkConfig, ZkLockBackend, ZkStorage};
 use tokio::time::{Instant, sleep, timeout};
 

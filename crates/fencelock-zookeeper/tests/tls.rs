@@ -8,16 +8,35 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_core::{Error, FencedStorage, LockBackend, LockKey, OwnerId};
+use fencelock_testkit::members::Spawned;
 use fencelock_testkit::tls::TestCerts;
-use fencelock_testkit::zookeeper::ZkServer;
 use fencelock_zookeeper::ZkConfig;
+use fencelock_zookeeper::servers::{ZkMembers, ZkTlsFiles, ZooKeeper};
+
+type ZkServer = Spawned<ZooKeeper>;
+
+/// One standalone server that also serves TLS with `certs`' server certificate; clients need
+/// not show one.
+fn spawn_tls(certs: &TestCerts) -> ZkServer {
+    let files = ZkTlsFiles {
+        cert: certs.server_cert(),
+        key: certs.server_key(),
+        ca: certs.ca(),
+    };
+    ZkServer::spawn_with(ZooKeeper::tls(files), 1)
+}
+
+/// [`ZkMembers::tls_url`], which a TLS server always has.
+fn tls_url(server: &ZkServer, ca: &std::path::Path) -> String {
+    server.tls_url(ca).expect("the server serves TLS")
+}
 use tokio::time::Instant;
 
 /// The certificates and a TLS server using them (off the async threads: it waits for it).
 async fn spawn() -> (Arc<TestCerts>, Arc<ZkServer>) {
     tokio::task::spawn_blocking(|| {
         let certs = TestCerts::generate();
-        let server = ZkServer::spawn_tls(&certs);
+        let server = spawn_tls(&certs);
         (Arc::new(certs), Arc::new(server))
     })
     .await
@@ -38,7 +57,7 @@ fn with_prefix(url: &str) -> ZkConfig {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_and_fenced_writes_work_over_tls() {
     let (certs, server) = spawn().await;
-    let config = with_prefix(&server.tls_url(&certs.ca()));
+    let config = with_prefix(&tls_url(&server, &certs.ca()));
     assert!(config.is_tls());
     let backend = config.connect().await.expect("connect over TLS");
     let storage = backend.storage();
@@ -72,7 +91,7 @@ async fn locks_and_fenced_writes_work_over_tls() {
         .tls_ca(certs.ca());
     assert_eq!(
         built,
-        ZkConfig::from_url(&server.tls_url(&certs.ca())).unwrap()
+        ZkConfig::from_url(&tls_url(&server, &certs.ca())).unwrap()
     );
     built.connect().await.expect("connect over TLS, built");
 }
@@ -83,7 +102,7 @@ async fn a_ca_that_did_not_sign_the_server_is_refused_without_a_grant() {
     let other = tokio::task::spawn_blocking(TestCerts::other_ca)
         .await
         .unwrap();
-    let config = with_prefix(&server.tls_url(&other.ca()));
+    let config = with_prefix(&tls_url(&server, &other.ca()));
     let started = Instant::now();
     match config.connect().await {
         Err(Error::Unavailable { message, .. }) => {
@@ -101,12 +120,12 @@ async fn a_certificate_for_another_name_is_refused() {
     // A trusted certificate, made out to another name than the host the URL reaches.
     let (certs, server) = tokio::task::spawn_blocking(|| {
         let certs = TestCerts::generate_for_name("zk.example.invalid");
-        let server = ZkServer::spawn_tls(&certs);
+        let server = spawn_tls(&certs);
         (certs, server)
     })
     .await
     .unwrap();
-    match with_prefix(&server.tls_url(&certs.ca())).connect().await {
+    match with_prefix(&tls_url(&server, &certs.ca())).connect().await {
         Err(Error::Unavailable { message, .. }) => {
             assert!(message.contains("TLS handshake"), "{message}")
         }
@@ -148,7 +167,7 @@ async fn bad_tls_files_are_invalid_config_naming_the_setting() {
     std::fs::write(&not_pem, "secret-looking text, not a certificate").unwrap();
     let missing = dir.path().join("missing.pem");
     // Nothing listens: the files are checked before any connection.
-    let port = fencelock_testkit::zookeeper::free_port().unwrap();
+    let port = fencelock_servers::port::free_port().unwrap();
     for (ca, word) in [(&missing, "tls_ca"), (&not_pem, "tls_ca")] {
         let config = ZkConfig::from_url(&format!("zookeeper://localhost:{port}"))
             .unwrap()

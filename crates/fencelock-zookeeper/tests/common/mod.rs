@@ -6,13 +6,18 @@ use std::time::Duration;
 
 use fencelock_conformance::Setup;
 use fencelock_core::OwnerId;
-use fencelock_testkit::zookeeper::ZkServer;
+use fencelock_testkit::members::Spawned;
 use fencelock_zookeeper::ZkConfig;
+pub(crate) use fencelock_zookeeper::servers::ZkMembers;
+use fencelock_zookeeper::servers::ZooKeeper;
+
+/// ZooKeeper servers owned by a test: killed and removed on drop.
+pub(crate) type ZkServer = Spawned<ZooKeeper>;
 
 /// Starts `members` ZooKeeper servers (off the async threads: it waits for them). A missing
 /// install panics, saying to run scripts/test-deps.
 pub(crate) async fn spawn(members: usize) -> Arc<ZkServer> {
-    tokio::task::spawn_blocking(move || Arc::new(ZkServer::spawn_ensemble(members)))
+    tokio::task::spawn_blocking(move || Arc::new(ZkServer::spawn_with(ZooKeeper::plain(), members)))
         .await
         .expect("spawning ZooKeeper panicked")
 }

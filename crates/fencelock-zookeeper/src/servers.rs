@@ -1,5 +1,6 @@
-//! `ZkServer`: real ZooKeeper servers (one standalone server, or an ensemble of several) on
-//! free ports of 127.0.0.1, in a temporary directory, killed and removed on drop.
+//! Real ZooKeeper servers for tests and fault runs (feature `servers`): one standalone
+//! server, or an ensemble of several, on free ports of 127.0.0.1, in a temporary directory,
+//! killed and removed on drop.
 //!
 //! The servers are the jars of the Debian package `zookeeper` (installed by
 //! `scripts/test-deps`), run with `java` (`QuorumPeerMain`): no service, no shared server.
@@ -8,18 +9,19 @@
 //! Data lives in `/dev/shm` when it exists, so the fsync of every write costs little. They
 //! run with `jute.maxbuffer` at 4 MiB, as fencelock's storage needs for 1 MiB values.
 //!
-//! With [`ZkServer::try_spawn_tls`] a standalone server also serves a TLS client port
+//! With [`ZooKeeper::tls`] a standalone server also serves a TLS client port
 //! (`secureClientPort`, through the Netty connection factory, which the TLS port needs) with
 //! a PEM certificate and key; the plain port stays for the readiness probe.
 //!
-//! Members can be killed (SIGKILL), restarted on the same ports and data, paused (SIGSTOP)
-//! and resumed: the process handling is [`Members`]'s, and this module is the ZooKeeper part
-//! ([`ZooKeeper`]): the configuration files, the command line and the `srvr` probe.
+//! The process handling (kill with SIGKILL, restart on the same ports and data, pause with
+//! SIGSTOP, resume) is `fencelock-servers`' [`Members`]; this module is the ZooKeeper part
+//! ([`ZooKeeper`]: the configuration files, the command line and the `srvr` probe) and what
+//! only a ZooKeeper group answers ([`ZkMembers`]).
 //!
 //! ```no_run
 //! # fn demo() -> std::io::Result<()> {
-//! use fencelock_servers::zookeeper::ZkServer;
-//! let ensemble = ZkServer::try_spawn_ensemble(3)?;
+//! use fencelock_zookeeper::servers::{ZkMembers, ZkServer, ZooKeeper};
+//! let ensemble = ZkServer::start(ZooKeeper::plain(), 3)?;
 //! let url = ensemble.url();  // zookeeper://127.0.0.1:<p1>,127.0.0.1:<p2>,127.0.0.1:<p3>
 //! ensemble.kill(2);          // a minority is gone: the ensemble still answers
 //! ensemble.try_restart(2)?;  // same ports and data: the member catches up
@@ -34,9 +36,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::members::{Member, Members, Service, ask};
-
-pub use crate::port::free_port;
+use fencelock_servers::members::{Member, Members, Service, ask};
 
 /// The variable that names the ZooKeeper class path (default: the Debian package's
 /// `/usr/share/java/zookeeper.jar`, whose manifest lists the jars it needs).
@@ -235,38 +235,36 @@ impl Service for ZooKeeper {
     }
 }
 
-impl Members<ZooKeeper> {
-    /// One standalone server.
-    pub fn try_spawn() -> io::Result<Self> {
-        Self::try_spawn_ensemble(1)
-    }
-
-    /// An ensemble of `members` members (one is a standalone server), started together and
-    /// waited for until each serves requests (a leader is elected). A missing ZooKeeper or
-    /// Java is an [`io::ErrorKind::NotFound`] error that says what to install.
-    pub fn try_spawn_ensemble(members: usize) -> io::Result<Self> {
-        Members::start(ZooKeeper::plain(), members)
-    }
-
-    /// One standalone server that also serves TLS on [`secure_port`](Self::secure_port),
-    /// with `files`; clients need not show a certificate (`ssl.clientAuth=none`).
-    pub fn try_spawn_tls(files: &ZkTlsFiles) -> io::Result<Self> {
-        Members::start(ZooKeeper::tls(files.clone()), 1)
-    }
-
+/// What only a group of ZooKeeper servers answers: its URLs and each member's mode.
+pub trait ZkMembers {
     /// `zookeeper://127.0.0.1:<port>,...`: every member, in order.
-    pub fn url(&self) -> String {
-        format!("zookeeper://{}", self.hosts())
-    }
+    fn url(&self) -> String;
 
     /// `127.0.0.1:<port>,...`: every member, as ZooKeeper's own clients write it.
-    pub fn connect_string(&self) -> String {
-        self.hosts()
-    }
+    fn connect_string(&self) -> String;
 
     /// `zookeeper://localhost:<secure port>,...?tls=true&tls_ca=<ca>`: every member's TLS
     /// port, by the name the test certificates are made out to; `None` without TLS.
-    pub fn tls_url(&self, ca: &Path) -> Option<String> {
+    fn tls_url(&self, ca: &Path) -> Option<String>;
+
+    /// Member `index`'s TLS client port, when it serves one.
+    fn secure_port(&self, index: usize) -> Option<u16>;
+
+    /// Member `index`'s mode as `srvr` reports it (`standalone`, `leader`, `follower`);
+    /// `None` when it does not answer or does not serve requests (no quorum).
+    fn mode(&self, index: usize) -> Option<String>;
+}
+
+impl ZkMembers for Members<ZooKeeper> {
+    fn url(&self) -> String {
+        format!("zookeeper://{}", self.hosts())
+    }
+
+    fn connect_string(&self) -> String {
+        self.hosts()
+    }
+
+    fn tls_url(&self, ca: &Path) -> Option<String> {
         let hosts: Option<Vec<String>> = self
             .members()
             .iter()
@@ -283,14 +281,11 @@ impl Members<ZooKeeper> {
         ))
     }
 
-    /// Member `index`'s TLS client port, when it serves one.
-    pub fn secure_port(&self, index: usize) -> Option<u16> {
+    fn secure_port(&self, index: usize) -> Option<u16> {
         self.service().secure_port(&self.members()[index])
     }
 
-    /// Member `index`'s mode as `srvr` reports it (`standalone`, `leader`, `follower`);
-    /// `None` when it does not answer or does not serve requests (no quorum).
-    pub fn mode(&self, index: usize) -> Option<String> {
+    fn mode(&self, index: usize) -> Option<String> {
         mode(self.client_port(index))
     }
 }
