@@ -66,7 +66,9 @@ const USERINFO: &AsciiSet = &CONTROLS
 /// - `prefix` (percent-encoded, default `fencelock`) starts every key fencelock writes
 ///   (`<prefix>/lock/<key>`, `<prefix>/token/<key>`, `<prefix>/read/<len>:<key>/<reader>`,
 ///   `<prefix>/fence/<resource>`, `<prefix>/data/<resource>`), so several installations can
-///   share one cluster. Any text of 1 to [`MAX_PREFIX_LEN`] bytes without control characters.
+///   share one cluster. Any text of 1 to [`MAX_PREFIX_LEN`] bytes without control characters
+///   and without a `/`-separated part named `lock`, `token`, `read`, `queue`, `fence` or
+///   `data` ([`validate_prefix`]).
 ///
 /// Every other option is refused, so a typo is an error instead of a silently ignored
 /// setting. TLS is not supported by this crate: the connection is plain gRPC over TCP.
@@ -227,7 +229,7 @@ impl EtcdConfig {
     }
 
     /// The prefix of every key fencelock writes (default `fencelock`): any text of 1 to
-    /// [`MAX_PREFIX_LEN`] bytes without control characters (checked by
+    /// [`MAX_PREFIX_LEN`] bytes [`validate_prefix`] accepts (checked by
     /// [`connect`](Self::connect); `from_url` checks `?prefix=` at once).
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
@@ -314,17 +316,28 @@ impl EtcdConfig {
     }
 }
 
-/// Checks a key prefix: 1 to [`MAX_PREFIX_LEN`] bytes, no control character (so no NUL).
-/// Every other character, `/`, spaces and Unicode included, is kept as it is.
+/// Checks a key prefix: 1 to [`MAX_PREFIX_LEN`] bytes, no control character (so no NUL), and
+/// no `/`-separated part that is the name of one of fencelock's key families (`lock`,
+/// `token`, `read`, `queue`, `fence`, `data`): with such a part, the keys of one installation
+/// could be another's (prefix `app2/lock/x`'s counter of key `y` is prefix `app2`'s lock on
+/// key `x/token/y`; DESIGN.md 5.5). Every other character, `/`, spaces and Unicode included,
+/// is kept as it is.
 pub fn validate_prefix(prefix: &str) -> Result<()> {
     let reason = if prefix.is_empty() {
-        Some("is empty")
+        Some("is empty".to_owned())
     } else if prefix.len() > MAX_PREFIX_LEN {
-        Some("is longer than 256 bytes")
+        Some("is longer than 256 bytes".to_owned())
     } else if prefix.chars().any(char::is_control) {
-        Some("contains a control character")
+        Some("contains a control character".to_owned())
     } else {
-        None
+        crate::keys::family_in_prefix(prefix).map(|family| {
+            format!(
+                "has the part {family:?}, a name fencelock gives its own keys ({}): another \
+                 installation's keys could then be this one's; choose a prefix none of whose \
+                 `/`-separated parts is one of these",
+                crate::keys::FAMILIES.join(", ")
+            )
+        })
     };
     match reason {
         Some(reason) => {

@@ -34,6 +34,23 @@ const READ: &str = "read";
 const QUEUE: &str = "queue";
 /// The families named `<prefix>/<family>/<len>:<key>/<id>`, one key per reader or waiter.
 pub(crate) const BY_ID: [&str; 2] = [READ, QUEUE];
+/// Every family: the names no `/`-separated part of a prefix may be ([`family_in_prefix`]).
+pub(crate) const FAMILIES: [&str; 6] = [LOCK, TOKEN, FENCE, DATA, READ, QUEUE];
+
+/// The first `/`-separated part of `prefix` that is a family's name, if any.
+///
+/// Two installations whose prefixes have no such part never share a key. A key is
+/// `P/f/k` (`f` a family, `k` anything). If `P1/f1/k1 == P2/f2/k2` with `P1 != P2`, one
+/// prefix starts the other, say `P2 = P1 + t` with `t` not empty. Then `t + "/f2/k2" ==
+/// "/f1/k1"`: `t` starts with `/`, and since `P2` is followed by `/` and no family holds a
+/// `/`, `t` is `/f1` or starts with `/f1/`. So `f1` is a whole part of `P2`. Refusing such
+/// prefixes keeps `app2/lock/x`'s counter of `y` (`app2/lock/x/token/y`) from being `app2`'s
+/// lock on `x/token/y`.
+pub(crate) fn family_in_prefix(prefix: &str) -> Option<&'static str> {
+    prefix
+        .split('/')
+        .find_map(|part| FAMILIES.iter().find(|family| **family == part).copied())
+}
 
 /// The key names of one installation (one prefix).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -228,6 +245,81 @@ mod tests {
 
     fn token(t: u64) -> FencingToken {
         FencingToken::new(t).unwrap()
+    }
+
+    /// Every name an installation writes for `key` (readers and places of one id).
+    fn names(keys: &Keys, key: &LockKey) -> Vec<Vec<u8>> {
+        let id = OwnerId::random();
+        vec![
+            keys.lock(key),
+            keys.counter(key),
+            keys.fence(key),
+            keys.data(key),
+            keys.reader(key, id),
+            keys.place(key, id),
+        ]
+    }
+
+    #[test]
+    fn prefixes_that_pass_never_share_a_key() {
+        // The case: `app2/lock/x`'s counter of `y` is `app2`'s lock on `x/token/y`.
+        let (nested, outer) = (Keys::new("app2/lock/x"), Keys::new("app2"));
+        let y = LockKey::new("y").unwrap();
+        let x_token_y = LockKey::new("x/token/y").unwrap();
+        assert_eq!(nested.counter(&y), outer.lock(&x_token_y));
+        assert_eq!(family_in_prefix("app2/lock/x"), Some("lock"));
+        // Prefixes nested in each other, ending in `/`, or holding a family's name inside a
+        // part pass, and no two of them share a name for keys that nest as well.
+        let prefixes = [
+            "app",
+            "app/",
+            "app//",
+            "app/x",
+            "app/x/y",
+            "app/locks",
+            "app/lockx",
+            "xlock",
+            "app/tokens/y",
+            "app/x/datas",
+        ];
+        let keys = [
+            "y",
+            "x/y",
+            "lock/y",
+            "x/token/y",
+            "token/y",
+            "/",
+            "a//b",
+            "data/x/y",
+        ];
+        let mut seen = std::collections::HashMap::new();
+        for prefix in prefixes {
+            assert_eq!(family_in_prefix(prefix), None, "{prefix}");
+            let installation = Keys::new(prefix);
+            for key in keys {
+                let key = LockKey::new(key).unwrap();
+                for name in names(&installation, &key) {
+                    if let Some(other) = seen.insert(name.clone(), prefix) {
+                        assert_eq!(
+                            other,
+                            prefix,
+                            "{:?} is a key of both {other:?} and {prefix:?}",
+                            String::from_utf8_lossy(&name)
+                        );
+                    }
+                }
+            }
+        }
+        for refused in [
+            "lock",
+            "a/token",
+            "a/read/b",
+            "queue/",
+            "/fence",
+            "a//data//b",
+        ] {
+            assert!(family_in_prefix(refused).is_some(), "{refused}");
+        }
     }
 
     #[test]

@@ -117,7 +117,7 @@ async fn odd_prefixes_work_and_keep_their_keys_apart() {
         "/leading/slash/",
         "{braces}:and\"quotes'",
         "fencelock",
-        "fencelock/lock",
+        "fencelock/locks",
     ];
     let long = "p".repeat(MAX_PREFIX_LEN);
     let key = LockKey::new(format!("shared/{}", OwnerId::random())).unwrap();
@@ -164,6 +164,9 @@ async fn odd_prefixes_work_and_keep_their_keys_apart() {
         ("", "is empty"),
         ("nul\0inside", "control character"),
         ("line\nbreak", "control character"),
+        // A prefix with a family's name as a part could share keys with another installation.
+        ("app2/lock/x", "has the part \"lock\""),
+        ("token", "has the part \"token\""),
     ] {
         match base.clone().prefix(bad).connect().await {
             Err(Error::InvalidConfig { message, .. }) => {
