@@ -130,23 +130,15 @@ impl Shared {
 }
 
 /// Whether `error` says the request found no connection to send it on (the member refused
-/// the connection), so it certainly had no effect.
-fn never_sent(error: &etcd_client::Error) -> bool {
-    // `etcd_client::Error` does not expose its source; the gRPC status does.
-    let mut source: Option<&(dyn std::error::Error + 'static)> = match error {
-        etcd_client::Error::GRpcStatus(status) => Some(status),
-        etcd_client::Error::TransportError(e) => Some(e),
-        _ => None,
-    };
-    while let Some(current) = source {
-        if let Some(io) = current.downcast_ref::<std::io::Error>()
-            && io.kind() == std::io::ErrorKind::ConnectionRefused
-        {
-            return true;
-        }
-        source = current.source();
-    }
-    false
+/// the connection, or this client refused the member's TLS certificate, which it checks
+/// before it sends anything), so it certainly had no effect.
+pub(crate) fn never_sent(error: &etcd_client::Error) -> bool {
+    crate::tls::handshake_failure(error).is_some_and(|failure| failure.certificate)
+        || crate::error::causes(error).any(|cause| {
+            cause
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        })
 }
 
 /// A connection to an etcd cluster: the source of [`EtcdLockBackend`] and [`EtcdStorage`],
@@ -196,10 +188,16 @@ impl EtcdCluster {
                 .with_user(user.clone(), password.clone())
                 .with_auto_token_refresh(true);
         }
+        #[cfg(feature = "tls")]
+        if let Some(files) = &config.tls {
+            options = options.with_tls(crate::tls::client_options(files)?);
+        }
+        let label = members.clone();
+        let refused = move |e| crate::tls::explained_at_connect(e, config, &label);
         let connect = Client::connect(config.endpoints(), Some(options));
         let client = match tokio::time::timeout(config.connect_timeout, connect).await {
             Ok(Ok(client)) => client,
-            Ok(Err(e)) => return Err(mapped(e, "connect", &members)),
+            Ok(Err(e)) => return Err(refused(mapped(e, "connect", &members))),
             Err(_) => {
                 return Err(Error::Unavailable {
                     backend: BACKEND,
@@ -221,7 +219,7 @@ impl EtcdCluster {
             retries: u32::try_from(config.hosts().len() * 3).unwrap_or(u32::MAX),
             config: config.clone(),
         };
-        shared.min_lease_secs = probe_min_lease(&shared).await?;
+        shared.min_lease_secs = probe_min_lease(&shared).await.map_err(refused)?;
         shared.operation_timeout = config.operation_timeout;
         Ok(EtcdCluster {
             shared: Arc::new(shared),

@@ -10,6 +10,7 @@ use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 use url::form_urlencoded;
 
 use crate::cluster::EtcdCluster;
+use crate::tls::TlsFiles;
 
 /// The port a host without one means (etcd's client port).
 pub const DEFAULT_PORT: u16 = 2379;
@@ -27,6 +28,15 @@ pub const MAX_PREFIX_LEN: usize = 256;
 pub const DEFAULT_MAX_VALUE_LEN: usize = 1_572_864 - 16 * 1024;
 
 const SCHEME: &str = "etcd://";
+
+/// The options of an `etcd://` URL.
+const KNOWN: &[Known] = &[
+    Known::new("prefix"),
+    Known::new("tls"),
+    Known::new("tls_ca"),
+    Known::new("tls_cert"),
+    Known::new("tls_key"),
+];
 
 /// Characters escaped in the user name and password of a rendered URL: everything that
 /// could end or split the userinfo.
@@ -56,7 +66,7 @@ const USERINFO: &AsciiSet = &CONTROLS
 /// The URL grammar (`from_url` / `to_url`):
 ///
 /// ```text
-/// etcd://[user:password@]host1[:port][,host2[:port],...][/][?prefix=name]
+/// etcd://[user:password@]host1[:port][,host2[:port],...][/][?prefix=name][&tls=true&tls_ca=/path/ca.pem[&tls_cert=..&tls_key=..]]
 /// ```
 ///
 /// - every member of the cluster the client may talk to, separated by commas; the port
@@ -68,10 +78,17 @@ const USERINFO: &AsciiSet = &CONTROLS
 ///   `<prefix>/fence/<resource>`, `<prefix>/data/<resource>`), so several installations can
 ///   share one cluster. Any text of 1 to [`MAX_PREFIX_LEN`] bytes without control characters
 ///   and without a `/`-separated part named `lock`, `token`, `read`, `queue`, `fence` or
-///   `data` ([`validate_prefix`]).
+///   `data` ([`validate_prefix`]);
+/// - `tls=true` (feature `tls`): every member over TLS (`https://`); `tls_ca=/path/ca.pem`
+///   (required with it: there are no built-in roots) names the PEM file of the CA
+///   certificates the members' certificates must chain to, checked against each member's
+///   host as the URL writes it (a DNS name or an IP address); `tls_cert` and `tls_key` (both
+///   or neither) a client certificate and its key, for a cluster started with
+///   `--client-cert-auth`. The files are read at connect. Without `tls=true` the connection
+///   is plain gRPC over TCP, and the TLS file options are refused.
 ///
 /// Every other option is refused, so a typo is an error instead of a silently ignored
-/// setting. TLS is not supported by this crate: the connection is plain gRPC over TCP.
+/// setting.
 ///
 /// `Display` and `Debug` show the URL with the password replaced by `***`;
 /// [`to_url`](Self::to_url) gives it back whole, and `from_url(&config.to_url())` equals
@@ -87,6 +104,7 @@ const USERINFO: &AsciiSet = &CONTROLS
 ///     "etcd://app:***@10.0.0.1:2379,10.0.0.2:2390?prefix=orders"
 /// );
 /// assert_eq!(EtcdConfig::from_url(&config.to_url())?, config);
+/// assert!(EtcdConfig::from_url("etcd://etcd1?tls=true").is_err()); // no tls_ca
 /// # Ok::<(), fencelock_core::Error>(())
 /// ```
 #[derive(Clone, PartialEq, Eq)]
@@ -95,6 +113,8 @@ pub struct EtcdConfig {
     /// Decoded user name and password.
     credentials: Option<(String, String)>,
     prefix: String,
+    /// With TLS, its PEM files.
+    pub(crate) tls: Option<TlsFiles>,
     pub(crate) operation_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) max_value_len: usize,
@@ -149,16 +169,19 @@ impl EtcdConfig {
         let context = format!("etcd URL {shown:?}");
         let members =
             parse_hosts(hosts, DEFAULT_PORT, "member").map_err(|e| e.in_context(&context))?;
-        let options =
-            Options::parse(query, &[Known::new("prefix")]).map_err(|e| e.in_context(&context))?;
+        let options = Options::parse(query, KNOWN).map_err(|e| e.in_context(&context))?;
         let prefix = options.get("prefix").map(str::to_owned);
         if let Some(prefix) = &prefix {
             validate_prefix(prefix)?;
         }
+        let tls = TlsFiles::from_options(&options)
+            .and_then(|tls| crate::tls::check(tls.as_ref(), &members).map(|()| tls))
+            .map_err(|e| e.in_context(&context))?;
         Ok(EtcdConfig {
             members,
             credentials,
             prefix: prefix.unwrap_or_else(|| DEFAULT_PREFIX.to_owned()),
+            tls,
             operation_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
             max_value_len: DEFAULT_MAX_VALUE_LEN,
@@ -191,13 +214,15 @@ impl EtcdConfig {
         }
         let hosts: Vec<String> = self.members.iter().map(HostPort::to_string).collect();
         url.push_str(&hosts.join(","));
+        let mut options = form_urlencoded::Serializer::new(String::new());
         if self.prefix != DEFAULT_PREFIX {
+            options.append_pair("prefix", &self.prefix);
+        }
+        options.extend_pairs(self.tls.iter().flat_map(TlsFiles::url_options));
+        let options = options.finish();
+        if !options.is_empty() {
             url.push('?');
-            url.push_str(
-                &form_urlencoded::Serializer::new(String::new())
-                    .append_pair("prefix", &self.prefix)
-                    .finish(),
-            );
+            url.push_str(&options);
         }
         url
     }
@@ -224,6 +249,7 @@ impl EtcdConfig {
             members.push(member);
         }
         fencelock_core::url::distinct(&members, "etcd member")?;
+        crate::tls::check(self.tls.as_ref(), &members)?;
         self.members = members;
         Ok(self)
     }
@@ -268,9 +294,14 @@ impl EtcdConfig {
         self
     }
 
-    /// The endpoints as the client library takes them (`http://host:port`).
+    /// The endpoints as the client library takes them (`http://host:port`, `https://` with
+    /// TLS).
     pub(crate) fn endpoints(&self) -> Vec<String> {
-        self.members.iter().map(|m| format!("http://{m}")).collect()
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        self.members
+            .iter()
+            .map(|m| format!("{scheme}://{m}"))
+            .collect()
     }
 
     /// The decoded user name and password.
@@ -284,11 +315,12 @@ impl EtcdConfig {
         hosts.join(",")
     }
 
-    /// Whether the password would cross to a member off this machine in the clear (always
-    /// plain TCP): what [`connect`](Self::connect) warns about.
+    /// Whether the password would cross to a member off this machine in the clear (without
+    /// `tls=true`): what [`connect`](Self::connect) warns about.
     pub(crate) fn password_exposed(&self) -> bool {
+        let checked = self.tls.is_some();
         self.members.iter().any(|member| {
-            fencelock_core::password_exposed(self.credentials.is_some(), &member.host, false)
+            fencelock_core::password_exposed(self.credentials.is_some(), &member.host, checked)
         })
     }
 
@@ -296,6 +328,7 @@ impl EtcdConfig {
     /// granularity; see [`EtcdCluster`] for what it then provides.
     pub async fn connect(&self) -> Result<EtcdCluster> {
         validate_prefix(&self.prefix)?;
+        crate::tls::check(self.tls.as_ref(), &self.members)?;
         if self.operation_timeout.is_zero() || self.connect_timeout.is_zero() {
             return Err(Error::config("etcd time-outs must be above zero"));
         }
@@ -308,8 +341,8 @@ impl EtcdConfig {
         if self.password_exposed() {
             tracing::warn!(
                 "the etcd password for {self} crosses plain connections to members off this \
-                 machine (this crate has no TLS yet): keep etcd's client port on a trusted \
-                 network (DESIGN.md 8.5)"
+                 machine: add tls=true&tls_ca=/path/ca.pem (feature `tls`), or keep etcd's \
+                 client port on a trusted network (DESIGN.md 8.5)"
             );
         }
         EtcdCluster::connect(self).await
@@ -388,14 +421,6 @@ fn parse_credentials(userinfo: &str) -> std::result::Result<(String, String), St
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-
-    #[test]
-    fn a_password_to_a_remote_member_is_flagged() {
-        let exposed = |url: &str| EtcdConfig::from_url(url).unwrap().password_exposed();
-        assert!(exposed("etcd://app:pw@etcd1.example:2379"));
-        assert!(!exposed("etcd://app:pw@127.0.0.1:2379"));
-        assert!(!exposed("etcd://etcd1.example:2379"));
-    }
 
     fn refusal(url: &str) -> String {
         match EtcdConfig::from_url(url) {

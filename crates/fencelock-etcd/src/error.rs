@@ -26,8 +26,23 @@ const LEASE_NOT_FOUND: &str = "requested lease not found";
 ///   and credentials sent to a cluster without authentication (`authentication is not
 ///   enabled`), are [`Error::InvalidConfig`]: retrying cannot help. etcd's message names the
 ///   user at most, never the password.
+/// - A TLS handshake that failed (feature `tls`: a member's certificate that does not
+///   check, a port without TLS) is [`Error::Unavailable`] saying so; `connect` reports it
+///   as [`Error::InvalidConfig`] instead, since no retry fixes a configuration's CA.
 /// - Everything else is [`Error::Backend`] with the gRPC code and etcd's message.
 pub fn map_etcd_error(backend: &'static str, error: etcd_client::Error) -> Error {
+    if let Some(failure) = crate::tls::handshake_failure(&error) {
+        let what = if failure.certificate {
+            "the member's TLS certificate could not be verified"
+        } else {
+            "the TLS handshake failed"
+        };
+        return Error::Unavailable {
+            backend,
+            message: format!("{what} ({})", failure.detail),
+            source: Some(Box::new(error)),
+        };
+    }
     match &error {
         etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => {
             Error::Unavailable {
@@ -85,6 +100,34 @@ pub fn map_etcd_error(backend: &'static str, error: etcd_client::Error) -> Error
             source: Some(Box::new(error)),
         },
     }
+}
+
+/// `error` and the errors that caused it, outermost first. `etcd_client::Error` does not
+/// expose its source, its gRPC status or transport error does; an I/O error's own error (a
+/// rustls error, say) is listed too, as `source()` skips it.
+pub(crate) fn causes(
+    error: &etcd_client::Error,
+) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = match error {
+        etcd_client::Error::GRpcStatus(status) => Some(status),
+        etcd_client::Error::TransportError(e) => Some(e),
+        etcd_client::Error::IoError(e) => Some(e),
+        _ => None,
+    };
+    let mut inner: Option<&(dyn std::error::Error + 'static)> = None;
+    std::iter::from_fn(move || {
+        if let Some(cause) = inner.take() {
+            return Some(cause);
+        }
+        let current = next?;
+        next = current.source();
+        if let Some(io) = current.downcast_ref::<std::io::Error>() {
+            inner = io
+                .get_ref()
+                .map(|e| e as &(dyn std::error::Error + 'static));
+        }
+        Some(current)
+    })
 }
 
 /// Whether etcd refused a request because the lease it names is gone (expired or revoked).

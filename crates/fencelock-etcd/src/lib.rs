@@ -20,6 +20,7 @@ mod set;
 #[cfg(feature = "servers")]
 mod spawn;
 mod storage;
+mod tls;
 mod waiters;
 
 pub use backend::{EtcdLockBackend, MAX_TTL};

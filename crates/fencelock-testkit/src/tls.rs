@@ -9,6 +9,7 @@
 //! let redis = TlsRedis::spawn(&certs);        // rediss://127.0.0.1:<port>
 //! let pg = TlsPostgres::spawn(Some(&certs));  // ssl = on; None: a cluster without TLS
 //! let wrong = TestCerts::other_ca();          // a CA that signed nothing the servers show
+//! let (cert, key) = certs.client_cert("app");  // a client certificate, CN=app
 //! # let _ = (redis.url(), pg.url(), wrong.ca());
 //! ```
 
@@ -161,6 +162,65 @@ impl TestCerts {
     pub fn server_key(&self) -> PathBuf {
         assert!(self.server, "this CA signed no server certificate");
         self.dir.path().join("server.key")
+    }
+
+    /// A client certificate this CA signed for the common name `name` (etcd takes it as the
+    /// user name), and its private key: PEM files `client-<name>.crt` and `.key` beside the
+    /// CA's (EC P-256, valid for a day, `extendedKeyUsage = clientAuth`).
+    ///
+    /// # Panics
+    /// If `name` is not letters, digits, `-` and `_`, or `openssl` fails.
+    pub fn client_cert(&self, name: &str) -> (PathBuf, PathBuf) {
+        match self.try_client_cert(name) {
+            Ok(files) => files,
+            Err(e) => panic!("cannot make a test client certificate: {e}"),
+        }
+    }
+
+    /// [`client_cert`](Self::client_cert), reporting failures.
+    pub fn try_client_cert(&self, name: &str) -> io::Result<(PathBuf, PathBuf)> {
+        let plain = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !plain {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("client name {name:?}: use letters, digits, - and _"),
+            ));
+        }
+        let d = self.dir.path();
+        let (key, csr, ext, cert) = (
+            format!("client-{name}.key"),
+            format!("client-{name}.csr"),
+            format!("client-{name}.ext"),
+            format!("client-{name}.crt"),
+        );
+        openssl(
+            d,
+            &["req", "-subj", &format!("/CN={name}")],
+            &[
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+            ],
+            &["-keyout", &key, "-out", &csr],
+        )?;
+        fs::write(
+            d.join(&ext),
+            "basicConstraints = critical, CA:FALSE\n\
+             keyUsage = critical, digitalSignature, keyEncipherment\n\
+             extendedKeyUsage = clientAuth\n",
+        )?;
+        openssl(
+            d,
+            &["x509", "-req", "-in", &csr, "-days", "1"],
+            &["-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial"],
+            &["-extfile", &ext, "-out", &cert],
+        )?;
+        Ok((d.join(cert), d.join(key)))
     }
 }
 
