@@ -354,6 +354,53 @@
 //! Delete with `ObjectFence::delete`, which leaves a tombstone that keeps the fence. A `DELETE`
 //! through the store, or a lifecycle rule that expires objects, forgets the fence (section 8).
 //!
+//! Readers that know nothing of fencelock (Spark, `aws s3 cp`) see the header line. On S3 it
+//! stays: the conditional put names the ETag, which is the MD5 of the body alone, so a fence kept
+//! in metadata could advance without the ETag changing, and an older holder's put would still
+//! land. Such readers fetch the object and strip the header with
+//! [`decode`](crate::object_store::decode). On a store whose version changes with every put
+//! (GCS, Azure, the in-memory store),
+//! [`ObjectLayout::Raw`](crate::object_store::ObjectLayout::Raw) leaves the body exactly as
+//! written and keeps the fence in the object's metadata; connecting with it checks the store
+//! with a probe object, and refuses S3 saying why.
+//!
+//! ```rust
+//! use std::sync::Arc;
+//!
+//! use fencelock::Locker;
+//! use fencelock::memory::MemoryLockBackend;
+//! use fencelock::object_store::object_store::memory::InMemory;
+//! use fencelock::object_store::object_store::path::Path;
+//! use fencelock::object_store::object_store::{ObjectStore, ObjectStoreExt};
+//! use fencelock::object_store::{ObjectFence, ObjectLayout, decode};
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let locker = Locker::new(MemoryLockBackend::new());
+//!     let guard = locker.lock("events").await?;
+//!     let part = Path::from("events/part-0.json");
+//!
+//!     // S3 (the in-memory store stands in for it here): the default framed layout, and a
+//!     // reader that fetches the object itself decodes it.
+//!     let s3: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+//!     let framed = ObjectFence::connect(s3.clone(), &Path::default()).await?;
+//!     framed.put(&part, guard.fence(), b"{\"id\":1}").await?;
+//!     let body = s3.get(&part).await?.bytes().await?;
+//!     let object = decode(body).ok_or("not a fenced object")?;
+//!     assert_eq!(object.value.as_deref(), Some(&b"{\"id\":1}"[..]));
+//!     assert_eq!(object.fence, guard.fence());
+//!
+//!     // A store whose version moves with every put: the body as written, for any reader.
+//!     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+//!     let raw = ObjectFence::connect_with_layout(store.clone(), &Path::default(), ObjectLayout::Raw)
+//!         .await?;
+//!     raw.put(&part, guard.fence(), b"{\"id\":1}").await?;
+//!     assert_eq!(&store.get(&part).await?.bytes().await?[..], b"{\"id\":1}");
+//!     guard.release().await?;
+//!     Ok(())
+//! }
+//! ```
+//!
 //! ## The backend's own storage
 //!
 //! Every lock backend ships a [`FencedStorage`](crate::FencedStorage) next to it: a key-value

@@ -9,12 +9,14 @@ use bytes::Bytes;
 use fencelock_core::{Error, Fence, FenceRule, Result, validate_value};
 use object_store::path::Path;
 use object_store::{
-    Error as StoreError, GetOptions, ObjectStore, PutMode, PutOptions, PutPayload, UpdateVersion,
+    Attributes, Error as StoreError, GetOptions, ObjectStore, PutMode, PutOptions, PutPayload,
+    UpdateVersion,
 };
 use tracing::Instrument;
 
 use crate::error::{BACKEND, map_store_error, protocol, timed_out};
-use crate::frame::{Frame, MAX_HEADER_LEN};
+use crate::frame::{FencedObject, Frame};
+use crate::layout::ObjectLayout;
 use crate::probe::check_conditional_puts;
 
 /// The largest payload accepted unless configured otherwise: 16 MiB.
@@ -27,15 +29,6 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// each failed one means another writer's put landed in between.
 const MAX_ATTEMPTS: usize = 16;
 
-/// A fenced object as [`ObjectFence::peek`] sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FencedObject {
-    /// The payload, `None` when only fenced reads have touched the object.
-    pub value: Option<Bytes>,
-    /// The last fence admitted for the object.
-    pub fence: Fence,
-}
-
 /// Fenced puts and reads of the application's own objects, on any [`ObjectStore`] with
 /// conditional puts (S3 and S3-compatible servers honouring `If-Match`, GCS, Azure, the
 /// in-memory store), under a fence from a lock of any backend.
@@ -45,7 +38,10 @@ pub struct FencedObject {
 /// admit a fence by the rule of DESIGN section 2 (newer token, or the same token and owner;
 /// [`FenceRule::Strict`] on request), and a refused one is [`Error::Stale`] with nothing
 /// written. [`peek`](Self::peek) reads without fencing. Objects written here are read back
-/// through this type (or [`decode`]): other readers see the header line.
+/// through this type (or [`decode`](crate::decode)): other readers see the header line,
+/// unless the fence is built with [`ObjectLayout::Raw`] on a store that allows it
+/// ([`connect_with_layout`](Self::connect_with_layout)), which leaves the body exactly as
+/// written and keeps the fence in the object's metadata.
 ///
 /// ```
 /// # async fn demo() -> fencelock_core::Result<()> {
@@ -91,6 +87,7 @@ pub struct FencedObject {
 pub struct ObjectFence {
     store: Arc<dyn ObjectStore>,
     name: Arc<str>,
+    layout: ObjectLayout,
     rule: FenceRule,
     max_value_len: usize,
     call_timeout: Duration,
@@ -100,6 +97,7 @@ impl fmt::Debug for ObjectFence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ObjectFence")
             .field("store", &self.name)
+            .field("layout", &self.layout)
             .field("rule", &self.rule)
             .field("max_value_len", &self.max_value_len)
             .field("call_timeout", &self.call_timeout)
@@ -160,12 +158,51 @@ impl ObjectFence {
     /// A store without conditional puts (a local file system store, S3 with conditional
     /// puts disabled) or one that ignores their conditions is refused with
     /// [`Error::InvalidConfig`] saying so; an unreachable store is [`Error::Unavailable`].
+    /// Objects are framed ([`ObjectLayout::Framed`]): the fence in a header line of the body.
     pub async fn connect(store: Arc<dyn ObjectStore>, probe_dir: &Path) -> Result<Self> {
+        Self::connect_with_layout(store, probe_dir, ObjectLayout::Framed).await
+    }
+
+    /// As [`connect`](Self::connect), with objects in `layout`. For [`ObjectLayout::Raw`]
+    /// (the body exactly as written, the fence in the object's metadata) the probe also
+    /// checks that the store returns metadata on a read, and that a conditional put of the
+    /// same body with other metadata moves the version the next conditional put must name;
+    /// a store whose version is its body's hash (S3, where a plain object's ETag is its MD5)
+    /// fails that check and is refused with [`Error::InvalidConfig`] saying why: there a fence
+    /// kept outside the body could advance without the version changing, so an older
+    /// holder's put would still land.
+    ///
+    /// ```
+    /// # async fn demo() -> fencelock_core::Result<()> {
+    /// use std::sync::Arc;
+    /// use fencelock_core::{Fence, FencingToken, OwnerId};
+    /// use fencelock_object_store::{ObjectFence, ObjectLayout};
+    /// use fencelock_object_store::object_store::{ObjectStore, ObjectStoreExt};
+    /// use fencelock_object_store::object_store::{memory::InMemory, path::Path};
+    ///
+    /// // The in-memory store's version moves with every put: it passes the probe.
+    /// let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    /// let fence = ObjectFence::connect_with_layout(store.clone(), &Path::default(), ObjectLayout::Raw).await?;
+    /// let table = Path::from("tables/events/part-0.parquet");
+    /// let holder = Fence::new(FencingToken::new(7).unwrap(), OwnerId::random());
+    /// fence.put(&table, holder, b"PAR1...").await?;
+    /// // Any other reader sees the bytes as written.
+    /// let body = store.get(&table).await.unwrap().bytes().await.unwrap();
+    /// assert_eq!(&body[..], b"PAR1...");
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+    /// ```
+    pub async fn connect_with_layout(
+        store: Arc<dyn ObjectStore>,
+        probe_dir: &Path,
+        layout: ObjectLayout,
+    ) -> Result<Self> {
         let name: Arc<str> = Arc::from(store.to_string());
-        check_conditional_puts(&*store, &name, probe_dir, DEFAULT_CALL_TIMEOUT).await?;
+        check_conditional_puts(&*store, &name, probe_dir, DEFAULT_CALL_TIMEOUT, layout).await?;
         Ok(ObjectFence {
             store,
             name,
+            layout,
             rule: FenceRule::Monotonic,
             max_value_len: DEFAULT_MAX_VALUE_LEN,
             call_timeout: DEFAULT_CALL_TIMEOUT,
@@ -197,6 +234,12 @@ impl ObjectFence {
     /// The store's name (its `Display`, `AmazonS3(bucket)`), as errors show it.
     pub fn store_name(&self) -> &str {
         &self.name
+    }
+
+    /// Where objects keep their fence ([`ObjectLayout::Framed`] unless connected with
+    /// [`connect_with_layout`](Self::connect_with_layout)).
+    pub fn layout(&self) -> ObjectLayout {
+        self.layout
     }
 
     /// The largest payload accepted.
@@ -376,12 +419,12 @@ impl ObjectFence {
                 Step::Write(payload) => (Some(Bytes::copy_from_slice(payload)), None),
                 Step::Delete => (None, None),
             };
-            let body = Frame::encode(fence, next.as_deref());
+            let (body, attributes) = self.layout.encode(fence, next.as_deref());
             let mode = match current {
                 None => PutMode::Create,
                 Some(loaded) => PutMode::Update(loaded.version),
             };
-            match self.put_conditional(path, body, mode).await {
+            match self.put_conditional(path, body, attributes, mode).await {
                 Ok(()) => return Ok(answer),
                 Err(PutRefused::Changed) => contended = true,
                 Err(PutRefused::Failed(error)) => return Err(error),
@@ -410,7 +453,7 @@ impl ObjectFence {
     /// The object at `path`, decoded, with its version; `None` when there is none.
     async fn load(&self, path: &Path) -> Result<Option<Loaded>> {
         let what = format!("read of {path}");
-        let result = match self
+        let mut result = match self
             .timed(&what, self.store.get_opts(path, GetOptions::default()))
             .await?
         {
@@ -430,7 +473,7 @@ impl ObjectFence {
                 ),
             ));
         }
-        let largest = (self.max_value_len + MAX_HEADER_LEN) as u64;
+        let largest = (self.max_value_len + self.layout.overhead()) as u64;
         if result.meta.size > largest {
             return Err(protocol(
                 &self.name,
@@ -440,11 +483,12 @@ impl ObjectFence {
                 ),
             ));
         }
+        let attributes = std::mem::take(&mut result.attributes);
         let body = match self.timed(&what, result.bytes()).await? {
             Ok(body) => body,
             Err(error) => return Err(map_store_error(&self.name, &what, error)),
         };
-        let frame = Frame::decode(body).map_err(|why| {
+        let frame = self.layout.decode(body, &attributes).map_err(|why| {
             protocol(
                 &self.name,
                 format!("the object at {path} is not a fenced object: {why}; nothing was written"),
@@ -457,11 +501,13 @@ impl ObjectFence {
         &self,
         path: &Path,
         body: Bytes,
+        attributes: Attributes,
         mode: PutMode,
     ) -> std::result::Result<(), PutRefused> {
         let what = format!("conditional put of {path}");
         let options = PutOptions {
             mode,
+            attributes,
             ..PutOptions::default()
         };
         let call = self
@@ -494,13 +540,4 @@ fn may_have_landed(error: Error) -> Error {
         },
         other => other,
     }
-}
-
-/// Splits the body of a fenced object into its fence and payload, for readers that fetch the
-/// object themselves; `None` when `body` is not a fenced object.
-pub fn decode(body: Bytes) -> Option<FencedObject> {
-    Frame::decode(body).ok().map(|frame| FencedObject {
-        value: frame.value,
-        fence: frame.fence,
-    })
 }

@@ -1,20 +1,23 @@
-//! The layout of a fenced object: one header line holding the fence, then the payload.
+//! The header line that holds a fence, and the framed layout of a fenced object: that line,
+//! then the payload.
 //!
 //! ```text
 //! fencelock-object v1 <token> <owner, 32 hex digits> value\n<payload bytes>
 //! fencelock-object v1 <token> <owner, 32 hex digits> none\n
 //! ```
 //!
-//! The fence lives in the body, not in the object's metadata, because S3 derives a plain
-//! object's ETag from its body alone: a fence kept in metadata could advance without the ETag
-//! changing, and a conditional put made against the older fence would still match
-//! (DESIGN section 5.7).
+//! The framed layout keeps the fence in the body because S3 derives a plain object's ETag
+//! from its body alone: a fence kept in metadata could advance without the ETag changing,
+//! and a conditional put made against the older fence would still match (DESIGN section
+//! 5.7). The raw layout ([`ObjectLayout::Raw`](crate::ObjectLayout::Raw)) keeps the same
+//! line, without its `\n`, in the object's metadata, on stores where every put moves the
+//! version.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use fencelock_core::{Fence, FencingToken, OwnerId};
 
 /// What every fenced object starts with.
-const MAGIC: &[u8] = b"fencelock-object v1 ";
+const MAGIC: &str = "fencelock-object v1 ";
 
 /// The longest header line: the magic, a `u64`, a space, 32 hex digits, a space, `value`, `\n`.
 pub(crate) const MAX_HEADER_LEN: usize = MAGIC.len() + 20 + 1 + 32 + 1 + 5 + 1;
@@ -31,12 +34,11 @@ pub(crate) struct Frame {
 impl Frame {
     /// The object's body.
     pub(crate) fn encode(fence: Fence, value: Option<&[u8]>) -> Bytes {
-        let kind = if value.is_some() { "value" } else { "none" };
-        let header = format!("{} {} {kind}\n", fence.token, fence.owner);
+        let header = header_line(fence, value.is_some());
         let payload = value.unwrap_or_default();
-        let mut body = BytesMut::with_capacity(MAGIC.len() + header.len() + payload.len());
-        body.put_slice(MAGIC);
+        let mut body = BytesMut::with_capacity(header.len() + 1 + payload.len());
         body.put_slice(header.as_bytes());
+        body.put_u8(b'\n');
         body.put_slice(payload);
         body.freeze()
     }
@@ -44,32 +46,76 @@ impl Frame {
     /// Decodes a body written by [`encode`](Self::encode). The error says, in a few words,
     /// what is wrong; it never quotes the body.
     pub(crate) fn decode(body: Bytes) -> Result<Frame, &'static str> {
-        let rest = body
-            .strip_prefix(MAGIC)
-            .ok_or("it does not start with a fencelock header")?;
-        let window = &rest[..rest.len().min(MAX_HEADER_LEN - MAGIC.len())];
+        if !body.starts_with(MAGIC.as_bytes()) {
+            return Err("it does not start with a fencelock header");
+        }
+        let window = &body[..body.len().min(MAX_HEADER_LEN)];
         let line_len = window
             .iter()
             .position(|&b| b == b'\n')
             .ok_or("its header line has no end")?;
-        let line =
-            std::str::from_utf8(&window[..line_len]).map_err(|_| "its header is not UTF-8")?;
-        let mut fields = line.split(' ');
-        let (Some(token), Some(owner), Some(kind), None) =
-            (fields.next(), fields.next(), fields.next(), fields.next())
-        else {
-            return Err("its header does not have three fields");
-        };
-        let fence = Fence::new(parse_token(token)?, parse_owner(owner)?);
-        let payload_at = MAGIC.len() + line_len + 1;
-        let value = match kind {
-            "value" => Some(body.slice(payload_at..)),
-            "none" if body.len() == payload_at => None,
-            "none" => return Err("it says it holds no value but has bytes after its header"),
-            _ => return Err("its header's last field is neither `value` nor `none`"),
+        let (fence, has_value) = parse_header_line(&body[..line_len])?;
+        let payload_at = line_len + 1;
+        let value = if has_value {
+            Some(body.slice(payload_at..))
+        } else if body.len() == payload_at {
+            None
+        } else {
+            return Err("it says it holds no value but has bytes after its header");
         };
         Ok(Frame { fence, value })
     }
+}
+
+/// A fenced object as [`ObjectFence::peek`](crate::ObjectFence::peek) sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FencedObject {
+    /// The payload, `None` when only fenced reads have touched the object.
+    pub value: Option<Bytes>,
+    /// The last fence admitted for the object.
+    pub fence: Fence,
+}
+
+/// Splits the body of a fenced object of the default layout
+/// ([`ObjectLayout::Framed`](crate::ObjectLayout::Framed)) into its fence and payload, for
+/// readers that fetch the object themselves (`aws s3 cp`, a job reading the bucket); `None`
+/// when `body` is not a fenced object. An object of
+/// [`ObjectLayout::Raw`](crate::ObjectLayout::Raw) needs no decoding: its body is the payload.
+pub fn decode(body: Bytes) -> Option<FencedObject> {
+    Frame::decode(body).ok().map(|frame| FencedObject {
+        value: frame.value,
+        fence: frame.fence,
+    })
+}
+
+/// The header line, without its `\n`: `fencelock-object v1 <token> <owner> value|none`.
+pub(crate) fn header_line(fence: Fence, has_value: bool) -> String {
+    let kind = if has_value { "value" } else { "none" };
+    format!("{MAGIC}{} {} {kind}", fence.token, fence.owner)
+}
+
+/// Parses a line written by [`header_line`]: the fence, and whether a payload goes with it.
+pub(crate) fn parse_header_line(line: &[u8]) -> Result<(Fence, bool), &'static str> {
+    let rest = line
+        .strip_prefix(MAGIC.as_bytes())
+        .ok_or("it does not start with a fencelock header")?;
+    if line.len() >= MAX_HEADER_LEN {
+        return Err("its header line is too long");
+    }
+    let line = std::str::from_utf8(rest).map_err(|_| "its header is not UTF-8")?;
+    let mut fields = line.split(' ');
+    let (Some(token), Some(owner), Some(kind), None) =
+        (fields.next(), fields.next(), fields.next(), fields.next())
+    else {
+        return Err("its header does not have three fields");
+    };
+    let fence = Fence::new(parse_token(token)?, parse_owner(owner)?);
+    let has_value = match kind {
+        "value" => true,
+        "none" => false,
+        _ => return Err("its header's last field is neither `value` nor `none`"),
+    };
+    Ok((fence, has_value))
 }
 
 /// A token as [`Frame::encode`] writes it: decimal, no sign, no leading zero, not zero.

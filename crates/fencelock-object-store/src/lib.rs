@@ -6,10 +6,13 @@ mod config;
 mod error;
 mod fence;
 mod frame;
+mod layout;
 mod probe;
 mod storage;
 
 pub use config::{ObjectStoreConfig, STORAGE_SCHEMES};
-pub use fence::{DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_VALUE_LEN, FencedObject, ObjectFence, decode};
+pub use fence::{DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_VALUE_LEN, ObjectFence};
+pub use frame::{FencedObject, decode};
+pub use layout::ObjectLayout;
 pub use object_store;
 pub use storage::ObjectStorage;
