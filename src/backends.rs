@@ -28,6 +28,9 @@ macro_rules! built_in_backends {
                 "The etcd backend and fenced storage.";
             zookeeper = fencelock_zookeeper, "zookeeper", lock ["zookeeper"],
                 "The ZooKeeper backend and fenced storage.";
+            dynamodb = fencelock_dynamodb, "dynamodb", lock ["dynamodb"],
+                "The DynamoDB backend (one conditional write per grant, the token in the lock item) \
+                 and fenced storage.";
             object_store = fencelock_object_store, "object-store", storage ["s3", "memory-objects"],
                 "Fenced writes to object storage through conditional puts (S3 and S3-compatible \
                  servers, the in-memory store), with the lock from any backend.";

@@ -1,0 +1,665 @@
+//! `DynamoConfig`: the `dynamodb://` grammar, its validation, and the SDK client it builds.
+
+use std::time::Duration;
+
+use fencelock_core::url::{Known, Options, decode_part, parse_host, redact, safe_to_echo};
+use fencelock_core::{Error, HostPort, Result};
+use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
+use url::form_urlencoded;
+
+use crate::table::DynamoTable;
+
+/// The key prefix used when the URL names none: every item fencelock writes has a partition
+/// key starting with `fencelock/`.
+pub const DEFAULT_PREFIX: &str = "fencelock/";
+
+/// The longest prefix accepted, in bytes (a partition key holds at most 2,048 bytes, and a
+/// key or resource name up to 512).
+pub const MAX_PREFIX_LEN: usize = 256;
+
+/// The names fencelock gives the item families under a prefix (`<prefix>lock/<key>`,
+/// `<prefix>data/<resource>`, `<prefix>chunk/<generation>/<n>`): no `/`-separated part of a
+/// prefix may be one of them (DESIGN.md section 5.8, "Prefixes").
+pub const FAMILIES: &[&str] = &["lock", "data", "chunk"];
+
+const SCHEME: &str = "dynamodb://";
+
+/// Characters escaped in the access key id and secret key of a rendered URL.
+const USERINFO: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'/')
+    .add(b':')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'@')
+    .add(b'[')
+    .add(b'\\')
+    .add(b']')
+    .add(b'^')
+    .add(b'`')
+    .add(b'{')
+    .add(b'|')
+    .add(b'}')
+    .add(b'+')
+    .add(b'=')
+    .add(b'&');
+
+/// The options a `dynamodb://` URL takes.
+const KNOWN: &[Known] = &[
+    Known::new("region"),
+    Known::new("endpoint"),
+    Known::new("prefix"),
+    Known::new("create"),
+];
+
+/// Where a `?endpoint=` sends requests: plain HTTP (a local emulator) or HTTPS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Endpoint {
+    pub(crate) https: bool,
+    pub(crate) host: HostPort,
+}
+
+impl Endpoint {
+    fn url(&self) -> String {
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}", self.host)
+    }
+}
+
+/// How to reach a DynamoDB table, and where in it fencelock keeps its items.
+///
+/// The URL grammar (`from_url` / `to_url`):
+///
+/// ```text
+/// dynamodb://[access_key_id:secret_access_key@]table[?region=..][&endpoint=http://host:port]
+///            [&prefix=..][&create=true]
+/// ```
+///
+/// - `table`: the table's name, 3 to 255 characters of `A-Z a-z 0-9 _ . -` (DynamoDB's rule).
+///   Its key schema must be one partition key `pk` of type string, and no sort key.
+/// - `access_key_id:secret_access_key` (percent-encoded): the credentials. Without them,
+///   [`connect`](Self::connect) reads `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and
+///   `AWS_SESSION_TOKEN` from the environment. The secret key is `***` in `Display`, `Debug`
+///   and every error.
+/// - `region`: the AWS region; without it, `AWS_REGION` or `AWS_DEFAULT_REGION` at connect.
+/// - `endpoint`: `http://host:port` or `https://host[:port]`, for a local emulator (moto,
+///   DynamoDB Local) or a VPC endpoint; without it, the region's public endpoint.
+/// - `prefix` (default `fencelock/`): starts every partition key fencelock writes
+///   (`<prefix>lock/<key>`, `<prefix>data/<resource>`, `<prefix>chunk/..`). Empty, or up to
+///   [`MAX_PREFIX_LEN`] bytes ending in `/`, without control characters, and without a
+///   `/`-separated part named `lock`, `data` or `chunk` ([`validate_prefix`]).
+/// - `create=true`: create the table (on-demand capacity, key `pk` of type string) when it
+///   does not exist, and wait until it is active. Default `false`: a missing table is an
+///   error saying how to create it.
+///
+/// Every other option is refused, so a typo is an error instead of a silently ignored
+/// setting.
+///
+/// ```
+/// use fencelock_dynamodb::DynamoConfig;
+/// let config = DynamoConfig::from_url(
+///     "dynamodb://AKIDEXAMPLE:s3cret@locks?region=eu-west-1&prefix=orders%2F",
+/// )?;
+/// assert_eq!(config.table(), "locks");
+/// assert_eq!(config.prefix_name(), "orders/");
+/// assert_eq!(
+///     config.to_string(),
+///     "dynamodb://AKIDEXAMPLE:***@locks?region=eu-west-1&prefix=orders%2F"
+/// );
+/// assert_eq!(DynamoConfig::from_url(&config.to_url())?, config);
+/// # Ok::<(), fencelock_core::Error>(())
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct DynamoConfig {
+    table: String,
+    /// Decoded access key id and secret key.
+    credentials: Option<(String, String)>,
+    region: Option<String>,
+    endpoint: Option<Endpoint>,
+    prefix: String,
+    create: bool,
+    pub(crate) operation_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+}
+
+fencelock_core::redacted_config!(DynamoConfig {
+    operation_timeout,
+    connect_timeout
+});
+
+impl DynamoConfig {
+    /// The URL schemes this config owns.
+    pub const SCHEMES: &'static [&'static str] = &["dynamodb"];
+
+    /// A configuration from a `dynamodb://` URL (grammar above), checked eagerly and
+    /// completely. Anything wrong is [`Error::InvalidConfig`] naming what is wrong; the
+    /// message never contains the secret key.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let shown = redact(url);
+        let fail = |what: String| Error::config(format!("DynamoDB URL {shown:?}: {what}"));
+        let rest = match url.get(..SCHEME.len()) {
+            Some(scheme) if scheme.eq_ignore_ascii_case(SCHEME) => &url[SCHEME.len()..],
+            _ => {
+                return Err(Error::config(format!(
+                    "{shown:?} is not a DynamoDB URL: expected dynamodb://[key:secret@]table?region=.."
+                )));
+            }
+        };
+        if !safe_to_echo(url) {
+            return Err(fail(
+                "an access key or secret key holding `/`, `?` or `#` must be percent-encoded"
+                    .to_owned(),
+            ));
+        }
+        if rest.contains('#') {
+            return Err(fail(
+                "takes no fragment (`#...`); a secret key holding `#` must be percent-encoded"
+                    .to_owned(),
+            ));
+        }
+        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        if !path.is_empty() && path != "/" {
+            return Err(fail(
+                "takes no path (only `/`): the table is the part after `dynamodb://`".to_owned(),
+            ));
+        }
+        let (userinfo, table) = match authority.rsplit_once('@') {
+            Some((userinfo, table)) => (Some(userinfo), table),
+            None => (None, authority),
+        };
+        let credentials = userinfo.map(parse_credentials).transpose().map_err(&fail)?;
+        validate_table(table).map_err(&fail)?;
+        let context = format!("DynamoDB URL {shown:?}");
+        let options = Options::parse(query, KNOWN).map_err(|e| e.in_context(&context))?;
+        let region = options
+            .get("region")
+            .map(|region| validate_region(region).map(|()| region.to_owned()))
+            .transpose()
+            .map_err(&fail)?;
+        let endpoint = options
+            .get("endpoint")
+            .map(parse_endpoint)
+            .transpose()
+            .map_err(&fail)?;
+        let prefix = match options.get("prefix") {
+            Some(prefix) => {
+                validate_prefix(prefix).map_err(|e| e.in_context(&context))?;
+                prefix.to_owned()
+            }
+            None => DEFAULT_PREFIX.to_owned(),
+        };
+        let create = match options.get("create") {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => {
+                let shown: String = other.chars().take(16).collect();
+                return Err(fail(format!(
+                    "option `create` is `true` or `false`, not {shown:?}"
+                )));
+            }
+        };
+        Ok(DynamoConfig {
+            table: table.to_owned(),
+            credentials,
+            region,
+            endpoint,
+            prefix,
+            create,
+            operation_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(3),
+        })
+    }
+
+    /// The full URL, **credentials included**, such that `from_url` gives this config back.
+    /// Builder settings that have no URL form (time-outs) are not in it.
+    pub fn to_url(&self) -> String {
+        self.render(false)
+    }
+
+    /// [`to_url`](Self::to_url) with the secret key replaced by `***`: what `Display` and
+    /// `Debug` show.
+    pub fn redacted_url(&self) -> String {
+        self.render(true)
+    }
+
+    fn render(&self, redacted: bool) -> String {
+        let mut url = String::from(SCHEME);
+        if let Some((key, secret)) = &self.credentials {
+            url.push_str(&utf8_percent_encode(key, USERINFO).to_string());
+            url.push(':');
+            if redacted {
+                url.push_str("***");
+            } else {
+                url.push_str(&utf8_percent_encode(secret, USERINFO).to_string());
+            }
+            url.push('@');
+        }
+        url.push_str(&self.table);
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        if let Some(region) = &self.region {
+            query.append_pair("region", region);
+        }
+        if let Some(endpoint) = &self.endpoint {
+            query.append_pair("endpoint", &endpoint.url());
+        }
+        if self.prefix != DEFAULT_PREFIX {
+            query.append_pair("prefix", &self.prefix);
+        }
+        if self.create {
+            query.append_pair("create", "true");
+        }
+        let query = query.finish();
+        if !query.is_empty() {
+            url.push('?');
+            url.push_str(&query);
+        }
+        url
+    }
+
+    /// The server this config reaches: the endpoint's host and port, or the region's public
+    /// endpoint (`dynamodb.<region>.amazonaws.com:443`); none when neither is known before
+    /// connecting (the region comes from the environment).
+    pub fn hosts(&self) -> Vec<HostPort> {
+        match (&self.endpoint, &self.region) {
+            (Some(endpoint), _) => vec![endpoint.host.clone()],
+            (None, Some(region)) => vec![HostPort::new(
+                format!("dynamodb.{region}.amazonaws.com"),
+                443,
+            )],
+            (None, None) => Vec::new(),
+        }
+    }
+
+    /// The same config sending its requests to `hosts` (exactly one: a fault proxy), as
+    /// `?endpoint=`, over HTTPS when the config used HTTPS (or no endpoint), else HTTP.
+    pub fn with_hosts(mut self, hosts: &[HostPort]) -> Result<Self> {
+        let [target] = hosts else {
+            return Err(Error::config(format!(
+                "a DynamoDB config reaches one endpoint; {} given",
+                hosts.len()
+            )));
+        };
+        let host = parse_host(&target.to_string(), 443)
+            .map_err(|e| e.in_context(&format!("DynamoDB endpoint {target}")))?;
+        let https = self.endpoint.as_ref().is_none_or(|e| e.https);
+        self.endpoint = Some(Endpoint { https, host });
+        Ok(self)
+    }
+
+    /// The table's name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The prefix of every partition key fencelock writes (default `fencelock/`).
+    pub fn prefix_name(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The same config with another prefix ([`validate_prefix`], checked by
+    /// [`connect`](Self::connect)).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The region the URL names, if any.
+    pub fn region(&self) -> Option<&str> {
+        self.region.as_deref()
+    }
+
+    /// The access key id, if the URL carries credentials (never the secret key).
+    pub fn access_key_id(&self) -> Option<&str> {
+        self.credentials.as_ref().map(|(key, _)| key.as_str())
+    }
+
+    /// Whether [`connect`](Self::connect) creates a missing table (`create=true`).
+    pub fn creates_table(&self) -> bool {
+        self.create
+    }
+
+    /// How long one request may take, retries included, before it fails with
+    /// [`Error::Unavailable`] (default 5 s).
+    pub fn operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = timeout;
+        self
+    }
+
+    /// How long a new connection to the endpoint may take (default 3 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How errors name the table and where it lives: `table "t" at http://127.0.0.1:5000`.
+    pub(crate) fn label(&self, region: &str) -> String {
+        match &self.endpoint {
+            Some(endpoint) => format!("table {:?} at {}", self.table, endpoint.url()),
+            None => format!("table {:?} in {region}", self.table),
+        }
+    }
+
+    pub(crate) fn endpoint_url(&self) -> Option<String> {
+        self.endpoint.as_ref().map(Endpoint::url)
+    }
+
+    pub(crate) fn credentials(&self) -> Option<&(String, String)> {
+        self.credentials.as_ref()
+    }
+
+    pub(crate) fn region_setting(&self) -> Option<&str> {
+        self.region.as_deref()
+    }
+
+    /// Checks the builder settings, builds the client, and checks (or creates) the table;
+    /// see [`DynamoTable`] for what it then provides.
+    pub async fn connect(&self) -> Result<DynamoTable> {
+        validate_prefix(&self.prefix)?;
+        if self.operation_timeout.is_zero() || self.connect_timeout.is_zero() {
+            return Err(Error::config("DynamoDB time-outs must be above zero"));
+        }
+        DynamoTable::connect(self).await
+    }
+}
+
+/// Checks a table name against DynamoDB's rule: 3 to 255 characters, each a letter, a digit,
+/// `_`, `.` or `-`. The message says what is wrong.
+fn validate_table(table: &str) -> std::result::Result<(), String> {
+    if table.is_empty() {
+        return Err("names no table (write dynamodb://table?region=..)".to_owned());
+    }
+    let shown: String = table.chars().take(64).collect();
+    if !(3..=255).contains(&table.len()) {
+        return Err(format!(
+            "table name {shown:?} has {} characters: DynamoDB table names have 3 to 255",
+            table.chars().count()
+        ));
+    }
+    if let Some(bad) = table
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+    {
+        return Err(format!(
+            "table name {shown:?} holds {bad:?}: DynamoDB table names are letters, digits, \
+             `_`, `.` and `-` only"
+        ));
+    }
+    Ok(())
+}
+
+/// A region is a lower-case name such as `eu-west-1`.
+fn validate_region(region: &str) -> std::result::Result<(), String> {
+    let valid = !region.is_empty()
+        && region.len() <= 64
+        && region
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if valid {
+        Ok(())
+    } else {
+        let shown: String = region.chars().take(32).collect();
+        Err(format!(
+            "option `region` {shown:?} is not a region name (such as eu-west-1)"
+        ))
+    }
+}
+
+/// `http://host:port` or `https://host[:port]`, nothing else.
+fn parse_endpoint(text: &str) -> std::result::Result<Endpoint, String> {
+    let problem = |what: &str| format!("option `endpoint` {what}");
+    let (https, rest) = if let Some(rest) = text.strip_prefix("http://") {
+        (false, rest)
+    } else if let Some(rest) = text.strip_prefix("https://") {
+        (true, rest)
+    } else {
+        return Err(problem(
+            "must start with http:// or https:// (such as http://127.0.0.1:5000)",
+        ));
+    };
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    if rest.contains(['/', '?', '#', '@']) {
+        return Err(problem(
+            "takes a scheme, a host and a port only (no path, query or credentials)",
+        ));
+    }
+    let host = parse_host(rest, if https { 443 } else { 80 }).map_err(|e| match e {
+        Error::InvalidConfig { message, .. } => problem(&message),
+        other => problem(&other.to_string()),
+    })?;
+    Ok(Endpoint { https, host })
+}
+
+/// Checks a key prefix: empty, or 1 to [`MAX_PREFIX_LEN`] bytes ending in `/`, without
+/// control characters, and without a `/`-separated part named like an item family
+/// ([`FAMILIES`]). With such a part, one installation's items could be another's: prefix
+/// `app/lock/` would put its lock of key `x` at `app/lock/lock/x`, which is prefix `app/`'s
+/// lock of key `lock/x`.
+pub fn validate_prefix(prefix: &str) -> Result<()> {
+    let reason = if prefix.len() > MAX_PREFIX_LEN {
+        Some(format!("is longer than {MAX_PREFIX_LEN} bytes"))
+    } else if prefix.chars().any(char::is_control) {
+        Some("contains a control character".to_owned())
+    } else if !prefix.is_empty() && !prefix.ends_with('/') {
+        Some("does not end with `/` (write it as `name/`, or leave it empty)".to_owned())
+    } else {
+        prefix
+            .split('/')
+            .find(|part| FAMILIES.contains(part))
+            .map(|family| {
+                format!(
+                    "has the part {family:?}, a name fencelock gives its own items ({}): \
+                     another installation's items could then be this one's",
+                    FAMILIES.join(", ")
+                )
+            })
+    };
+    match reason {
+        Some(reason) => {
+            let shown: String = prefix.chars().take(64).collect();
+            Err(Error::config(format!(
+                "DynamoDB key prefix {shown:?} {reason}"
+            )))
+        }
+        None => Ok(()),
+    }
+}
+
+/// `access_key_id:secret_access_key`, percent-decoded.
+fn parse_credentials(userinfo: &str) -> std::result::Result<(String, String), String> {
+    let Some((key, secret)) = userinfo.split_once(':') else {
+        return Err(
+            "names an access key without a secret key (write dynamodb://key:secret@table)".into(),
+        );
+    };
+    let decode = |part: &str, what: &str| {
+        decode_part(what, part).map_err(|e| match e {
+            Error::InvalidConfig { message, .. } => message,
+            other => other.to_string(),
+        })
+    };
+    let key = decode(key, "access key id")?;
+    let secret = decode(secret, "secret key")?;
+    if key.is_empty() {
+        return Err("names a secret key without an access key id".into());
+    }
+    if secret.is_empty() {
+        return Err("names an access key id with an empty secret key".into());
+    }
+    Ok((key, secret))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn refusal(url: &str) -> String {
+        match DynamoConfig::from_url(url) {
+            Err(Error::InvalidConfig { message, .. }) => message,
+            other => panic!("{url}: expected InvalidConfig, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn reads_every_part_and_round_trips() {
+        for url in [
+            "dynamodb://locks",
+            "dynamodb://locks/",
+            "dynamodb://my_table.v2-x?region=eu-west-1",
+            "dynamodb://k%40x:s%2Fe%2Bc%3Dr%3Aet@locks?region=us-east-1&endpoint=http://127.0.0.1:5000",
+            "dynamodb://locks?endpoint=https%3A%2F%2Fvpce.example&prefix=",
+            "dynamodb://locks?prefix=team%20a%2F&create=true",
+            "dynamodb://locks?create=false&endpoint=http://[::1]:8000",
+        ] {
+            let config = DynamoConfig::from_url(url).unwrap();
+            assert_eq!(
+                DynamoConfig::from_url(&config.to_url()).unwrap(),
+                config,
+                "{url} -> {}",
+                config.to_url()
+            );
+        }
+        let config = DynamoConfig::from_url(
+            "dynamodb://k%40x:s%2Fe%2Bc%3Dr%3Aet@locks?region=us-east-1&endpoint=http://127.0.0.1:5000&create=true",
+        )
+        .unwrap();
+        assert_eq!(config.table(), "locks");
+        assert_eq!(
+            config.credentials(),
+            Some(&("k@x".to_owned(), "s/e+c=r:et".to_owned()))
+        );
+        assert_eq!(config.region(), Some("us-east-1"));
+        assert!(config.creates_table());
+        assert_eq!(config.hosts(), vec![HostPort::new("127.0.0.1", 5000)]);
+        assert_eq!(config.prefix_name(), DEFAULT_PREFIX);
+        assert_eq!(
+            DynamoConfig::from_url("dynamodb://locks?region=eu-west-1")
+                .unwrap()
+                .hosts(),
+            vec![HostPort::new("dynamodb.eu-west-1.amazonaws.com", 443)]
+        );
+        assert_eq!(
+            DynamoConfig::from_url("dynamodb://locks?endpoint=https://h")
+                .unwrap()
+                .hosts(),
+            vec![HostPort::new("h", 443)]
+        );
+    }
+
+    #[test]
+    fn the_secret_never_shows() {
+        let config =
+            DynamoConfig::from_url("dynamodb://AKID:hunter2@locks?region=eu-west-1").unwrap();
+        assert_eq!(
+            config.to_url(),
+            "dynamodb://AKID:hunter2@locks?region=eu-west-1"
+        );
+        for shown in [
+            config.to_string(),
+            format!("{config:?}"),
+            config.redacted_url(),
+        ] {
+            assert!(!shown.contains("hunter2"), "{shown}");
+            assert!(shown.contains("AKID:***@locks"), "{shown}");
+        }
+        for bad in [
+            "dynamodb://AKID:hunter2@lo",
+            "dynamodb://AKID:hunter2@locks?nope=1",
+            "dynamodb://AKID:hunter2@locks/path",
+            "dynamodb://AKID:hunter2@",
+            "dynamodb://AKID:hun/ter2@locks",
+            "dynamodb://AKID:hun?ter2@locks",
+            "dynamodb://AKID:hun#ter2@locks",
+            "dynamodb://AKID:hunter2@locks?endpoint=ftp://h",
+            "dynamodb://AKID:hunter2@locks?region=EU",
+            "dynamodb://AKID:hunter2@locks?prefix=lock%2F",
+            "redis://AKID:hunter2@locks",
+        ] {
+            let message = refusal(bad);
+            assert!(!message.contains("hunter2"), "{message}");
+            assert!(!message.contains("ter2"), "{message}");
+        }
+    }
+
+    #[test]
+    fn names_what_is_wrong() {
+        let long = format!("dynamodb://{}", "t".repeat(256));
+        let cases = [
+            ("dynamodb://", "names no table"),
+            ("dynamodb://ab", "has 2 characters"),
+            (long.as_str(), "has 256 characters"),
+            ("dynamodb://my%20table", "holds '%'"),
+            ("dynamodb://t:able", "holds ':'"),
+            ("dynamodb://locks/x", "takes no path"),
+            ("dynamodb://locks?foo=1", "unknown option `foo`"),
+            (
+                "dynamodb://locks?region=a&region=b",
+                "repeats the option `region`",
+            ),
+            (
+                "dynamodb://locks?endpoint=127.0.0.1:5000",
+                "must start with http://",
+            ),
+            (
+                "dynamodb://locks?endpoint=http://h:99999",
+                "port 99999 is out of range",
+            ),
+            ("dynamodb://locks?endpoint=http://h/x", "no path"),
+            ("dynamodb://locks?endpoint=http://", "names no host"),
+            (
+                "dynamodb://locks?create=yes",
+                "option `create` is `true` or `false`",
+            ),
+            ("dynamodb://locks?region=Eu%20west", "is not a region name"),
+            ("dynamodb://locks?prefix=app", "does not end with `/`"),
+            (
+                "dynamodb://locks?prefix=app%2Fdata%2F",
+                "has the part \"data\"",
+            ),
+            ("dynamodb://locks?prefix=a%01%2F", "control character"),
+            ("dynamodb://key@locks", "without a secret key"),
+            ("dynamodb://:s@locks", "without an access key id"),
+            ("dynamodb://k:@locks", "empty secret key"),
+            ("dynamodb://locks#f", "no fragment"),
+            ("redis://locks", "not a DynamoDB URL"),
+        ];
+        for (url, expected) in cases {
+            let message = refusal(url);
+            assert!(message.contains(expected), "{url}: {message}");
+        }
+        let prefix = format!("dynamodb://locks?prefix={}%2F", "p".repeat(MAX_PREFIX_LEN));
+        assert!(refusal(&prefix).contains("longer than 256 bytes"));
+        DynamoConfig::from_url(&format!("dynamodb://{}", "t".repeat(255))).unwrap();
+        DynamoConfig::from_url("dynamodb://a.b").unwrap();
+    }
+
+    #[test]
+    fn with_hosts_points_the_endpoint_elsewhere() {
+        let config =
+            DynamoConfig::from_url("dynamodb://k:s@locks?endpoint=http://127.0.0.1:5000").unwrap();
+        let moved = config
+            .clone()
+            .with_hosts(&[HostPort::new("127.0.0.1", 6000)])
+            .unwrap();
+        assert_eq!(
+            moved.to_url(),
+            "dynamodb://k:s@locks?endpoint=http%3A%2F%2F127.0.0.1%3A6000"
+        );
+        assert!(config.clone().with_hosts(&[]).is_err());
+        assert!(
+            config
+                .with_hosts(&[HostPort::new("a", 1), HostPort::new("b", 2)])
+                .is_err()
+        );
+        let aws = DynamoConfig::from_url("dynamodb://locks?region=eu-west-1")
+            .unwrap()
+            .with_hosts(&[HostPort::new("proxy", 8443)])
+            .unwrap();
+        assert_eq!(aws.endpoint_url().as_deref(), Some("https://proxy:8443"));
+    }
+}
