@@ -2,20 +2,21 @@
 //! cluster (put-if-absent + delete), with etcd's own lock service (v3 `Lock` / `Unlock`, a
 //! session lease per call) as the peer, from the etcd crate's own bench kit.
 //!
-//! `cargo bench --features etcd --bench etcd`. The cluster is `FENCELOCK_ETCD_URL` when set,
-//! else three members spawned for the run (see `fencelock_testkit::etcd`). Groups are named
+//! `cargo bench --features etcd,servers --bench etcd`. The cluster is `FENCELOCK_ETCD_URL` when set,
+//! else three members spawned for the run (see `fencelock::etcd::servers`). Groups are named
 //! `etcd-<members>/<scenario>`.
 
 use fencelock::OwnerId;
 use fencelock::etcd::EtcdConfig;
+use fencelock::etcd::servers::{Etcd, EtcdMembers};
 use fencelock_bench::{BenchError, Suite};
-use fencelock_testkit::etcd::EtcdServer;
+use fencelock_testkit::members::Spawned;
 
-async fn setup() -> Result<(Suite, Option<EtcdServer>), BenchError> {
+async fn setup() -> Result<(Suite, Option<Spawned<Etcd>>), BenchError> {
     let (url, server) = match std::env::var("FENCELOCK_ETCD_URL") {
         Ok(url) => (url, None),
         Err(_) => {
-            let server = tokio::task::spawn_blocking(|| EtcdServer::spawn_cluster(3))
+            let server = tokio::task::spawn_blocking(|| Spawned::spawn_with(Etcd, 3))
                 .await
                 .map_err(|e| BenchError::Run(format!("spawning etcd: {e}")))?;
             (server.url(), Some(server))

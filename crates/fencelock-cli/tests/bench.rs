@@ -196,7 +196,8 @@ fn bench_redis_cluster() {
 #[cfg(feature = "etcd")]
 #[test]
 fn bench_etcd() {
-    let server = fencelock_testkit::etcd::EtcdServer::spawn_cluster(1);
+    use fencelock::etcd::servers::{Etcd, EtcdMembers};
+    let server = fencelock_testkit::members::Spawned::spawn_with(Etcd, 1);
     let subjects = bench_json(&server.url());
     assert!(
         subjects

@@ -333,7 +333,8 @@ fn a_postgres_session_ended_or_crashed_ends_the_run_with_76() {
 #[cfg(feature = "etcd")]
 #[test]
 fn a_frozen_etcd_ends_the_run_with_76_naming_the_server() {
-    let etcd = fencelock_testkit::etcd::EtcdServer::spawn();
+    use fencelock::etcd::servers::{Etcd, EtcdMembers};
+    let etcd = fencelock_testkit::members::Spawned::spawn_with(Etcd, 1);
     let url = etcd.url();
     let dir = tempfile::tempdir().unwrap();
     for sub in HOLDING {

@@ -201,7 +201,8 @@ async fn a_backend_without_a_listed_queue_shows_none() {
 #[cfg(feature = "etcd")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_lists_the_etcd_queue() {
-    let server = tokio::task::spawn_blocking(fencelock_testkit::etcd::EtcdServer::spawn)
+    use fencelock::etcd::servers::{Etcd, EtcdMembers};
+    let server = tokio::task::spawn_blocking(|| Spawned::spawn_with(Etcd, 1))
         .await
         .unwrap();
     lists_the_holder_then_a_waiter_whose_token_is_to_come(&server.url(), "queue/etcd").await;

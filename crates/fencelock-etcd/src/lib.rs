@@ -18,6 +18,9 @@ mod reply;
 mod seen;
 mod set;
 #[cfg(feature = "servers")]
+#[cfg_attr(docsrs, doc(cfg(feature = "servers")))]
+pub mod servers;
+#[cfg(feature = "servers")]
 mod spawn;
 mod storage;
 mod tls;

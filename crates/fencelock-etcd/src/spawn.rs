@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use fencelock_core::tools::{SpawnFuture, SpawnRequest, SpawnedServers};
 use fencelock_core::{Error, Result};
-use fencelock_servers::etcd::EtcdServer;
 use fencelock_servers::set::{self, ServerSet};
 
 use crate::config::EtcdConfig;
+use crate::servers::{Etcd, EtcdMembers, EtcdServer};
 
 /// `etcd://`: a cluster of `nodes` members.
 pub(crate) fn etcd(request: SpawnRequest) -> SpawnFuture {
@@ -22,7 +22,7 @@ async fn spawn(request: SpawnRequest) -> Result<Box<dyn SpawnedServers>> {
     if count == 0 {
         return Err(Error::config("spawning etcd needs at least one member"));
     }
-    let cluster = Arc::new(set::start("etcd", move || EtcdServer::try_spawn_cluster(count)).await?);
+    let cluster = Arc::new(set::start("etcd", move || EtcdServer::start(Etcd, count)).await?);
     let prefix = format!("fencelock-chaos/{}", request.run_tag);
     let lock = EtcdConfig::from_url(&cluster.url())?.prefix(prefix.clone());
     let described = format!(

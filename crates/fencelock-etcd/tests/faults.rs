@@ -8,10 +8,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::EtcdServer;
 use fencelock_core::{
     Error, FencedStorage, FencingToken, HostPort, LockBackend, LockKey, Locker, LostReason, OwnerId,
 };
-use fencelock_testkit::etcd::EtcdServer;
 use fencelock_testkit::proxy::FaultProxy;
 use tokio::time::{Instant, sleep, timeout};
 
@@ -69,7 +69,7 @@ async fn kill_member(server: &Arc<EtcdServer>, index: usize) {
         let deadline = std::time::Instant::now() + PATIENCE;
         while !(0..server.len())
             .filter(|&i| i != index)
-            .all(|i| server.is_healthy(i))
+            .all(|i| server.is_serving(i))
         {
             assert!(
                 std::time::Instant::now() < deadline,
@@ -224,7 +224,7 @@ async fn a_lost_quorum_is_unavailable_within_the_timeout_and_grants_nothing() {
         survivor.kill(2);
         // Wait until the survivor knows it has no leader.
         let deadline = std::time::Instant::now() + PATIENCE;
-        while survivor.is_healthy(0) {
+        while survivor.is_serving(0) {
             assert!(
                 std::time::Instant::now() < deadline,
                 "a lone member still reports a leader"
@@ -267,7 +267,7 @@ async fn a_lost_quorum_is_unavailable_within_the_timeout_and_grants_nothing() {
         restarted.relaunch(1).unwrap();
         restarted.relaunch(2).unwrap();
         let deadline = std::time::Instant::now() + PATIENCE;
-        while !(0..3).all(|i| restarted.is_healthy(i)) {
+        while !(0..3).all(|i| restarted.is_serving(i)) {
             assert!(
                 std::time::Instant::now() < deadline,
                 "the cluster did not come back"

@@ -3,12 +3,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+use common::EtcdMembers;
 
 use std::time::Duration;
 
 use fencelock_core::{Error, FencedStorage, LockBackend, LockKey, Locker, OwnerId};
 use fencelock_etcd::{EtcdConfig, MAX_PREFIX_LEN};
-use fencelock_testkit::etcd::free_port;
+use fencelock_servers::port::free_port;
 use tokio::time::{Instant, timeout};
 
 const TTL: Duration = Duration::from_secs(30);

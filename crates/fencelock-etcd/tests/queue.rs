@@ -10,10 +10,10 @@ use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::EtcdServer;
 use etcd_client::GetOptions;
 use fencelock_core::{LockBackend, LockKey, Locker, OwnerId};
 use fencelock_etcd::EtcdCluster;
-use fencelock_testkit::etcd::EtcdServer;
 use tokio::time::{sleep, timeout};
 
 const TTL: Duration = Duration::from_secs(60);

@@ -13,10 +13,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::EtcdServer;
 use etcd_client::GetOptions;
 use fencelock_core::{Error, FencingToken, LockBackend, LockKey, Locker, OwnerId};
 use fencelock_etcd::{EtcdCluster, MAX_SET_KEYS};
-use fencelock_testkit::etcd::EtcdServer;
 use tokio::time::{sleep, timeout};
 
 const TTL: Duration = Duration::from_secs(30);
@@ -495,7 +495,7 @@ struct LowLimitEtcd {
 
 impl LowLimitEtcd {
     fn spawn(max_txn_ops: usize) -> Self {
-        use fencelock_testkit::etcd::free_port;
+        use fencelock_servers::port::free_port;
         let (client_port, peer_port) = (free_port().unwrap(), free_port().unwrap());
         let dir = std::env::temp_dir().join(format!("fencelock-sets-{}", OwnerId::random()));
         let (client, peer) = (

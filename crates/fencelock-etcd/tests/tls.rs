@@ -9,10 +9,25 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_core::{Error, FencedStorage, LockBackend, LockKey, OwnerId};
+use fencelock_etcd::servers::{EtcdTls, EtcdTlsFiles, EtcdTlsMembers};
 use fencelock_etcd::{EtcdCluster, EtcdConfig};
-use fencelock_testkit::etcd::EtcdTlsServer;
+use fencelock_testkit::members::Spawned;
 use fencelock_testkit::tls::TestCerts;
 use tokio::time::Instant;
+
+/// TLS-serving etcd members owned by a test.
+type EtcdTlsServer = Spawned<EtcdTls>;
+
+/// One member serving TLS with `certs`' server certificate, asking clients for a certificate
+/// when `client_auth`.
+fn spawn_tls(certs: &TestCerts, client_auth: bool) -> EtcdTlsServer {
+    let files = EtcdTlsFiles {
+        cert: certs.server_cert(),
+        key: certs.server_key(),
+        ca: certs.ca(),
+    };
+    EtcdTlsServer::spawn_with(EtcdTls::new(files, client_auth), 1)
+}
 
 /// How long a refused connect may take: a handshake on 127.0.0.1, a few tries.
 const REFUSED_WITHIN: Duration = Duration::from_secs(10);
@@ -22,9 +37,9 @@ const REFUSED_WITHIN: Duration = Duration::from_secs(10);
 async fn spawn(certs: TestCerts, client_auth: bool) -> (Arc<TestCerts>, Arc<EtcdTlsServer>) {
     tokio::task::spawn_blocking(move || {
         let server = if client_auth {
-            EtcdTlsServer::spawn_tls_client_auth(&certs)
+            spawn_tls(&certs, true)
         } else {
-            EtcdTlsServer::spawn_tls(&certs)
+            spawn_tls(&certs, false)
         };
         (Arc::new(certs), Arc::new(server))
     })
@@ -307,7 +322,7 @@ async fn bad_tls_files_are_invalid_config_naming_the_option() {
     std::fs::write(&not_pem, "s3cret-looking text, not a certificate").unwrap();
     let missing = dir.path().join("missing.pem");
     // Nothing listens: the files are checked before any connection.
-    let port = fencelock_testkit::etcd::free_port().unwrap();
+    let port = fencelock_servers::port::free_port().unwrap();
     let base = EtcdConfig::from_url(&format!("etcd://localhost:{port}")).unwrap();
     let certs = certs().await;
     let (cert, key) = certs.client_cert("app");

@@ -2,7 +2,6 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
-pub mod etcd;
 pub mod members;
 pub mod moto;
 pub mod port;

@@ -8,7 +8,6 @@
 //! (one wrapper for every group: [`members::Spawned`], also of a `Service` a backend's crate
 //! gives behind its `servers` feature).
 
-pub mod etcd;
 pub mod members;
 pub mod pg_cluster;
 pub mod pgbouncer;

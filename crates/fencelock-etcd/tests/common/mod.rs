@@ -5,12 +5,17 @@ use std::sync::Arc;
 
 use fencelock_conformance::Setup;
 use fencelock_core::OwnerId;
+use fencelock_etcd::servers::Etcd;
+pub(crate) use fencelock_etcd::servers::EtcdMembers;
 use fencelock_etcd::{EtcdCluster, EtcdConfig};
-use fencelock_testkit::etcd::EtcdServer;
+use fencelock_testkit::members::Spawned;
+
+/// etcd members owned by a test: killed and removed on drop.
+pub(crate) type EtcdServer = Spawned<Etcd>;
 
 /// Starts `members` etcd members (off the async threads: it waits for them).
 pub(crate) async fn spawn(members: usize) -> Arc<EtcdServer> {
-    tokio::task::spawn_blocking(move || Arc::new(EtcdServer::spawn_cluster(members)))
+    tokio::task::spawn_blocking(move || Arc::new(EtcdServer::spawn_with(Etcd, members)))
         .await
         .expect("spawning etcd panicked")
 }

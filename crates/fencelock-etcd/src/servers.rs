@@ -1,9 +1,10 @@
-//! `EtcdServer`: real `etcd` processes (one member, or a cluster of several) on free ports of
-//! 127.0.0.1, in a temporary directory, killed and removed on drop.
+//! Real `etcd` members for tests and fault runs (feature `servers`): one member, or a
+//! cluster of several, on free ports of 127.0.0.1, in a temporary directory, killed and
+//! removed on drop.
 //!
 //! The chaos run starts its etcd members with it and kills and restarts them (the member comes
-//! back on its ports and data directory and catches up); `fencelock-testkit` re-exports it for
-//! tests (with panicking shorthands).
+//! back on its ports and data directory and catches up); this crate's tests spawn them through
+//! the testkit's generic `Spawned`.
 //!
 //! Members can be killed (SIGKILL), restarted on the same ports and data, paused (SIGSTOP)
 //! and resumed. They run with a 50 ms heartbeat and a 500 ms election timeout, so leader
@@ -11,8 +12,8 @@
 //! second (etcd's minimum is 1.5 election timeouts, rounded up to whole seconds). Data lives
 //! in `/dev/shm` when it exists, so the fsync of every write costs little.
 //!
-//! The process handling is [`Members`]'s; this module is the etcd part ([`Etcd`]): the
-//! command line of a member, its health probe, and who leads.
+//! The process handling is `fencelock-servers`' [`Members`]; this module is the etcd part
+//! ([`Etcd`]): the command line of a member, its health probe, and who leads.
 //!
 //! [`EtcdTls`] members serve their client port with TLS only (`https://`), with a PEM
 //! certificate and key, and optionally ask clients for a certificate (`--client-cert-auth`);
@@ -21,8 +22,8 @@
 //!
 //! ```no_run
 //! # fn demo() -> std::io::Result<()> {
-//! use fencelock_servers::etcd::EtcdServer;
-//! let cluster = EtcdServer::try_spawn_cluster(3)?;
+//! use fencelock_etcd::servers::{Etcd, EtcdMembers, EtcdServer};
+//! let cluster = EtcdServer::start(Etcd, 3)?;
 //! let url = cluster.url();   // etcd://127.0.0.1:<p1>,127.0.0.1:<p2>,127.0.0.1:<p3>
 //! cluster.kill(2);           // a minority is gone: the cluster still answers
 //! cluster.try_restart(2)?;   // same ports and data: the member catches up
@@ -31,14 +32,11 @@
 //! # let _ = url; Ok(()) }
 //! ```
 
-use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::members::{Member, Members, Service, ask};
-
-pub use crate::port::free_port;
+use fencelock_servers::members::{Member, Members, Service, ask};
 
 /// The variable that names the `etcd` binary (default: `etcd` on `PATH`).
 pub const ETCD_BIN_VAR: &str = "FENCELOCK_ETCD";
@@ -219,17 +217,27 @@ impl Service for EtcdTls {
     }
 }
 
-impl Members<EtcdTls> {
-    /// A cluster of `members` members serving TLS as `service` says, waited for until each
-    /// reports itself healthy. A missing `etcd` is an [`io::ErrorKind::NotFound`] error that
-    /// says what to install.
-    pub fn try_spawn_tls(service: EtcdTls, members: usize) -> io::Result<Self> {
-        Members::start(service, members)
-    }
+/// What only a group of plain etcd members answers.
+pub trait EtcdMembers {
+    /// `etcd://127.0.0.1:<port>,...`: every member, in order.
+    fn url(&self) -> String;
+}
 
+impl EtcdMembers for Members<Etcd> {
+    fn url(&self) -> String {
+        format!("etcd://{}", self.hosts())
+    }
+}
+
+/// What only a group of TLS-serving etcd members answers.
+pub trait EtcdTlsMembers {
     /// `etcd://localhost:<port>,...?tls=true&tls_ca=<ca>`: every member, by the name the
     /// test certificates are made out to, trusting the CA certificates in `ca`.
-    pub fn tls_url(&self, ca: &Path) -> String {
+    fn tls_url(&self, ca: &Path) -> String;
+}
+
+impl EtcdTlsMembers for Members<EtcdTls> {
+    fn tls_url(&self, ca: &Path) -> String {
         let hosts: Vec<String> = self
             .members()
             .iter()
@@ -245,30 +253,6 @@ impl Members<EtcdTls> {
             }
         }
         format!("etcd://{}?tls=true&tls_ca={encoded}", hosts.join(","))
-    }
-
-    /// Whether member `index` answers its health check (`/health` on its metrics port).
-    pub fn is_healthy(&self, index: usize) -> bool {
-        self.is_serving(index)
-    }
-}
-
-impl Members<Etcd> {
-    /// A cluster of `members` members, started together and waited for until each reports
-    /// itself healthy (a leader is elected). A missing `etcd` is an [`io::ErrorKind::NotFound`]
-    /// error that says what to install.
-    pub fn try_spawn_cluster(members: usize) -> io::Result<Self> {
-        Members::start(Etcd, members)
-    }
-
-    /// `etcd://127.0.0.1:<port>,...`: every member, in order.
-    pub fn url(&self) -> String {
-        format!("etcd://{}", self.hosts())
-    }
-
-    /// Whether member `index` answers its health check (`/health`: it sees a leader).
-    pub fn is_healthy(&self, index: usize) -> bool {
-        self.is_serving(index)
     }
 }
 
