@@ -1,5 +1,5 @@
 //! [`Members`]: the processes of one spawned group of servers (an etcd cluster, a ZooKeeper
-//! ensemble, one server of either) on free ports of 127.0.0.1, in one temporary directory,
+//! ensemble, one server of either; each backend's crate gives its [`Service`]) on free ports of 127.0.0.1, in one temporary directory,
 //! killed and removed on drop.
 //!
 //! Everything a fault run does to a member is the same for every kind of server: start it on
@@ -10,12 +10,45 @@
 //!
 //! ```no_run
 //! # fn demo() -> std::io::Result<()> {
-//! use fencelock_servers::etcd::{Etcd, EtcdServer};
-//! let cluster: EtcdServer = fencelock_servers::members::Members::start(Etcd, 3)?;
-//! cluster.kill(2);           // a minority is gone: the cluster still answers
-//! cluster.try_restart(2)?;   // same ports and data: the member catches up
-//! cluster.pause(0)?;         // SIGSTOP: connections stay open, nothing is answered
-//! cluster.resume(0)?;
+//! use std::net::TcpStream;
+//! use std::process::Command;
+//! use std::time::Duration;
+//!
+//! use fencelock_servers::members::{Member, Members, Service};
+//!
+//! /// Python's HTTP server on each member's port: what a backend's crate writes for its server.
+//! #[derive(Debug, Clone)]
+//! struct Http;
+//!
+//! impl Service for Http {
+//!     fn name(&self) -> &'static str {
+//!         "http.server"
+//!     }
+//!     fn install_hint(&self) -> &'static str {
+//!         "install python3"
+//!     }
+//!     fn ports(&self, _count: usize) -> usize {
+//!         1
+//!     }
+//!     fn start_timeout(&self) -> Duration {
+//!         Duration::from_secs(10)
+//!     }
+//!     fn command(&self, members: &[Member], index: usize) -> Command {
+//!         let mut command = Command::new("python3");
+//!         let port = members[index].client_port().to_string();
+//!         command.args(["-m", "http.server", "--bind", "127.0.0.1", &port]);
+//!         command
+//!     }
+//!     fn serving(&self, member: &Member) -> bool {
+//!         TcpStream::connect(("127.0.0.1", member.client_port())).is_ok()
+//!     }
+//! }
+//!
+//! let group = Members::start(Http, 3)?;
+//! group.kill(2);             // SIGKILL
+//! group.try_restart(2)?;     // same ports and data directory
+//! group.pause(0)?;           // SIGSTOP: connections stay open, nothing is answered
+//! group.resume(0)?;
 //! # Ok(()) }
 //! ```
 
