@@ -30,8 +30,10 @@ pub(crate) struct Args {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     permits: Option<u32>,
     /// Print one JSON object instead of the text: key, backend, holder (owner, token,
-    /// remaining_ms) or null, last_token, never_granted (true when the key was never granted
-    /// under the spec's prefix, schema or chroot), readers, queue (role, owner, token,
+    /// remaining_ms) or null, last_token, granted_at_most (when the last token is unknown
+    /// because the server lost its counters: the largest token that may have been granted),
+    /// never_granted (true when the key was never granted under the spec's prefix, schema or
+    /// chroot), readers, queue (role, owner, token,
     /// remaining_ms, in grant order) where the backend lists one (all but Redlock and Redis
     /// Cluster), permits when asked for, and capabilities in words.
     #[arg(long)]
@@ -114,7 +116,7 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
             shown.json["holder"] = Value::Null;
             match &info.unfenced_holder {
                 Some(who) => shown.row("holder", format!("held without a fence by {who}")),
-                None if info.last_token.is_none() => {
+                None if info.last_token.is_none() && info.granted_at_most.is_none() => {
                     shown.row("holder", format!("none (never granted under {spec})"));
                 }
                 None => shown.row("holder", "none (the lock is free)"),
@@ -122,26 +124,29 @@ pub(crate) async fn run(args: Args) -> Result<Exit, CliError> {
         }
     }
     shown.json["unfenced_holder"] = json!(info.unfenced_holder);
-    shown.row(
-        "last token",
-        info.last_token.map_or_else(
-            || {
-                format!(
-                    "none (never granted under {spec}; {})",
-                    crate::spec::NAMESPACE_HINT
-                )
-            },
-            |token| token.to_string(),
+    let last = match (info.last_token, info.granted_at_most) {
+        (Some(token), _) => token.to_string(),
+        (None, Some(bound)) => format!(
+            "unknown: the server lost its record of this key's tokens (a crash, a promotion or \
+             a restore); tokens up to {bound} may have been granted, and the next grant is \
+             above them"
         ),
-    );
+        (None, None) => format!(
+            "none (never granted under {spec}; {})",
+            crate::spec::NAMESPACE_HINT
+        ),
+    };
+    shown.row("last token", last);
     shown.json["last_token"] = json!(info.last_token.map(|token| token.get()));
-    shown.json["never_granted"] = json!(info.holder.is_none() && info.last_token.is_none());
+    shown.json["granted_at_most"] = json!(info.granted_at_most.map(|token| token.get()));
+    shown.json["never_granted"] =
+        json!(info.holder.is_none() && info.last_token.is_none() && info.granted_at_most.is_none());
     storage_fence(
         &mut shown,
         &*storage,
         &key,
         args.resource.as_deref(),
-        info.last_token,
+        info.last_token.or(info.granted_at_most),
     )
     .await?;
     let caps = backend.capabilities();

@@ -59,7 +59,19 @@ pub fn valid_until(sent_at: Instant, ttl: Duration) -> Instant {
 }
 
 /// What a backend reports about a key, for operators ([`LockBackend::inspect`](crate::LockBackend::inspect)).
+///
+/// A backend builds one with [`LockInfo::new`] (a free key that was never granted) and sets
+/// what it knows; more fields may come, so it cannot be written as a struct literal.
+///
+/// ```
+/// use fencelock_core::{LockInfo, LockKey, FencingToken};
+/// let mut info = LockInfo::new(LockKey::new("orders/42")?);
+/// info.last_token = FencingToken::new(7);
+/// assert!(!info.is_held());
+/// # Ok::<(), fencelock_core::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LockInfo {
     /// The key.
     pub key: LockKey,
@@ -74,9 +86,28 @@ pub struct LockInfo {
     /// exclude), described in the server's terms: `"PostgreSQL session pid 4242"`. Such a
     /// holder has no fence; `holder` is `None` then, and the lock is not free.
     pub unfenced_holder: Option<String>,
+    /// When [`last_token`](Self::last_token) is `None` because the server lost its record of
+    /// the key's tokens (PostgreSQL's counters are emptied by a crash, a promotion or a
+    /// restore), the largest token that may have been granted for the key: its last grant is
+    /// unknown, but no earlier grant is above this, and the next one will be. A fence lowered
+    /// for the key must not go below it. `None` when the last token is known, or when nothing
+    /// can have been granted.
+    pub granted_at_most: Option<FencingToken>,
 }
 
 impl LockInfo {
+    /// A free key that was never granted, as far as anyone knows: no holder, no last token.
+    pub fn new(key: LockKey) -> Self {
+        LockInfo {
+            key,
+            holder: None,
+            remaining: None,
+            last_token: None,
+            unfenced_holder: None,
+            granted_at_most: None,
+        }
+    }
+
     /// Whether anyone holds the lock, with a fence or without.
     pub fn is_held(&self) -> bool {
         self.holder.is_some() || self.unfenced_holder.is_some()

@@ -13,7 +13,9 @@ pub enum MovedPast {
     /// last token the old service granted: every grant of the new service carries a token
     /// above every token of the old one.
     Moved {
-        /// The old service's last grant for the key.
+        /// The old service's last grant for the key, or, where it lost its record of the
+        /// key's tokens, the largest token it may have granted
+        /// ([`LockInfo::granted_at_most`](crate::LockInfo::granted_at_most)).
         last_grant: FencingToken,
         /// The new service's counter afterwards.
         counter: FencingToken,
@@ -63,7 +65,9 @@ pub async fn move_past(
     key: &LockKey,
 ) -> Result<MovedPast> {
     let info = from.inspect(key).await?;
-    let Some(last_grant) = info.last_token else {
+    // A bound above the real last grant moves the new counter further than needed, never
+    // too little.
+    let Some(last_grant) = info.last_token.or(info.granted_at_most) else {
         return Ok(MovedPast::NeverGranted);
     };
     let counter = to.advance_token(key, last_grant).await?;

@@ -302,13 +302,7 @@ impl LockBackend for DynamoLockBackend {
             .await
             .map_err(|e| self.shared.error("inspect", e))?;
         let received = Instant::now();
-        let mut info = LockInfo {
-            key: key.clone(),
-            holder: None,
-            remaining: None,
-            last_token: None,
-            unfenced_holder: None,
-        };
+        let mut info = LockInfo::new(key.clone());
         let Some(item) = output.item else {
             return Ok(info);
         };

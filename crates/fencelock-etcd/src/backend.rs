@@ -477,13 +477,11 @@ impl LockBackend for EtcdLockBackend {
                 Some(left) => (Some(parse_holder(kv.value())?), Some(left)),
             },
         };
-        Ok(LockInfo {
-            key: key.clone(),
-            holder,
-            remaining,
-            last_token,
-            unfenced_holder: None,
-        })
+        let mut info = LockInfo::new(key.clone());
+        info.holder = holder;
+        info.remaining = remaining;
+        info.last_token = last_token;
+        Ok(info)
     }
 
     /// One read of the lock key, the read phase's readers and the queue's places (each range

@@ -514,13 +514,11 @@ impl LockBackend for MemoryLockBackend {
             (None, Some((readers, until))) => (Some(readers.fence), Some(until - now)),
             (None, None) => (None, None),
         };
-        Ok(LockInfo {
-            key: key.clone(),
-            holder,
-            remaining,
-            last_token: entry.and_then(|e| FencingToken::new(e.last_token)),
-            unfenced_holder: None,
-        })
+        let mut info = LockInfo::new(key.clone());
+        info.holder = holder;
+        info.remaining = remaining;
+        info.last_token = entry.and_then(|e| FencingToken::new(e.last_token));
+        Ok(info)
     }
 
     async fn inspect_queue(&self, key: &LockKey) -> Result<Option<Vec<QueueEntry>>> {

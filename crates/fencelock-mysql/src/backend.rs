@@ -457,13 +457,12 @@ impl LockBackend for MySqlLockBackend {
                 )
             }),
         };
-        Ok(LockInfo {
-            key: key.clone(),
-            holder: holder.map(|(fence, _)| fence),
-            remaining: holder.map(|(_, left)| left),
-            last_token: state.map(|state| state.last_token),
-            unfenced_holder,
-        })
+        let mut info = LockInfo::new(key.clone());
+        info.holder = holder.map(|(fence, _)| fence);
+        info.remaining = holder.map(|(_, left)| left);
+        info.last_token = state.map(|state| state.last_token);
+        info.unfenced_holder = unfenced_holder;
+        Ok(info)
     }
 
     async fn inspect_queue(&self, key: &LockKey) -> Result<Option<Vec<QueueEntry>>> {

@@ -14,7 +14,24 @@ SELECT c.last_token,
            AND pl.classid = (($2::bigint >> 32) & 4294967295)::oid
            AND pl.objid = ($2::bigint & 4294967295)::oid
            AND pl.objsubid = 1
-         LIMIT 1) AS lock_pid
+         LIMIT 1) AS lock_pid,
+       -- With no counter row, what the epochs say may have been granted (DESIGN 5.3, "Lowering a
+       -- fence"): every token of the epochs before the live one when the live epoch is past 0,
+       -- and of the durable epoch too when none is live (the counters were lost).
+       CASE WHEN c.last_token IS NULL THEN
+           (SELECT CASE
+                       WHEN l.epoch IS NOT NULL THEN
+                           CASE WHEN l.epoch OPERATOR(pg_catalog.>) 0
+                                THEN (l.epoch OPERATOR(pg_catalog.<<) 32) OPERATOR(pg_catalog.-) 1
+                           END
+                       WHEN d.epoch IS NOT NULL THEN
+                           ((d.epoch OPERATOR(pg_catalog.+) 1) OPERATOR(pg_catalog.<<) 32)
+                               OPERATOR(pg_catalog.-) 1
+                   END
+              FROM {schema}.fencelock_epoch d
+              LEFT JOIN {schema}.fencelock_epoch_live l ON l.one
+             WHERE d.one)
+       END AS granted_at_most
   FROM (SELECT $1::text AS key) k
   LEFT JOIN {schema}.fencelock_counters c ON c.key = k.key
   LEFT JOIN {schema}.fencelock_advisory_holders h ON h.key = k.key AND EXISTS (

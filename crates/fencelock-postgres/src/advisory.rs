@@ -538,12 +538,13 @@ impl LockBackend for PgAdvisoryBackend {
 
     async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
         let protocol = self.db.protocol().await?;
-        let (last_token, owner, token, remaining_us, lock_pid): (
+        let (last_token, owner, token, remaining_us, lock_pid, granted_at_most): (
             Option<i64>,
             Option<Vec<u8>>,
             Option<i64>,
             Option<i64>,
             Option<i32>,
+            Option<i64>,
         ) = timed(
             BACKEND,
             self.timeout(),
@@ -557,7 +558,11 @@ impl LockBackend for PgAdvisoryBackend {
             ),
         )
         .await?;
-        let mut info = lock_info(BACKEND, key, (last_token, owner, token, remaining_us))?;
+        let mut info = lock_info(
+            BACKEND,
+            key,
+            (last_token, owner, token, remaining_us, granted_at_most),
+        )?;
         if info.holder.is_some() {
             return Ok(info);
         }

@@ -584,7 +584,7 @@ impl LockBackend for PgLeaseBackend {
 
     async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
         let protocol = self.db.protocol().await?;
-        let row: (Option<i64>, Option<Vec<u8>>, Option<i64>, Option<i64>) = timed(
+        let row: InspectRow = timed(
             BACKEND,
             self.timeout(),
             self.db.sql().lease_inspect.fetch_one(
@@ -638,30 +638,33 @@ impl LockBackend for PgLeaseBackend {
     }
 }
 
+/// The columns of an inspect query: the key's last token, the holder's owner and token, the
+/// time left in microseconds, and what may have been granted when the last token is unknown.
+pub(crate) type InspectRow = (
+    Option<i64>,
+    Option<Vec<u8>>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+);
+
 /// A [`LockInfo`] from the columns of an inspect query.
 pub(crate) fn lock_info(
     backend: &'static str,
     key: &LockKey,
-    (last_token, owner, token, remaining_us): (
-        Option<i64>,
-        Option<Vec<u8>>,
-        Option<i64>,
-        Option<i64>,
-    ),
+    (last_token, owner, token, remaining_us, granted_at_most): InspectRow,
 ) -> Result<LockInfo> {
     let holder = match (token, owner) {
         (Some(token), Some(owner)) => Some(fence_from(backend, token, &owner)?),
         _ => None,
     };
-    Ok(LockInfo {
-        key: key.clone(),
-        remaining: holder.and(remaining(remaining_us)),
-        holder,
-        last_token: last_token
-            .map(|t| FencingToken::from_backend(backend, t))
-            .transpose()?,
-        unfenced_holder: None,
-    })
+    let token = |t| FencingToken::from_backend(backend, t);
+    let mut info = LockInfo::new(key.clone());
+    info.remaining = holder.and(remaining(remaining_us));
+    info.holder = holder;
+    info.last_token = last_token.map(token).transpose()?;
+    info.granted_at_most = granted_at_most.map(token).transpose()?;
+    Ok(info)
 }
 
 /// One row of an `inspect_queue` statement: the entry's kind (0 the exclusive holder, 1 a

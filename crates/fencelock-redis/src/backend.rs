@@ -503,16 +503,14 @@ impl Locks {
             } else {
                 None
             };
-            Ok(LockInfo {
-                key: key.clone(),
-                holder,
-                remaining,
-                last_token: last
-                    .as_deref()
-                    .map(|t| parse_token(self.conn.backend, t))
-                    .transpose()?,
-                unfenced_holder: None,
-            })
+            let mut info = LockInfo::new(key.clone());
+            info.holder = holder;
+            info.remaining = remaining;
+            info.last_token = last
+                .as_deref()
+                .map(|t| parse_token(self.conn.backend, t))
+                .transpose()?;
+            Ok(info)
         }
         .instrument(span.clone())
         .await;

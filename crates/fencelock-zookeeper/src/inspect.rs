@@ -24,13 +24,8 @@ impl ZkLockBackend {
             Err(zk::Error::NoNode) => None,
             Err(e) => return Err(mapped(e, "inspect")),
         };
-        let mut info = LockInfo {
-            key: key.clone(),
-            holder: None,
-            remaining: None,
-            last_token,
-            unfenced_holder: None,
-        };
+        let mut info = LockInfo::new(key.clone());
+        info.last_token = last_token;
         let queue = self.queue_nodes(&session, &dir).await?;
         let Some((holder, owner, kind)) = queue.first() else {
             return Ok(info);

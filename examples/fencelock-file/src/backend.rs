@@ -228,13 +228,11 @@ impl LockBackend for FileLockBackend {
     async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
         let (state, now) = self.read(key).await?;
         let holder = state.and_then(|s| s.live_holder(now));
-        Ok(LockInfo {
-            key: key.clone(),
-            holder: holder.map(|h| Fence::new(h.token, h.owner)),
-            remaining: holder.map(|h| Duration::from_micros(h.expires_us - now)),
-            last_token: state.and_then(|s| FencingToken::new(s.last_token)),
-            unfenced_holder: None,
-        })
+        let mut info = LockInfo::new(key.clone());
+        info.holder = holder.map(|h| Fence::new(h.token, h.owner));
+        info.remaining = holder.map(|h| Duration::from_micros(h.expires_us - now));
+        info.last_token = state.and_then(|s| FencingToken::new(s.last_token));
+        Ok(info)
     }
 
     async fn advance_token(&self, key: &LockKey, floor: FencingToken) -> Result<FencingToken> {

@@ -90,11 +90,9 @@ pub(crate) async fn majority_view(cluster: &Cluster, key: &LockKey) -> Result<Lo
         }
         None => (None, None),
     };
-    Ok(LockInfo {
-        key: key.clone(),
-        holder,
-        remaining,
-        last_token: views.iter().filter_map(|v| v.last).max(),
-        unfenced_holder: None,
-    })
+    let mut info = LockInfo::new(key.clone());
+    info.holder = holder;
+    info.remaining = remaining;
+    info.last_token = views.iter().filter_map(|v| v.last).max();
+    Ok(info)
 }
