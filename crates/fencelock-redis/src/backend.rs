@@ -100,7 +100,7 @@ impl RedisLockBackend {
         RedisStorage::on(
             self.locks.conn.clone(),
             fencelock_core::FenceRule::Monotonic,
-            crate::config::DEFAULT_MAX_VALUE_LEN,
+            crate::options::DEFAULT_MAX_VALUE_LEN,
         )
     }
 

@@ -7,6 +7,7 @@ mod codec;
 mod error;
 mod keys;
 mod link;
+mod options;
 mod outcome;
 mod protocol_probe;
 mod redis_url;
@@ -37,11 +38,10 @@ pub use backend::RedisLockBackend;
 pub use baseline::{RedisBaseline, RedisClusterBaseline};
 pub use cluster::{RedisClusterBackend, RedisClusterConfig};
 pub use codec::MAX_TTL;
-pub use config::{
-    DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_VALUE_LEN, RedisConfig,
-};
+pub use config::RedisConfig;
 pub use error::{RedisResultExt, map_redis_error};
 pub use fence::{RedisFence, Reply, hash_tag};
+pub use options::{DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_VALUE_LEN};
 pub use redlock::{DEFAULT_NODE_TIMEOUT, Redlock, RedlockConfig};
 pub use schemes::SCHEMES;
 pub use storage::RedisStorage;

@@ -7,16 +7,12 @@ use fencelock_core::url::{Known, Options, decode_part, port_problem};
 use fencelock_core::{Error, HostPort};
 use url::Url;
 
-use crate::keys::{DEFAULT_PREFIX, KeySpace};
+use crate::options::{ALLOW_EVICTION, PREFIX, UrlOptions};
 
 use fencelock_core::url::{redact, safe_to_echo};
 
-/// The options a `redis://` URL takes.
-const KNOWN_OPTIONS: &[Known] = &[
-    Known::new("allow_eviction"),
-    Known::new("prefix"),
-    Known::new("tls_ca"),
-];
+/// The options a `redis://` URL takes: the shared ones, and `tls_ca`.
+const KNOWN_OPTIONS: &[Known] = &[ALLOW_EVICTION, PREFIX, Known::new("tls_ca")];
 
 /// The port a URL without one means.
 pub(crate) const DEFAULT_PORT: u16 = 6379;
@@ -124,7 +120,9 @@ impl Problem {
 
 /// Parses and checks a `redis://` or `rediss://` URL completely: where the server is, and
 /// the URL's options.
-pub(crate) fn parse_endpoint(input: &str) -> std::result::Result<(Endpoint, UrlOptions), Problem> {
+pub(crate) fn parse_endpoint(
+    input: &str,
+) -> std::result::Result<(Endpoint, EndpointOptions), Problem> {
     let url = Url::parse(input).map_err(|e| unparsable(input, e))?;
     let tls = match url.scheme() {
         "redis" => false,
@@ -182,13 +180,10 @@ pub(crate) fn parse_endpoint(input: &str) -> std::result::Result<(Endpoint, UrlO
         ));
     }
     let given = Options::parse(query, KNOWN_OPTIONS).map_err(Problem::from_error)?;
-    let mut options = UrlOptions::default();
-    if let Some(value) = given.get("allow_eviction") {
-        options.allow_eviction = parse_flag("allow_eviction", value)?;
-    }
-    if let Some(prefix) = given.get("prefix") {
-        options.prefix = Some(parse_prefix(prefix)?);
-    }
+    let mut options = EndpointOptions {
+        shared: UrlOptions::read(&given).map_err(Problem::from_error)?,
+        tls_ca: None,
+    };
     match given.get("tls_ca") {
         Some(_) if !tls => {
             return Err(Problem::new("option `tls_ca` needs a rediss:// (TLS) URL"));
@@ -220,49 +215,12 @@ pub(crate) fn parse_endpoint(input: &str) -> std::result::Result<(Endpoint, UrlO
 
 /// The options a `redis://` URL may carry.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct UrlOptions {
-    /// `allow_eviction=true`: serve even when the server may evict keys.
-    pub(crate) allow_eviction: bool,
-    /// `prefix=app`: the first part of every key name, checked as
-    /// [`RedisConfig::prefix`](crate::RedisConfig::prefix) requires.
-    pub(crate) prefix: Option<String>,
+pub(crate) struct EndpointOptions {
+    /// `allow_eviction` and `prefix`, as every Redis scheme reads them.
+    pub(crate) shared: UrlOptions,
     /// `tls_ca=/path/ca.pem` (rediss:// only): the CA certificates to trust instead of the
     /// webpki roots.
     pub(crate) tls_ca: Option<PathBuf>,
-}
-
-/// The `prefix` option: a key prefix [`KeySpace`] accepts (not empty, no braces, whitespace
-/// or control characters), refused with its reason.
-pub(crate) fn parse_prefix(value: &str) -> std::result::Result<String, Problem> {
-    KeySpace::new(value)
-        .map(|keys| keys.prefix().to_owned())
-        .map_err(|e| match e {
-            Error::InvalidConfig { message, .. } => {
-                Problem::new(format!("option `prefix`: {message}"))
-            }
-            other => Problem::from_error(other),
-        })
-}
-
-/// `prefix` as a URL option (`prefix=app%3A`, form-encoded), or nothing when it is the default
-/// one: a URL without `prefix` means [`DEFAULT_PREFIX`], so the two read back the same.
-pub(crate) fn prefix_pair(prefix: &str) -> Option<String> {
-    (prefix != DEFAULT_PREFIX).then(|| {
-        url::form_urlencoded::Serializer::new(String::new())
-            .append_pair("prefix", prefix)
-            .finish()
-    })
-}
-
-/// A boolean option: `true` or `false`.
-pub(crate) fn parse_flag(name: &str, value: &str) -> std::result::Result<bool, Problem> {
-    match value {
-        "true" => Ok(true),
-        "false" => Ok(false),
-        other => Err(Problem::new(format!(
-            "option `{name}` is `{other}`, not `true` or `false`"
-        ))),
-    }
 }
 
 /// Says what the `url` crate refused, in the user's terms: an empty host and a port out of

@@ -137,7 +137,7 @@ impl RedisClusterBackend {
         RedisStorage::on(
             self.locks.conn.clone(),
             FenceRule::Monotonic,
-            crate::config::DEFAULT_MAX_VALUE_LEN,
+            crate::options::DEFAULT_MAX_VALUE_LEN,
         )
     }
 

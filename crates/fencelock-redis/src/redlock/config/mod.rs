@@ -9,9 +9,9 @@ use fencelock_core::url::{Known, Options};
 use fencelock_core::{Error, HostPort, Result};
 
 use super::node::Node;
-use crate::config::{DEFAULT_CONNECT_TIMEOUT, RedisConfig};
-use crate::keys::DEFAULT_PREFIX;
-use crate::redis_url::{parse_endpoint, parse_flag, parse_prefix, prefix_pair};
+use crate::config::RedisConfig;
+use crate::options::{ALLOW_EVICTION, PREFIX, SharedOptions, UrlOptions, query};
+use crate::redis_url::parse_endpoint;
 use fencelock_core::url::{redact, safe_to_echo};
 
 /// The default bound on one node's answer to one call.
@@ -52,10 +52,9 @@ pub struct RedlockConfig {
     nodes: Vec<RedisConfig>,
     /// `None`: the first node.
     storage: Option<RedisConfig>,
-    prefix: String,
-    node_timeout: Duration,
-    connect_timeout: Duration,
-    allow_eviction: bool,
+    /// The call timeout is the node timeout; value limit and fence rule are the storage's own
+    /// and stay at their defaults here.
+    options: SharedOptions,
 }
 
 impl fmt::Debug for RedlockConfig {
@@ -67,10 +66,10 @@ impl fmt::Debug for RedlockConfig {
                 "storage",
                 &self.storage.as_ref().map(RedisConfig::redacted_url),
             )
-            .field("prefix", &self.prefix)
-            .field("node_timeout", &self.node_timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("allow_eviction", &self.allow_eviction)
+            .field("prefix", &self.options.prefix)
+            .field("node_timeout", &self.options.call_timeout)
+            .field("connect_timeout", &self.options.connect_timeout)
+            .field("allow_eviction", &self.options.allow_eviction)
             .finish()
     }
 }
@@ -79,12 +78,8 @@ fencelock_core::redacted_config!(RedlockConfig);
 
 const SCHEME: &str = "redlock://";
 
-/// The options a `redlock://` URL takes.
-const KNOWN_OPTIONS: &[Known] = &[
-    Known::new("storage"),
-    Known::new("allow_eviction"),
-    Known::new("prefix"),
-];
+/// The options a `redlock://` URL takes: `storage`, and the shared ones.
+const KNOWN_OPTIONS: &[Known] = &[Known::new("storage"), ALLOW_EVICTION, PREFIX];
 
 impl RedlockConfig {
     /// The URL scheme this config reads: `redlock`.
@@ -106,10 +101,10 @@ impl RedlockConfig {
         RedlockConfig {
             nodes,
             storage,
-            prefix: DEFAULT_PREFIX.to_owned(),
-            node_timeout: DEFAULT_NODE_TIMEOUT,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            allow_eviction: false,
+            options: SharedOptions {
+                call_timeout: DEFAULT_NODE_TIMEOUT,
+                ..SharedOptions::default()
+            },
         }
     }
 
@@ -203,7 +198,7 @@ impl RedlockConfig {
                         ),
                         source: problem.source.map(|e| Box::new(e) as _),
                     })?;
-                if options.prefix.is_some() {
+                if options.shared.prefix.is_some() {
                     return Err(fail(format!(
                         "storage {:?} takes no `prefix`: the key prefix is the redlock's \
                          (`prefix` on the redlock:// URL)",
@@ -214,24 +209,13 @@ impl RedlockConfig {
             }
             None => None,
         };
-        let prefix = options
-            .get("prefix")
-            .map(parse_prefix)
-            .transpose()
-            .map_err(|problem| fail(problem.what))?;
-        let allow_eviction = options
-            .get("allow_eviction")
-            .map(|value| parse_flag("allow_eviction", value))
-            .transpose()
-            .map_err(|problem| fail(problem.what))?;
+        let given = UrlOptions::read(&options)
+            .map_err(|e| e.in_context(&format!("redlock URL {shown:?}")))?;
         // The first node is the default: say nothing about it, so the URL round-trips.
         let storage = storage.filter(|s| Some(s) != nodes.first());
-        let config =
-            Self::with_nodes(nodes, storage).allow_eviction(allow_eviction.unwrap_or(false));
-        Ok(match prefix {
-            Some(prefix) => config.prefix(prefix),
-            None => config,
-        })
+        let mut config = Self::with_nodes(nodes, storage);
+        config.options = config.options.with_url(given);
+        Ok(config)
     }
 
     /// The `redlock://` URL, credentials included: `from_url(&c.to_url())` equals `c` for
@@ -267,27 +251,15 @@ impl RedlockConfig {
         if let Some(first) = first {
             url.push_str(&first.path());
         }
-        let mut options = Vec::new();
-        if let Some(storage) = &self.storage {
+        let storage = self.storage.as_ref().map(|storage| {
             let text = if redacted {
                 storage.redacted_url()
             } else {
                 storage.to_url()
             };
-            options.push(format!(
-                "storage={}",
-                url::form_urlencoded::byte_serialize(text.as_bytes()).collect::<String>()
-            ));
-        }
-        if self.allow_eviction {
-            options.push("allow_eviction=true".to_owned());
-        }
-        options.extend(prefix_pair(&self.prefix));
-        if !options.is_empty() {
-            url.push('?');
-            url.push_str(&options.join("&"));
-        }
-        url
+            ("storage", text)
+        });
+        url + &query(storage.into_iter().chain(self.options.url_pairs()))
     }
 
     /// The lock nodes, in URL order, ports filled in. The storage server is not among them
@@ -346,27 +318,32 @@ impl RedlockConfig {
     /// storage operation with [`Error::InvalidConfig`] unless eviction is allowed (here, or in
     /// the storage's own config).
     pub async fn connect_storage(&self) -> Result<crate::RedisStorage> {
+        crate::RedisStorage::lazy(self.storage_config()?, "redlock storage node")
+    }
+
+    /// The config the storage connects with: the [`storage`](Self::storage) server's, with
+    /// this config's key prefix, and eviction allowed if either allows it.
+    pub(crate) fn storage_config(&self) -> Result<RedisConfig> {
         let Some(storage) = self.storage() else {
             return Err(Error::config("redlock needs at least one node"));
         };
-        let allow_eviction = storage.evictions_allowed() || self.allow_eviction;
-        let config = storage
+        let allow_eviction = storage.evictions_allowed() || self.options.allow_eviction;
+        Ok(storage
             .clone()
-            .prefix(self.prefix.as_str())
-            .allow_eviction(allow_eviction);
-        crate::RedisStorage::lazy(config, "redlock storage node")
+            .prefix(self.options.prefix.as_str())
+            .allow_eviction(allow_eviction))
     }
 
     /// The first part of every key name on every node and on the storage (default
     /// `fencelock`; in the URL, `?prefix=name`); the same rules as [`RedisConfig::prefix`].
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
+        self.options.prefix = prefix.into();
         self
     }
 
     /// The configured key prefix.
     pub fn prefix_name(&self) -> &str {
-        &self.prefix
+        &self.options.prefix
     }
 
     /// The longest one node may take to answer one call, connecting included (default
@@ -374,14 +351,14 @@ impl RedlockConfig {
     /// call never takes much longer than this, however many nodes are down. For acquire and
     /// extend the limit is also capped at the ttl, since a later answer leaves no validity.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
-        self.node_timeout = timeout;
+        self.options.call_timeout = timeout;
         self
     }
 
     /// The longest establishing a connection to one node may take at
     /// [`connect`](Self::connect) (default 5 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.options.connect_timeout = timeout;
         self
     }
 
@@ -391,20 +368,27 @@ impl RedlockConfig {
     /// [`Error::InvalidConfig`] naming the node, even when the other nodes make a quorum, and
     /// such a storage server fails every storage operation the same way.
     pub fn allow_eviction(mut self, allow: bool) -> Self {
-        self.allow_eviction = allow;
+        self.options.allow_eviction = allow;
         self
     }
 
     pub(crate) fn node_time(&self) -> Duration {
-        self.node_timeout
+        self.options.call_timeout
     }
 
     pub(crate) fn connect_time(&self) -> Duration {
-        self.connect_timeout
+        self.options.connect_timeout
     }
 
     pub(crate) fn key_prefix(&self) -> String {
-        self.prefix.clone()
+        self.options.prefix.clone()
+    }
+
+    /// The shared settings, as the builder and the URL left them (compared across the
+    /// schemes by the tests of [`SharedOptions`]).
+    #[cfg(test)]
+    pub(crate) fn options(&self) -> &SharedOptions {
+        &self.options
     }
 
     /// Checks every option and URL without touching the network, and builds the nodes.
@@ -412,20 +396,10 @@ impl RedlockConfig {
         if self.nodes.is_empty() {
             return Err(Error::config("redlock needs at least one node"));
         }
-        if self.node_timeout.is_zero() || self.connect_timeout.is_zero() {
-            return Err(Error::config(
-                "redlock node_timeout and connect_timeout must be greater than zero",
-            ));
-        }
+        self.options.validate("redlock", "node_timeout")?;
         let mut nodes = Vec::with_capacity(self.nodes.len());
         for node in &self.nodes {
-            let allow_eviction = node.evictions_allowed() || self.allow_eviction;
-            let config = node
-                .clone()
-                .allow_eviction(allow_eviction)
-                .prefix(self.prefix.as_str())
-                .call_timeout(self.node_timeout)
-                .connect_timeout(self.connect_timeout);
+            let config = self.node_config(node);
             config.validate()?;
             nodes.push(config);
         }
@@ -434,6 +408,17 @@ impl RedlockConfig {
             .into_iter()
             .map(|config| Arc::new(Node::new(label(&config), config)))
             .collect())
+    }
+
+    /// The config a lock node connects with: `node`'s server, with this config's prefix and
+    /// time limits, and eviction allowed if either allows it.
+    pub(crate) fn node_config(&self, node: &RedisConfig) -> RedisConfig {
+        let allow_eviction = node.evictions_allowed() || self.options.allow_eviction;
+        node.clone()
+            .allow_eviction(allow_eviction)
+            .prefix(self.options.prefix.as_str())
+            .call_timeout(self.options.call_timeout)
+            .connect_timeout(self.options.connect_timeout)
     }
 }
 
@@ -456,241 +441,4 @@ fn distinct(nodes: &[RedisConfig]) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::panic)]
-    use super::*;
-
-    const PASSWORD: &str = "s3cr3t";
-
-    #[test]
-    fn parses_nodes_credentials_db_and_storage() {
-        let config = RedlockConfig::from_url("redlock://h1:6379,h2:6380,[::1]:6381").unwrap();
-        assert_eq!(
-            config.hosts(),
-            vec![
-                HostPort::new("h1", 6379),
-                HostPort::new("h2", 6380),
-                HostPort::new("::1", 6381)
-            ]
-        );
-        assert_eq!(config.storage(), config.node_configs().first());
-        assert_eq!(
-            config.to_url(),
-            "redlock://h1:6379,h2:6380,[::1]:6381",
-            "no ?storage= for the default"
-        );
-
-        let config = RedlockConfig::from_url(
-            "redlock://app:s3cr3t@h1:1,h2/3?storage=redis%3A%2F%2Fu%3Apw%40data%3A7%2F1",
-        )
-        .unwrap();
-        let nodes: Vec<String> = config
-            .node_configs()
-            .iter()
-            .map(RedisConfig::to_url)
-            .collect();
-        assert_eq!(
-            nodes,
-            ["redis://app:s3cr3t@h1:1/3", "redis://app:s3cr3t@h2:6379/3"]
-        );
-        assert_eq!(
-            config.storage().map(RedisConfig::to_url).as_deref(),
-            Some("redis://u:pw@data:7/1")
-        );
-        let shown = config.redacted_url();
-        assert!(
-            !shown.contains(PASSWORD) && !shown.contains("pw%40"),
-            "{shown}"
-        );
-        assert!(
-            shown.starts_with("redlock://app:***@h1:1,h2:6379/3?storage="),
-            "{shown}"
-        );
-        assert_eq!(config.to_string(), shown);
-        assert!(!format!("{config:?}").contains(PASSWORD));
-        assert!(!format!("{config:?}").contains(":pw@"));
-
-        // An unencoded storage URL works too, and a storage equal to the first node is the
-        // default.
-        let plain = RedlockConfig::from_url("REDLOCK://h1,h2?storage=redis://h1:6379").unwrap();
-        assert_eq!(plain, RedlockConfig::from_url("redlock://h1,h2").unwrap());
-    }
-
-    #[test]
-    fn round_trips() {
-        for input in [
-            "redlock://h1",
-            "redlock://h1:1,h2:2,h3:3",
-            "redlock://:s3cr3t@h1,h2/2",
-            "redlock://user@h1,h2",
-            "redlock://user:p%2Fss@h1,h2?storage=redis%3A%2F%2F%3Apw%40d%3A9%2F4",
-            "redlock://h1,h2?storage=redis://h3",
-            "redlock://[::1]:7000,[::1]:7001",
-            "redlock://h1,h2?allow_eviction=true",
-            "redlock://h1,h2?storage=redis%3A%2F%2Fd%3A1&allow_eviction=true",
-            "redlock://h1?storage=redis%3A%2F%2Fd%3A1%3Fallow_eviction%3Dtrue",
-            "redlock://h1?allow_eviction=false",
-            "redlock://h1,h2?prefix=app:",
-            "redlock://h1,h2?storage=redis%3A%2F%2Fd%3A1&prefix=a%2Fb&allow_eviction=true",
-        ] {
-            let config = RedlockConfig::from_url(input).unwrap();
-            assert_eq!(
-                RedlockConfig::from_url(&config.to_url()).unwrap(),
-                config,
-                "{input} -> {}",
-                config.to_url()
-            );
-        }
-    }
-
-    #[test]
-    fn the_prefix_is_part_of_the_url() {
-        let config = RedlockConfig::from_url("redlock://:s3cr3t@h1:1,h2:2?prefix=app:").unwrap();
-        assert_eq!(config.prefix_name(), "app:");
-        assert_eq!(config.to_url(), "redlock://:s3cr3t@h1:1,h2:2?prefix=app%3A");
-        assert_eq!(config.to_string(), "redlock://:***@h1:1,h2:2?prefix=app%3A");
-        let built = RedlockConfig::from_url("redlock://:s3cr3t@h1:1,h2:2")
-            .unwrap()
-            .prefix("app:");
-        assert_eq!(built, config);
-        assert_eq!(
-            RedlockConfig::from_url("redlock://h1:1?prefix=fencelock")
-                .unwrap()
-                .to_url(),
-            "redlock://h1:1"
-        );
-    }
-
-    #[test]
-    fn with_hosts_moves_the_lock_nodes() {
-        let config =
-            RedlockConfig::from_url("redlock://:s3cr3t@h1,h2,h3/1?storage=redis://d:9").unwrap();
-        let moved = config
-            .clone()
-            .with_hosts(&[
-                HostPort::new("p", 1),
-                HostPort::new("p", 2),
-                HostPort::new("p", 3),
-            ])
-            .unwrap();
-        assert_eq!(
-            moved.to_url(),
-            "redlock://:s3cr3t@p:1,p:2,p:3/1?storage=redis%3A%2F%2Fd%3A9"
-        );
-        assert_eq!(moved.storage(), config.storage());
-        let default = RedlockConfig::from_url("redlock://h1,h2").unwrap();
-        let moved = default
-            .with_hosts(&[HostPort::new("p", 1), HostPort::new("p", 2)])
-            .unwrap();
-        assert_eq!(
-            moved.storage().unwrap().hosts(),
-            vec![HostPort::new("p", 1)]
-        );
-        assert!(matches!(
-            config.with_hosts(&[HostPort::new("p", 1)]),
-            Err(Error::InvalidConfig { .. })
-        ));
-    }
-
-    /// Every bad URL is refused with a message naming the problem, never the password.
-    #[test]
-    fn bad_urls_name_the_problem() {
-        for (input, expected) in [
-            ("redlock://", "names no node"),
-            ("redlock://:s3cr3t@", "names no node"),
-            ("redis://h1,h2", "scheme is not redlock://"),
-            ("redlock://h1,,h2", "node 2 of 3 is empty"),
-            ("redlock://h1,", "node 2 of 2 is empty"),
-            (
-                "redlock://h1:notaport,h2",
-                "node 1 of 2 (`h1:notaport`) port `notaport`",
-            ),
-            (
-                "redlock://:s3cr3t@h1,h2:99999",
-                "node 2 of 2 (`h2:99999`) port 99999 is out of range",
-            ),
-            ("redlock://h1,:6379", "node 2 of 2 (`:6379`) names no host"),
-            ("redlock://h1,h2/notadb", "is not a database number"),
-            ("redlock://h1,h2/0/1", "is not a database number"),
-            (
-                "redlock://h1,h2?prefix=a%7Bb",
-                "option `prefix`: redis key prefix",
-            ),
-            ("redlock://h1,h2?prefx=x", "unknown option `prefx`"),
-            (
-                "redlock://h1,h2?storage=redis%3A%2F%2Fd%3Fprefix%3Dx",
-                "takes no `prefix`: the key prefix is the redlock's",
-            ),
-            ("redlock://h1,h2?storage=http://x", "scheme `http`"),
-            (
-                "redlock://h1,h2?storage=redis%3A%2F%2F%3As3cr3t%40%3A1",
-                "storage",
-            ),
-            (
-                "redlock://h1,h2?storage=redis%3A%2F%2F%3As3cr3t%40d%3A99999",
-                "port 99999 is out of range",
-            ),
-            (
-                "redlock://h1,h2?storage=redis://x&storage=redis://y",
-                "repeats the option `storage`",
-            ),
-            ("redlock://h1,h2#frag", "takes no fragment"),
-            (
-                "redlock://h1?allow_eviction=maybe",
-                "`allow_eviction` is `maybe`",
-            ),
-            (
-                "redlock://h1?allow_eviction=true&allow_eviction=true",
-                "repeats the option `allow_eviction`",
-            ),
-            (
-                "redlock://h1?storage=redis%3A%2F%2Fd%3Fallow_eviction%3D1",
-                "`allow_eviction` is `1`",
-            ),
-            (
-                "redlock://u:s3cr3t@h1,v:s3cr3t@h2",
-                "one set of credentials",
-            ),
-            ("redlock://h1,H1:6379", "node h1:6379 is listed twice"),
-            ("redlock://u%00:s3cr3t@h1,h2", "the user name holds a NUL"),
-            (
-                "redlock://h1?storage=redis%3A%2F%2Fu%2500%40d",
-                "the user name holds a NUL",
-            ),
-            ("redlock://h1:6379/0,h1:6379/1", "is not a database number"),
-            ("redlock://u:pa/s3cr3t@h1,h2", "must be percent-encoded"),
-            ("redlock://u:pa?s3cr3t@h1,h2", "must be percent-encoded"),
-        ] {
-            match RedlockConfig::from_url(input) {
-                Err(Error::InvalidConfig { message, .. }) => {
-                    assert!(message.contains(expected), "{input:?}: {message}");
-                    assert!(!message.contains(PASSWORD), "{input:?}: {message}");
-                }
-                other => panic!("{input:?}: expected InvalidConfig, got {other:?}"),
-            }
-        }
-    }
-
-    #[test]
-    fn configs_from_new_are_checked_at_build() {
-        let config = RedlockConfig::new(["redis://h1:1", "redis://H1:1/2"]);
-        assert!(matches!(
-            config.build_nodes(),
-            Err(Error::InvalidConfig { .. })
-        ));
-        let config = RedlockConfig::new(["redis://:s3cr3t@h1:99999"]);
-        match config.build_nodes() {
-            Err(Error::InvalidConfig { message, .. }) => {
-                assert!(message.contains("out of range"), "{message}");
-                assert!(!message.contains(PASSWORD), "{message}");
-            }
-            other => panic!("expected InvalidConfig, got {other:?}"),
-        }
-        assert!(!format!("{config:?}").contains(PASSWORD));
-        assert!(!config.to_string().contains(PASSWORD));
-        assert!(matches!(
-            RedlockConfig::new(Vec::<String>::new()).build_nodes(),
-            Err(Error::InvalidConfig { .. })
-        ));
-    }
-}
+mod tests;

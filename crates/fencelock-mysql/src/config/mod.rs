@@ -1,7 +1,8 @@
 //! `MySqlConfig`: the `mysql://` grammar, its validation, and the typed settings of a connection.
+//!
+//! By concern: the settings a URL chooses by name and their checks ([`options`]: the lock
+//! backend, the TLS mode); the grammar, the prefix and the builder here.
 
-use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
 use fencelock_core::url::{Known, Options, decode_part, redact};
@@ -12,6 +13,13 @@ use url::{Host, Url};
 
 use crate::database::MySqlDatabase;
 use crate::redact::{parse_error, shown};
+
+mod options;
+#[cfg(test)]
+mod tests;
+
+use options::check_tls;
+pub use options::{MySqlBackendKind, MySqlTlsMode};
 
 /// The options a MySQL URL takes.
 const KNOWN_OPTIONS: &[Known] = &[
@@ -34,122 +42,6 @@ pub const DEFAULT_PORT: u16 = 3306;
 /// The largest value [`MySqlStorage`](crate::MySqlStorage) accepts unless configured otherwise
 /// (lowered at connect time to what the server's `max_allowed_packet` carries).
 pub const DEFAULT_MAX_VALUE_LEN: usize = 4 << 20;
-
-/// The lock backend a [`MySqlConfig`] chooses with `?backend=`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum MySqlBackendKind {
-    /// `get_lock` (default): [`MySqlLockBackend`](crate::MySqlLockBackend), session locks taken
-    /// with `GET_LOCK`, interoperable with plain SQL clients.
-    #[default]
-    GetLock,
-}
-
-impl MySqlBackendKind {
-    /// Every kind, in the order the docs list them.
-    pub const ALL: &'static [MySqlBackendKind] = &[MySqlBackendKind::GetLock];
-
-    /// The name used in `?backend=`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MySqlBackendKind::GetLock => "get_lock",
-        }
-    }
-}
-
-impl fmt::Display for MySqlBackendKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for MySqlBackendKind {
-    type Err = Error;
-
-    /// `get_lock`; anything else is [`Error::InvalidConfig`].
-    fn from_str(s: &str) -> Result<Self> {
-        MySqlBackendKind::ALL
-            .iter()
-            .copied()
-            .find(|kind| kind.as_str() == s)
-            .ok_or_else(|| {
-                Error::config(format!(
-                    "unknown MySQL backend {s:?}: the only one is `get_lock`"
-                ))
-            })
-    }
-}
-
-/// How a connection uses TLS (the URL's `ssl-mode`, MySQL's own names, `-` or `_` alike).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum MySqlTlsMode {
-    /// `disabled`: plain TCP.
-    Disabled,
-    /// `preferred` (the default without `ssl-ca`): TLS when the server offers it, its
-    /// certificate not checked; plain TCP otherwise. Protects against a passive listener only.
-    Preferred,
-    /// `required`: TLS or no connection; the certificate is not checked.
-    Required,
-    /// `verify_ca` (the default with `ssl-ca`, and what `required` becomes with it, as in
-    /// libpq): TLS, the certificate signed by `ssl-ca` (or a public CA); the host not checked.
-    VerifyCa,
-    /// `verify_identity`: TLS, the certificate signed by `ssl-ca` (or a public CA) for the
-    /// URL's host.
-    VerifyIdentity,
-}
-
-impl MySqlTlsMode {
-    /// The name used in `ssl-mode=`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MySqlTlsMode::Disabled => "disabled",
-            MySqlTlsMode::Preferred => "preferred",
-            MySqlTlsMode::Required => "required",
-            MySqlTlsMode::VerifyCa => "verify_ca",
-            MySqlTlsMode::VerifyIdentity => "verify_identity",
-        }
-    }
-
-    /// Whether the server's certificate is checked against a CA.
-    pub fn verifies(self) -> bool {
-        matches!(self, MySqlTlsMode::VerifyCa | MySqlTlsMode::VerifyIdentity)
-    }
-
-    fn sqlx(self) -> sqlx::mysql::MySqlSslMode {
-        use sqlx::mysql::MySqlSslMode;
-        match self {
-            MySqlTlsMode::Disabled => MySqlSslMode::Disabled,
-            MySqlTlsMode::Preferred => MySqlSslMode::Preferred,
-            MySqlTlsMode::Required => MySqlSslMode::Required,
-            MySqlTlsMode::VerifyCa => MySqlSslMode::VerifyCa,
-            MySqlTlsMode::VerifyIdentity => MySqlSslMode::VerifyIdentity,
-        }
-    }
-}
-
-impl FromStr for MySqlTlsMode {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        let name = s.to_ascii_lowercase().replace('-', "_");
-        [
-            MySqlTlsMode::Disabled,
-            MySqlTlsMode::Preferred,
-            MySqlTlsMode::Required,
-            MySqlTlsMode::VerifyCa,
-            MySqlTlsMode::VerifyIdentity,
-        ]
-        .into_iter()
-        .find(|mode| mode.as_str() == name)
-        .ok_or_else(|| {
-            Error::config(format!(
-                "unknown ssl-mode {s:?}: use disabled, preferred, required, verify_ca or \
-                 verify_identity"
-            ))
-        })
-    }
-}
 
 /// How to reach MySQL or MariaDB, which lock backend to use, and the prefix of fencelock's
 /// tables.
@@ -529,34 +421,6 @@ impl MySqlConfig {
     }
 }
 
-/// Checks the TLS options: a mode that needs TLS in a build without it, and an `ssl-ca` that is
-/// not a readable file, are [`Error::InvalidConfig`] naming them.
-fn check_tls(mode: Option<MySqlTlsMode>, ca: Option<&str>) -> Result<()> {
-    let needs_tls = ca.is_some()
-        || matches!(
-            mode,
-            Some(MySqlTlsMode::Required | MySqlTlsMode::VerifyCa | MySqlTlsMode::VerifyIdentity)
-        );
-    if needs_tls && !cfg!(feature = "tls") {
-        return Err(Error::config(
-            "ssl-mode and ssl-ca need TLS, which this build of fencelock-mysql lacks: enable \
-             its `tls` feature (the command line's `--features tls`)",
-        ));
-    }
-    if matches!(mode, Some(MySqlTlsMode::Disabled)) && ca.is_some() {
-        return Err(Error::config(
-            "ssl-ca is given with ssl-mode=disabled: drop one of them",
-        ));
-    }
-    if let Some(ca) = ca {
-        std::fs::read(ca).map_err(|e| Error::InvalidConfig {
-            message: format!("ssl-ca {ca:?} cannot be read: {e}"),
-            source: Some(Box::new(e)),
-        })?;
-    }
-    Ok(())
-}
-
 /// The driver's options for `base` (host, port, user, password, database; no query).
 fn connect_options(base: &Url) -> Result<MySqlConnectOptions> {
     let options = MySqlConnectOptions::from_url(base).map_err(|e| Error::InvalidConfig {
@@ -599,167 +463,5 @@ pub fn validate_prefix(prefix: &str) -> Result<()> {
             "MySQL table prefix {prefix:?} {reason}"
         ))),
         None => Ok(()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    #[test]
-    fn a_password_to_an_unverified_remote_server_is_flagged() {
-        let flagged = |url: &str| MySqlConfig::from_url(url).unwrap().password_unprotected();
-        assert!(flagged("mysql://app:pw@db.example/d"));
-        assert!(flagged("mysql://app:pw@db.example/d?ssl-mode=preferred"));
-        assert!(!flagged("mysql://app:pw@127.0.0.1/d"));
-        assert!(!flagged("mysql://app:pw@localhost/d"));
-        assert!(!flagged("mysql://app@db.example/d"));
-        if cfg!(feature = "tls") {
-            assert!(flagged("mysql://app:pw@db.example/d?ssl-mode=required"));
-            assert!(!flagged(
-                "mysql://app:pw@db.example/d?ssl-mode=verify_identity&ssl-ca=/etc/hostname"
-            ));
-        } else {
-            let refused = MySqlConfig::from_url("mysql://app:pw@db.example/d?ssl-mode=required");
-            assert!(
-                matches!(&refused, Err(Error::InvalidConfig { message, .. }) if message.contains("`tls` feature")),
-                "{refused:?}"
-            );
-        }
-    }
-
-    fn refusal(url: &str) -> String {
-        match MySqlConfig::from_url(url) {
-            Err(Error::InvalidConfig { message, .. }) => message,
-            other => panic!("{url}: expected InvalidConfig, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn reads_every_part_and_round_trips() {
-        for url in [
-            "mysql://root@127.0.0.1/test",
-            "mysql://root@127.0.0.1:3306/test",
-            "mysql://app:s%40cret@db.example:3307/orders?prefix=locks_",
-            "mariadb://app:pw@[::1]:3306/orders",
-            "mysql://app@localhost/test?backend=get_lock&prefix=x_",
-        ] {
-            let config = MySqlConfig::from_url(url).unwrap();
-            assert_eq!(
-                MySqlConfig::from_url(&config.to_url()).unwrap(),
-                config,
-                "{url}"
-            );
-        }
-        let config = MySqlConfig::from_url("mysql://app:s%40cret@db.example/orders").unwrap();
-        assert_eq!(config.hosts(), vec![HostPort::new("db.example", 3306)]);
-        assert_eq!(config.database_name(), "orders");
-        assert_eq!(config.prefix_name(), DEFAULT_PREFIX);
-        assert_eq!(config.backend_kind(), MySqlBackendKind::GetLock);
-        let v6 = MySqlConfig::from_url("mysql://a@[::1]:3310/d").unwrap();
-        assert_eq!(v6.hosts(), vec![HostPort::new("::1", 3310)]);
-        assert_eq!(v6.connect_options().unwrap().get_host(), "::1");
-    }
-
-    #[test]
-    fn the_password_never_shows() {
-        let config = MySqlConfig::from_url("mysql://app:hunter2@db/orders").unwrap();
-        assert_eq!(config.to_url(), "mysql://app:hunter2@db/orders");
-        for shown in [
-            config.to_string(),
-            format!("{config:?}"),
-            config.redacted_url(),
-        ] {
-            assert!(!shown.contains("hunter2"), "{shown}");
-            assert!(shown.contains("app:***@db"), "{shown}");
-        }
-        for bad in [
-            "mysql://app:hunter2@db:99999/orders",
-            "mysql://app:hunter2@db/orders?nope=1",
-            "mysql://app:hunter2@db/",
-            "mysql://app:hunter2@db:port/orders",
-            "postgres://app:hunter2@db/orders",
-        ] {
-            let message = refusal(bad);
-            assert!(!message.contains("hunter2"), "{message}");
-        }
-    }
-
-    #[test]
-    fn names_what_is_wrong() {
-        let cases = [
-            ("mysql://root@db:99999/test", "port 99999 is out of range"),
-            ("mysql://root@db:0/test", "port 0 is out of range"),
-            ("mysql://root@db:x1/test", "port `x1` is not a number"),
-            ("mysql://root@/test", "names no host"),
-            ("mysql://db/test", "names no user"),
-            ("mysql://root@db", "names no database"),
-            ("mysql://root@db/", "names no database"),
-            ("mysql://root@db/a/b", "one database name"),
-            ("mysql://root@db/test?foo=1", "unknown option `foo`"),
-            ("mysql://ro%00ot@db/test", "the user name holds a NUL"),
-            ("mysql://root@db/te%00st", "the database name holds a NUL"),
-            ("mysql://root:p%00w@db/test", "the password holds a NUL"),
-            ("mysql://ro%ffot@db/test", "the user name is not UTF-8"),
-            (
-                "mysql://root@db/test?prefix=a%ff",
-                "option `prefix` is not UTF-8",
-            ),
-            (
-                "mysql://root@db/test?prefix=a%00",
-                "option `prefix` holds a NUL",
-            ),
-            (
-                "mysql://root@db/test?backend=get_lock&backend=get_lock",
-                "repeats the option `backend`",
-            ),
-            (
-                "mysql://root@db/test?prefix=a_&prefix=b_",
-                "repeats the option `prefix`",
-            ),
-            (
-                "mysql://root@db/test?backend=lease",
-                "unknown MySQL backend \"lease\"",
-            ),
-            ("mysql://root@db/test?prefix=Bad", "lowercase ASCII"),
-            ("mysql://root@db/test?prefix=1a", "starts with a digit"),
-            ("mysql://root@db/test?prefix=", "is empty"),
-            ("mysql://root@db/test#frag", "no fragment"),
-            ("redis://root@db/test", "not a MySQL URL"),
-        ];
-        for (url, expected) in cases {
-            let message = refusal(url);
-            assert!(message.contains(expected), "{url}: {message}");
-        }
-        let long = format!("mysql://root@db/test?prefix={}", "p".repeat(33));
-        assert!(refusal(&long).contains("longer than 32 bytes"));
-    }
-
-    #[test]
-    fn with_hosts_points_elsewhere() {
-        let config = MySqlConfig::from_url("mysql://root:pw@db:3306/test?prefix=t_").unwrap();
-        let moved = config
-            .clone()
-            .with_hosts(&[HostPort::new("10.0.0.7", 4000)])
-            .unwrap();
-        assert_eq!(moved.hosts(), vec![HostPort::new("10.0.0.7", 4000)]);
-        assert_eq!(
-            moved.to_url(),
-            "mysql://root:pw@10.0.0.7:4000/test?prefix=t_"
-        );
-        let v6 = config
-            .clone()
-            .with_hosts(&[HostPort::new("::1", 4000)])
-            .unwrap();
-        assert_eq!(v6.hosts(), vec![HostPort::new("::1", 4000)]);
-        assert!(config.clone().with_hosts(&[]).is_err());
-        assert!(
-            config
-                .clone()
-                .with_hosts(&[HostPort::new("a", 1), HostPort::new("b", 2)])
-                .is_err()
-        );
-        assert!(config.with_hosts(&[HostPort::new("a", 0)]).is_err());
     }
 }

@@ -1,22 +1,17 @@
 //! `RedisConfig`: how to reach one Redis server, and how to name keys there. It owns the
 //! `redis://` and `rediss://` URL schemes.
 
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fencelock_core::{Error, FenceRule, HostPort, Result};
 use redis::Client;
 
-use crate::keys::{DEFAULT_PREFIX, KeySpace};
-use crate::redis_url::{Endpoint, UrlOptions, parse_endpoint};
+use crate::keys::KeySpace;
+use crate::options::{SharedOptions, query};
+use crate::redis_url::{Endpoint, EndpointOptions, parse_endpoint};
 use fencelock_core::url::redact;
-
-/// The default bound on one call to the server.
-pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(5);
-/// The default bound on establishing a connection.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// The default largest value [`RedisStorage`](crate::RedisStorage) accepts: 16 MiB.
-pub const DEFAULT_MAX_VALUE_LEN: usize = 16 << 20;
 
 /// How to reach one Redis server and how to name keys there. Build it, then
 /// [`connect`](Self::connect) a [`RedisLockBackend`](crate::RedisLockBackend) or
@@ -54,12 +49,7 @@ pub const DEFAULT_MAX_VALUE_LEN: usize = 16 << 20;
 #[derive(Clone, PartialEq, Eq)]
 pub struct RedisConfig {
     target: Target,
-    prefix: String,
-    call_timeout: Duration,
-    connect_timeout: Duration,
-    max_value_len: usize,
-    fence_rule: FenceRule,
-    allow_eviction: bool,
+    options: SharedOptions,
     tls_ca: Option<PathBuf>,
 }
 
@@ -71,15 +61,17 @@ enum Target {
     Unusable(String),
 }
 
-fencelock_core::redacted_config!(RedisConfig {
-    prefix,
-    call_timeout,
-    connect_timeout,
-    max_value_len,
-    fence_rule,
-    allow_eviction,
-    tls_ca
-});
+fencelock_core::redacted_config!(RedisConfig);
+
+impl fmt::Debug for RedisConfig {
+    // The URL only as redacted, so that a password never reaches a log.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut out = f.debug_struct("RedisConfig");
+        out.field("url", &self.redacted_url());
+        self.options.debug_fields(&mut out);
+        out.field("tls_ca", &self.tls_ca).finish()
+    }
+}
 
 impl RedisConfig {
     /// The URL schemes this config reads: `redis` and `rediss` (TLS, with the `tls` feature).
@@ -109,25 +101,18 @@ impl RedisConfig {
         Ok(Self::from_endpoint(endpoint, options))
     }
 
-    pub(crate) fn from_endpoint(endpoint: Endpoint, options: UrlOptions) -> Self {
-        let mut config =
-            Self::with_target(Target::Parsed(endpoint)).allow_eviction(options.allow_eviction);
-        config.tls_ca = options.tls_ca;
-        if let Some(prefix) = options.prefix {
-            config.prefix = prefix;
+    pub(crate) fn from_endpoint(endpoint: Endpoint, options: EndpointOptions) -> Self {
+        RedisConfig {
+            target: Target::Parsed(endpoint),
+            options: SharedOptions::default().with_url(options.shared),
+            tls_ca: options.tls_ca,
         }
-        config
     }
 
     fn with_target(target: Target) -> Self {
         RedisConfig {
             target,
-            prefix: DEFAULT_PREFIX.to_owned(),
-            call_timeout: DEFAULT_CALL_TIMEOUT,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            max_value_len: DEFAULT_MAX_VALUE_LEN,
-            fence_rule: FenceRule::Monotonic,
-            allow_eviction: false,
+            options: SharedOptions::default(),
             tls_ca: None,
         }
     }
@@ -151,25 +136,11 @@ impl RedisConfig {
         }
     }
 
-    /// The URL's options: `?allow_eviction=true`, `prefix=<prefix>` (when not the default),
-    /// `tls_ca=<path>`, or nothing.
+    /// The URL's options: the shared ones, then `tls_ca=<path>`; or nothing.
     fn query(&self) -> String {
-        let mut query = url::form_urlencoded::Serializer::new(String::new());
-        if self.allow_eviction {
-            query.append_pair("allow_eviction", "true");
-        }
-        if self.prefix != DEFAULT_PREFIX {
-            query.append_pair("prefix", &self.prefix);
-        }
-        if let Some(path) = &self.tls_ca {
-            query.append_pair("tls_ca", &path.to_string_lossy());
-        }
-        let query = query.finish();
-        if query.is_empty() {
-            query
-        } else {
-            format!("?{query}")
-        }
+        let tls_ca = self.tls_ca.as_ref();
+        let tls_ca = tls_ca.map(|path| ("tls_ca", path.to_string_lossy().into_owned()));
+        query(self.options.url_pairs().into_iter().chain(tls_ca))
     }
 
     /// The server this config reaches (one; none when the URL is not usable), port filled in.
@@ -211,40 +182,40 @@ impl RedisConfig {
     /// The first part of every key name (default `fencelock`; in the URL, `?prefix=name`).
     /// It may not be empty or contain braces, whitespace or control characters.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
+        self.options.prefix = prefix.into();
         self
     }
 
     /// The configured key prefix.
     pub fn prefix_name(&self) -> &str {
-        &self.prefix
+        &self.options.prefix
     }
 
     /// The longest one call may take before it fails with [`Error::Unavailable`] (default
     /// 5 s). A call that timed out may still have been applied by the server: a lock granted
     /// that way lapses after its ttl.
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
-        self.call_timeout = timeout;
+        self.options.call_timeout = timeout;
         self
     }
 
     /// The longest establishing a connection may take (default 5 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.options.connect_timeout = timeout;
         self
     }
 
     /// The largest value [`RedisStorage`](crate::RedisStorage) accepts, in bytes (default
     /// 16 MiB).
     pub fn max_value_len(mut self, max: usize) -> Self {
-        self.max_value_len = max;
+        self.options.max_value_len = max;
         self
     }
 
     /// The rule [`RedisStorage`](crate::RedisStorage) applies (default
     /// [`FenceRule::Monotonic`]).
     pub fn fence_rule(mut self, rule: FenceRule) -> Self {
-        self.fence_rule = rule;
+        self.options.fence_rule = rule;
         self
     }
 
@@ -260,7 +231,7 @@ impl RedisConfig {
     /// durable (`server_persists: Some(false)`). A server that refuses `CONFIG GET` cannot be
     /// checked and is served.
     pub fn allow_eviction(mut self, allow: bool) -> Self {
-        self.allow_eviction = allow;
+        self.options.allow_eviction = allow;
         self
     }
 
@@ -278,7 +249,14 @@ impl RedisConfig {
     }
 
     pub(crate) fn evictions_allowed(&self) -> bool {
-        self.allow_eviction
+        self.options.allow_eviction
+    }
+
+    /// The shared settings, as the builder and the URL left them (compared across the
+    /// schemes by the tests of [`SharedOptions`]).
+    #[cfg(test)]
+    pub(crate) fn options(&self) -> &SharedOptions {
+        &self.options
     }
 
     /// `host:port` of the server (no credentials), for messages.
@@ -297,34 +275,25 @@ impl RedisConfig {
     }
 
     pub(crate) fn call_limit(&self) -> Duration {
-        self.call_timeout
+        self.options.call_timeout
     }
 
     pub(crate) fn connect_limit(&self) -> Duration {
-        self.connect_timeout
+        self.options.connect_timeout
     }
 
     pub(crate) fn value_limit(&self) -> usize {
-        self.max_value_len
+        self.options.max_value_len
     }
 
     pub(crate) fn rule(&self) -> FenceRule {
-        self.fence_rule
+        self.options.fence_rule
     }
 
     /// Validates everything that can be validated without the network.
     pub(crate) fn validate(&self) -> Result<(Client, KeySpace)> {
-        let keys = KeySpace::new(&self.prefix)?;
-        for (name, value) in [
-            ("call_timeout", self.call_timeout),
-            ("connect_timeout", self.connect_timeout),
-        ] {
-            if value.is_zero() {
-                return Err(Error::config(format!(
-                    "redis {name} must be greater than zero"
-                )));
-            }
-        }
+        self.options.validate("redis", "call_timeout")?;
+        let keys = KeySpace::new(&self.options.prefix)?;
         let endpoint = match &self.target {
             Target::Parsed(endpoint) => endpoint,
             Target::Unusable(text) => {
@@ -397,231 +366,4 @@ fn tls_client(endpoint: &Endpoint, _path: &Path) -> Result<redis::RedisResult<Cl
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::panic)]
-    use super::*;
-
-    const PASSWORD: &str = "s3cr3t";
-
-    #[test]
-    fn round_trips() {
-        for (input, url) in [
-            ("redis://127.0.0.1", "redis://127.0.0.1:6379"),
-            ("redis://127.0.0.1:6380/", "redis://127.0.0.1:6380"),
-            ("redis://127.0.0.1:6379/3", "redis://127.0.0.1:6379/3"),
-            (
-                "redis://app:s3cr3t@localhost:6380/0",
-                "redis://app:s3cr3t@localhost:6380/0",
-            ),
-            ("redis://:s3cr3t@[::1]:6379", "redis://:s3cr3t@[::1]:6379"),
-            ("redis://app@h", "redis://app@h:6379"),
-            ("REDIS://Host.Example", "redis://Host.Example:6379"),
-            ("redis://u:p%40ss%2Fw@h", "redis://u:p%40ss%2Fw@h:6379"),
-            ("redis://u:p@ss@h", "redis://u:p%40ss@h:6379"),
-            (
-                "redis://:s3cr3t@h/2?allow_eviction=true",
-                "redis://:s3cr3t@h:6379/2?allow_eviction=true",
-            ),
-            ("redis://h?allow_eviction=false", "redis://h:6379"),
-        ] {
-            let config = RedisConfig::from_url(input).unwrap();
-            assert_eq!(config.to_url(), url, "{input}");
-            assert_eq!(RedisConfig::from_url(&config.to_url()).unwrap(), config);
-            assert_eq!(RedisConfig::new(input), config, "{input}");
-            let shown = config.redacted_url();
-            assert!(
-                !shown.contains("s3cr3t") && !shown.contains("p%40ss"),
-                "{shown}"
-            );
-            assert_eq!(config.to_string(), shown);
-            assert!(!format!("{config:?}").contains("s3cr3t"));
-        }
-        let config = RedisConfig::from_url("redis://app:s3cr3t@h:1/2").unwrap();
-        assert_eq!(config.redacted_url(), "redis://app:***@h:1/2");
-        let allowed = config.clone().allow_eviction(true);
-        assert_ne!(allowed, config);
-        assert_eq!(
-            allowed.redacted_url(),
-            "redis://app:***@h:1/2?allow_eviction=true"
-        );
-        assert_eq!(RedisConfig::from_url(&allowed.to_url()).unwrap(), allowed);
-    }
-
-    /// The key prefix is part of the URL: read from `?prefix=`, written back when it is not
-    /// the default, however it was set.
-    #[test]
-    fn the_prefix_round_trips_through_the_url() {
-        let config = RedisConfig::from_url("redis://:s3cr3t@h:1/2?prefix=app:").unwrap();
-        assert_eq!(config.prefix_name(), "app:");
-        assert_eq!(config.to_url(), "redis://:s3cr3t@h:1/2?prefix=app%3A");
-        assert_eq!(config.redacted_url(), "redis://:***@h:1/2?prefix=app%3A");
-        assert_eq!(config.to_string(), config.redacted_url());
-        assert_eq!(RedisConfig::from_url(&config.to_url()).unwrap(), config);
-        let built = RedisConfig::from_url("redis://:s3cr3t@h:1/2")
-            .unwrap()
-            .prefix("app:");
-        assert_eq!(built, config);
-        let default = RedisConfig::from_url("redis://h:1?prefix=fencelock").unwrap();
-        assert_eq!(default.to_url(), "redis://h:1");
-        assert_eq!(default, RedisConfig::from_url("redis://h:1").unwrap());
-        let all = RedisConfig::from_url("redis://h:1?prefix=a%2Fb&allow_eviction=true").unwrap();
-        assert_eq!(all.to_url(), "redis://h:1?allow_eviction=true&prefix=a%2Fb");
-        assert_eq!(RedisConfig::from_url(&all.to_url()).unwrap(), all);
-    }
-
-    #[test]
-    fn hosts_and_with_hosts() {
-        let config = RedisConfig::from_url("redis://u:s3cr3t@h1/4").unwrap();
-        assert_eq!(config.hosts(), vec![HostPort::new("h1", 6379)]);
-        let moved = config
-            .clone()
-            .with_hosts(&[HostPort::new("::1", 7000)])
-            .unwrap();
-        assert_eq!(moved.to_url(), "redis://u:s3cr3t@[::1]:7000/4");
-        assert_eq!(moved.hosts(), vec![HostPort::new("::1", 7000)]);
-        for bad in [
-            vec![],
-            vec![HostPort::new("a", 1), HostPort::new("b", 2)],
-            vec![HostPort::new("a", 0)],
-            vec![HostPort::new("a b", 1)],
-            vec![HostPort::new("", 1)],
-        ] {
-            match config.clone().with_hosts(&bad) {
-                Err(Error::InvalidConfig { message, .. }) => {
-                    assert!(!message.contains(PASSWORD), "{message}");
-                }
-                other => panic!("{bad:?}: expected InvalidConfig, got {other:?}"),
-            }
-        }
-        assert!(RedisConfig::new("nope").hosts().is_empty());
-    }
-
-    /// Every bad URL is refused with a message naming the problem, never the password.
-    #[test]
-    fn bad_urls_name_the_problem() {
-        for (input, expected) in [
-            ("redis://:6379", "names no host"),
-            ("redis://:s3cr3t@:6379", "names no host"),
-            ("redis://", "names no host"),
-            ("redis:///0", "names no host"),
-            ("redis:host", "names no host"),
-            ("redis://127.0.0.1:99999", "port 99999 is out of range"),
-            (
-                "redis://:s3cr3t@127.0.0.1:99999",
-                "port 99999 is out of range",
-            ),
-            ("redis://[::1]:70000", "port 70000 is out of range"),
-            ("redis://h:0", "port 0 is out of range"),
-            ("redis://h:abc", "port `abc` is not a number"),
-            ("redis://u:pa/s3cr3t@h", "must be percent-encoded"),
-            ("redis://u:pa?s3cr3t@h:1", "must be percent-encoded"),
-            ("redis://u:pa#s3cr3t@h:1", "must be percent-encoded"),
-            (
-                "redis://host/notadb",
-                "path `/notadb` is not a database number",
-            ),
-            ("redis://host/0/1", "is not a database number"),
-            ("redis://host/-1", "is not a database number"),
-            ("redis://host/+1", "is not a database number"),
-            ("redis://host/99999999999", "is not a database number"),
-            (
-                "redis://host?prefix=",
-                "option `prefix`: redis key prefix must not be empty",
-            ),
-            (
-                "redis://host?prefix=a%7Bb",
-                "option `prefix`: redis key prefix",
-            ),
-            (
-                "redis://host?prefix=a+b",
-                "must not contain braces, whitespace",
-            ),
-            (
-                "redis://host?prefix=a&prefix=b",
-                "repeats the option `prefix`",
-            ),
-            ("redis://host?prefx=x", "unknown option `prefx`"),
-            (
-                "redis://u:s3cr3t@host?protocol=resp3",
-                "unknown option `protocol`",
-            ),
-            ("redis://host#frag", "takes no fragment"),
-            ("redis://u%00@h", "the user name holds a NUL"),
-            ("redis://u:s3cr3t%00@h", "the password holds a NUL"),
-            ("redis://u:s3cr3t%ff@h", "the password is not UTF-8"),
-            (
-                "redis://h?allow_eviction=%ff",
-                "option `allow_eviction` is not UTF-8",
-            ),
-            ("redis://h?allow_eviction=%00", "holds a NUL"),
-            ("redis://host?tls_ca=/ca.pem", "needs a rediss://"),
-            (
-                "redis://host?allow_eviction=yes",
-                "`allow_eviction` is `yes`",
-            ),
-            (
-                "redis://host?allow_eviction=true&allow_eviction=true",
-                "repeats the option `allow_eviction`",
-            ),
-            ("http://host", "scheme `http` is not redis"),
-            ("", "is not a URL"),
-            ("127.0.0.1:6379", "is not a URL"),
-            ("localhost:6379", "scheme `localhost`"),
-            ("redis://[::1", "is not a URL"),
-        ] {
-            for result in [
-                RedisConfig::from_url(input).map(drop),
-                RedisConfig::new(input).validate().map(drop),
-            ] {
-                match result {
-                    Err(Error::InvalidConfig { message, .. }) => {
-                        assert!(message.contains(expected), "{input:?}: {message}");
-                        assert!(!message.contains(PASSWORD), "{input:?}: {message}");
-                        assert!(message.starts_with("redis URL"), "{message}");
-                    }
-                    other => panic!("{input:?}: expected InvalidConfig, got {other:?}"),
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn tls_needs_its_feature() {
-        let result = RedisConfig::from_url("rediss://:s3cr3t@host:6380");
-        if cfg!(feature = "tls") {
-            let config = result.unwrap();
-            assert_eq!(config.to_url(), "rediss://:s3cr3t@host:6380");
-            assert_eq!(RedisConfig::from_url(&config.to_url()).unwrap(), config);
-            let with_ca =
-                RedisConfig::from_url("rediss://h:1?tls_ca=/etc/my%20ca.pem&allow_eviction=true")
-                    .unwrap();
-            assert_eq!(
-                with_ca.to_url(),
-                "rediss://h:1?allow_eviction=true&tls_ca=%2Fetc%2Fmy+ca.pem"
-            );
-            assert_eq!(RedisConfig::from_url(&with_ca.to_url()).unwrap(), with_ca);
-            assert_eq!(
-                RedisConfig::from_url("rediss://h:1")
-                    .unwrap()
-                    .tls_ca("/etc/my ca.pem"),
-                RedisConfig::from_url("rediss://h:1?tls_ca=/etc/my%20ca.pem").unwrap()
-            );
-        } else {
-            match result {
-                Err(Error::InvalidConfig { message, .. }) => {
-                    assert!(message.contains("`tls` feature"), "{message}");
-                    assert!(!message.contains(PASSWORD), "{message}");
-                }
-                other => panic!("expected InvalidConfig, got {other:?}"),
-            }
-        }
-    }
-
-    #[test]
-    fn unusable_urls_given_to_new_are_reported_by_validate() {
-        let config = RedisConfig::new("redis://:s3cr3t@127.0.0.1:99999");
-        assert!(!format!("{config:?}").contains(PASSWORD));
-        assert!(!config.to_string().contains(PASSWORD));
-        assert!(config.validate().is_err());
-    }
-}
+mod tests;
