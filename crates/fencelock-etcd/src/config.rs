@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use fencelock_core::url::{
-    Known, Options, decode_part, parse_host, parse_hosts, redact, safe_to_echo,
+    Known, Options, UrlParts, parse_host, parse_hosts, redact, safe_to_echo,
 };
 use fencelock_core::{Error, HostPort, Result};
 use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
@@ -135,22 +135,16 @@ impl EtcdConfig {
     /// contains the password.
     pub fn from_url(url: &str) -> Result<Self> {
         let shown = redact(url);
-        let fail = |what: String| Error::config(format!("etcd URL {shown:?}: {what}"));
-        let rest = match url.get(..SCHEME.len()) {
-            Some(scheme) if scheme.eq_ignore_ascii_case(SCHEME) => &url[SCHEME.len()..],
-            _ => {
-                return Err(Error::config(format!(
-                    "{shown:?} is not an etcd URL: expected etcd://host[:port][,host[:port]...]"
-                )));
-            }
-        };
+        let context = format!("etcd URL {shown:?}");
+        let fail = |what: String| Error::config(format!("{context}: {what}"));
         if !safe_to_echo(url) {
             return Err(fail(
                 "a user name or password holding `/`, `?` or `#` must be percent-encoded"
                     .to_owned(),
             ));
         }
-        let (authority, path, query) = split_rest(rest).map_err(&fail)?;
+        let parts = UrlParts::split(url, "etcd").map_err(|e| e.in_context(&context))?;
+        let (hosts, path, query) = (parts.hosts, parts.path, parts.query);
         if !path.is_empty() && path != "/" {
             return Err(fail(
                 "takes no path (only `/`); a password holding `/`, `?` or `#` must be \
@@ -158,15 +152,15 @@ impl EtcdConfig {
                     .to_owned(),
             ));
         }
-        let (userinfo, hosts) = match authority.rsplit_once('@') {
-            Some((userinfo, hosts)) => (Some(userinfo), hosts),
-            None => (None, authority),
-        };
-        let credentials = userinfo.map(parse_credentials).transpose().map_err(&fail)?;
+        let credentials = parts
+            .credentials()
+            .map_err(|e| e.in_context(&context))?
+            .map(credentials)
+            .transpose()
+            .map_err(&fail)?;
         if hosts.is_empty() {
             return Err(fail("names no host".to_owned()));
         }
-        let context = format!("etcd URL {shown:?}");
         let members =
             parse_hosts(hosts, DEFAULT_PORT, "member").map_err(|e| e.in_context(&context))?;
         let options = Options::parse(query, KNOWN).map_err(|e| e.in_context(&context))?;
@@ -381,33 +375,13 @@ pub fn validate_prefix(prefix: &str) -> Result<()> {
     }
 }
 
-/// Splits what follows `etcd://` into authority, path and query; a fragment is refused.
-fn split_rest(rest: &str) -> std::result::Result<(&str, &str, &str), String> {
-    if rest.contains('#') {
-        return Err(
-            "takes no fragment (`#...`); a password holding `#` must be \
-                    percent-encoded"
-                .to_owned(),
-        );
-    }
-    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    Ok((authority, path, query))
-}
-
-/// `user:password`, percent-decoded.
-fn parse_credentials(userinfo: &str) -> std::result::Result<(String, String), String> {
-    let Some((user, password)) = userinfo.split_once(':') else {
+/// The user and password of `etcd://user:password@...`: both given, neither empty.
+fn credentials(
+    (user, password): (String, Option<String>),
+) -> std::result::Result<(String, String), String> {
+    let Some(password) = password else {
         return Err("names a user without a password (write etcd://user:password@host)".into());
     };
-    let decode = |part: &str, what: &str| {
-        decode_part(what, part).map_err(|e| match e {
-            Error::InvalidConfig { message, .. } => message,
-            other => other.to_string(),
-        })
-    };
-    let user = decode(user, "user name")?;
-    let password = decode(password, "password")?;
     if user.is_empty() {
         return Err("names a password without a user".into());
     }
@@ -541,8 +515,8 @@ mod tests {
             ("etcd://:pw@h", "a password without a user"),
             ("etcd://u:@h", "empty password"),
             ("etcd://h,h:2379", "member h:2379 is listed twice"),
-            ("redis://h", "not an etcd URL"),
-            ("h:2379", "not an etcd URL"),
+            ("redis://h", "does not start with etcd://"),
+            ("h:2379", "does not start with etcd://"),
         ];
         for (url, expected) in cases {
             let message = refusal(url);

@@ -5,6 +5,9 @@
 //!   (those of URLs nested in the query included); [`safe_to_echo`] says whether parts of it
 //!   may be quoted at all, and [`passwords`] lists what [`redact`] hides, for scrubbing
 //!   messages that were not built from a parsed config.
+//! - [`UrlParts::split`] splits `scheme://[userinfo@]hosts[/path][?query]`, refusing
+//!   another scheme, a fragment and NUL, and [`UrlParts::credentials`] decodes the user
+//!   name and password.
 //! - [`parse_host`] and [`parse_hosts`] read `host[:port]` lists with a default port and
 //!   refuse the same server twice ([`distinct`]); [`port_problem`] words a refused port.
 //! - [`Options`] reads a query string, refusing repeated settings (alias spellings
@@ -20,11 +23,13 @@
 
 mod hosts;
 mod options;
+mod parts;
 mod redact;
 mod text;
 
 pub use hosts::{distinct, parse_host, parse_hosts, port_problem};
 pub use options::{Known, OptionEntry, Options};
+pub use parts::UrlParts;
 pub use redact::{passwords, redact, safe_to_echo};
 pub use text::decode_part;
 
