@@ -144,6 +144,20 @@ pub(crate) fn check_applicable(faults: &[FaultKind], cluster: &Cluster) -> Resul
                     fencelock::spec::spawnable()
                 )));
             }
+            // Servers that come back without their data (an emulator that keeps everything in
+            // memory) offer nothing to kill: a run would inject no kill and still pass.
+            FaultKind::Kill
+                if cluster
+                    .spawned
+                    .as_ref()
+                    .is_some_and(|servers| servers.nodes() == 0 || servers.kill_at_most() == 0) =>
+            {
+                return Err(ChaosError::config(format!(
+                    "the kill fault needs spawned servers that come back with their data after \
+                     a kill, and {} has none: use --faults pause,partition for it",
+                    cluster.described
+                )));
+            }
             FaultKind::Kill => {}
             FaultKind::Terminate if cluster.faults.is_none() => {
                 return Err(ChaosError::config(

@@ -223,6 +223,34 @@ fn etcd_three_spawned_members_survive_pauses_member_kills_and_partitions() {
     assert!(backend.starts_with("3 spawned etcd members"), "{report:#}");
 }
 
+#[cfg(feature = "dynamodb")]
+#[test]
+fn dynamodb_on_spawned_moto_survives_pauses_and_partitions_and_refuses_kills() {
+    // moto keeps everything in memory: a killed server would come back with every counter at
+    // 0, so the spawned set offers no kill, and asking for one is refused before anything runs.
+    let (code, report, err) = chaos(&["--spawn", "dynamodb", "--faults", "pause,kill"]);
+    assert_eq!(code, 2, "{report:?}\n{err}");
+    assert!(err.contains("the kill fault"), "{err}");
+    assert!(err.contains("pause,partition"), "{err}");
+    let report = assert_passes(
+        &[
+            "--spawn",
+            "dynamodb",
+            "--faults",
+            "pause,partition",
+            "--workers",
+            "4",
+            "--duration",
+            "20s",
+            "--control-duration",
+            "8s",
+        ],
+        &["pause", "partition"],
+    );
+    let backend = report["backend"].as_str().unwrap_or_default();
+    assert!(backend.contains("moto"), "{report:#}");
+}
+
 #[test]
 fn zookeeper_three_spawned_members_survive_pauses_member_kills_and_partitions() {
     // One server of three is killed at a time (the leader half of the time) and restarted on

@@ -10,12 +10,25 @@ use crate::config::DynamoConfig;
 
 /// The scheme this crate owns, `dynamodb://`, to register in a
 /// [`Schemes`](fencelock_core::Schemes) registry.
-pub const SCHEMES: &[Scheme] = &[Scheme::new(
-    "dynamodb",
-    "a DynamoDB table (or a local emulator through ?endpoint=)",
-    |url| Ok(Box::new(DynamoConfig::from_url(url)?)),
-)
-.with_example("dynamodb://fencelock-locks?region=eu-west-1")];
+pub const SCHEMES: &[Scheme] = &[spawns(
+    Scheme::new(
+        "dynamodb",
+        "a DynamoDB table (or a local emulator through ?endpoint=)",
+        |url| Ok(Box::new(DynamoConfig::from_url(url)?)),
+    )
+    .with_example("dynamodb://fencelock-locks?region=eu-west-1"),
+)];
+
+/// With the `servers` feature, `dynamodb://` can start a moto server for fault runs.
+#[cfg(feature = "servers")]
+const fn spawns(scheme: Scheme) -> Scheme {
+    scheme.with_spawn(crate::spawn::dynamodb)
+}
+
+#[cfg(not(feature = "servers"))]
+const fn spawns(scheme: Scheme) -> Scheme {
+    scheme
+}
 
 #[async_trait]
 impl BackendConfig for DynamoConfig {

@@ -18,6 +18,7 @@ use tokio::time::{Instant, sleep};
 use crate::backend::DynamoLockBackend;
 use crate::config::DynamoConfig;
 use crate::error::{BACKEND, CREATE_HINT, NOT_FOUND, map_dynamodb_error};
+use crate::fence::DynamoFence;
 use crate::item::build_error;
 use crate::storage::DynamoStorage;
 
@@ -137,6 +138,12 @@ impl DynamoTable {
     /// The fenced storage on this table.
     pub fn storage(&self) -> DynamoStorage {
         DynamoStorage::new(self.shared.clone())
+    }
+
+    /// The fence of the application's own items ([`DynamoFence`]), on this table's client:
+    /// it writes any table that client may write, not only this one.
+    pub fn fence(&self) -> DynamoFence {
+        DynamoFence::new(self.shared.client.clone())
     }
 
     /// The SDK client, for the application's own requests on the same connection pool.

@@ -2,12 +2,11 @@
 //! configs on it, each under a prefix of its own.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-mod serial;
-
 use std::sync::{Arc, OnceLock};
 
 use fencelock_conformance::Setup;
 use fencelock_core::OwnerId;
+use fencelock_dynamodb::servers::SerialProxy;
 use fencelock_dynamodb::{DynamoConfig, DynamoTable};
 use fencelock_servers::moto::Moto;
 use fencelock_servers::proxy::FaultProxy;
@@ -17,7 +16,7 @@ pub(crate) const TABLE: &str = "fencelock-tests";
 
 static MOTO: OnceLock<Result<Moto, String>> = OnceLock::new();
 
-/// Where the tests reach moto: the port of a [`serial::SerialProxy`] in front of the moto
+/// Where the tests reach moto: the port of a [`SerialProxy`] in front of the moto
 /// server of this test binary (started on first use, off the async threads: it waits for the
 /// server). The proxy lives in the calling test's runtime, so each test has its own. A
 /// missing `moto_server` fails the test saying what to install.
@@ -32,10 +31,12 @@ pub(crate) async fn moto() -> Endpoint {
         Ok(moto) => moto,
         Err(message) => panic!("no moto server for the DynamoDB tests: {message}"),
     };
-    let proxy = serial::SerialProxy::start(([127, 0, 0, 1], moto.port).into())
+    let proxy = SerialProxy::start(([127, 0, 0, 1], moto.port).into())
         .await
         .expect("start the serializing proxy");
-    Endpoint { port: proxy.port }
+    Endpoint {
+        port: proxy.detach(),
+    }
 }
 
 /// moto as the tests reach it.
