@@ -1,6 +1,7 @@
-//! TLS to the members: the URL's `tls`, `tls_ca`, `tls_cert` and `tls_key` options and their
-//! checks, the client's TLS options read from the PEM files at connect (feature `tls`), and
-//! what a failed handshake says.
+//! TLS to the members: the checks of the URL's `tls`, `tls_ca`, `tls_cert` and `tls_key`
+//! options ([`TlsFiles`], core's, reads them) that need the `tls` feature or rustls, the
+//! client's TLS options read from the PEM files at connect (feature `tls`), and what a failed
+//! handshake says.
 //!
 //! No crypto provider is installed here: tonic (under etcd-client) builds its rustls config
 //! with the process's provider when there is one, else with ring (`tls-ring`), so a build
@@ -8,72 +9,10 @@
 
 use std::path::{Path, PathBuf};
 
-use fencelock_core::url::Options;
+pub(crate) use fencelock_core::url::TlsFiles;
 use fencelock_core::{Error, HostPort, Result};
 
 use crate::config::EtcdConfig;
-
-/// The URL options of TLS, in the order `to_url` writes them.
-pub(crate) const OPTIONS: [&str; 4] = ["tls", "tls_ca", "tls_cert", "tls_key"];
-
-/// The PEM files of a TLS config: paths only, read at connect.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct TlsFiles {
-    pub(crate) ca: Option<PathBuf>,
-    pub(crate) cert: Option<PathBuf>,
-    pub(crate) key: Option<PathBuf>,
-}
-
-impl TlsFiles {
-    /// The TLS settings of a URL's options: `None` without `tls=true`; a file option without
-    /// it, a `tls` other than `true` or `false`, or an empty path is refused naming the option.
-    pub(crate) fn from_options(options: &Options) -> Result<Option<Self>> {
-        let path = |name: &str| match options.get(name) {
-            Some("") => Err(Error::config(format!(
-                "option `{name}` is an empty path (a PEM file)"
-            ))),
-            value => Ok(value.map(PathBuf::from)),
-        };
-        let files = TlsFiles {
-            ca: path("tls_ca")?,
-            cert: path("tls_cert")?,
-            key: path("tls_key")?,
-        };
-        match options.get("tls") {
-            Some("true") => Ok(Some(files)),
-            Some("false") | None if files == TlsFiles::default() => Ok(None),
-            Some("false") | None => {
-                let given: Vec<&str> = OPTIONS[1..]
-                    .iter()
-                    .copied()
-                    .filter(|name| options.get(name).is_some())
-                    .collect();
-                Err(Error::config(format!(
-                    "option `{}` needs tls=true (the TLS files are used only over TLS)",
-                    given.join("`, `")
-                )))
-            }
-            Some(_) => Err(Error::config(
-                "option `tls` is `true` or `false` (the value is not shown)",
-            )),
-        }
-    }
-
-    /// The `(option, value)` pairs `to_url` writes: `tls=true`, then each file given.
-    pub(crate) fn url_options(&self) -> Vec<(&'static str, String)> {
-        let mut pairs = vec![("tls", "true".to_owned())];
-        for (name, path) in [
-            ("tls_ca", &self.ca),
-            ("tls_cert", &self.cert),
-            ("tls_key", &self.key),
-        ] {
-            if let Some(path) = path {
-                pairs.push((name, path.to_string_lossy().into_owned()));
-            }
-        }
-        pairs
-    }
-}
 
 impl EtcdConfig {
     /// With TLS to every member, trusting the CA certificates in the PEM file at `path` (in
@@ -108,9 +47,9 @@ impl EtcdConfig {
     }
 }
 
-/// Checks TLS settings without reading the files: the `tls` feature built in, a CA named, a
-/// certificate and a key together, and members whose hosts a certificate can be checked
-/// against (a DNS name or an IP address).
+/// Checks TLS settings without reading the files: the `tls` feature built in, the rules of
+/// [`TlsFiles::check`] (a CA named, a certificate and a key together), and members whose
+/// hosts a certificate can be checked against (a DNS name or an IP address).
 pub(crate) fn check(tls: Option<&TlsFiles>, members: &[HostPort]) -> Result<()> {
     let Some(tls) = tls else {
         return Ok(());
@@ -121,17 +60,7 @@ pub(crate) fn check(tls: Option<&TlsFiles>, members: &[HostPort]) -> Result<()> 
              `tls` feature of the fencelock crate and of the CLI)",
         ));
     }
-    if tls.ca.is_none() {
-        return Err(Error::config(
-            "etcd tls=true needs tls_ca=/path/ca.pem: the CA certificates the members' \
-             certificates chain to (there are no built-in roots)",
-        ));
-    }
-    if tls.cert.is_some() != tls.key.is_some() {
-        return Err(Error::config(
-            "etcd tls_cert and tls_key go together (a client certificate and its key)",
-        ));
-    }
+    tls.check().map_err(|e| e.in_context("etcd"))?;
     #[cfg(feature = "tls")]
     for member in members {
         if rustls::pki_types::ServerName::try_from(member.host.as_str()).is_err() {

@@ -1,14 +1,13 @@
-//! TLS to the ensemble: the client options from a config's PEM files, and rustls' crypto
-//! provider.
+//! TLS to the ensemble: the client options from a config's PEM files, the host names a
+//! certificate can be checked against, and rustls' crypto provider.
 
 use std::path::Path;
 
-use fencelock_core::{Error, Result};
+use fencelock_core::url::TlsFiles;
+use fencelock_core::{Error, HostPort, Result};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use zookeeper_client as zk;
-
-use crate::config::TlsFiles;
 
 /// zookeeper-client builds its TLS config with `ClientConfig::builder()`, which uses rustls'
 /// process-wide crypto provider and panics when the build has two (ring through this crate,
@@ -19,6 +18,21 @@ pub(crate) fn ensure_crypto_provider() {
         // Losing a race with another installer leaves that one's provider: fine either way.
         let _ = rustls::crypto::ring::default_provider().install_default();
     }
+}
+
+/// Refuses a host a server's certificate cannot be checked against: TLS verifies each host
+/// name as the URL writes it, so it must be a DNS name or an IP address.
+pub(crate) fn check_hosts(hosts: &[HostPort]) -> Result<()> {
+    for host in hosts {
+        if rustls::pki_types::ServerName::try_from(host.host.as_str()).is_err() {
+            return Err(Error::config(format!(
+                "host {:?} is not a DNS name or IP address a TLS certificate can be checked \
+                 against",
+                host.host
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Reads a PEM file named by the option `name`; errors name the option and the path, never

@@ -16,6 +16,9 @@
 //!   `name[index]`, each index given once.
 //! - [`decode_part`] decodes a user name, password or database name, refusing NUL and text
 //!   that is not UTF-8.
+//! - [`TlsFiles`] reads the TLS file options (`tls=true`, `tls_ca`, `tls_cert`, `tls_key`)
+//!   with their rules (file options need `tls=true`, which needs a CA; a certificate and its
+//!   key together) and renders them back; each backend reads the files with its TLS library.
 //!
 //! Every refusal is [`Error::InvalidConfig`](crate::Error::InvalidConfig) naming the setting
 //! and never showing a password; backends put their own context in front with
@@ -26,12 +29,14 @@ mod options;
 mod parts;
 mod redact;
 mod text;
+mod tls;
 
 pub use hosts::{distinct, parse_host, parse_hosts, port_problem};
 pub use options::{Known, OptionEntry, Options};
 pub use parts::UrlParts;
 pub use redact::{passwords, redact, safe_to_echo};
 pub use text::decode_part;
+pub use tls::TlsFiles;
 
 /// The one way a backend's URL config is shown: `Display` is its `redacted_url()` (every
 /// password `***`), `FromStr` is its `from_url`, and, given the config's other fields, `Debug`
