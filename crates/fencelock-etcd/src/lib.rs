@@ -16,10 +16,10 @@ mod queue;
 mod read_phase;
 mod reply;
 mod seen;
-mod set;
 #[cfg(feature = "servers")]
 #[cfg_attr(docsrs, doc(cfg(feature = "servers")))]
 pub mod servers;
+mod set;
 #[cfg(feature = "servers")]
 mod spawn;
 mod storage;

@@ -13,10 +13,10 @@ mod queue;
 mod read_phase;
 mod recipe;
 mod renew;
-mod session;
 #[cfg(feature = "servers")]
 #[cfg_attr(docsrs, doc(cfg(feature = "servers")))]
 pub mod servers;
+mod session;
 #[cfg(feature = "servers")]
 mod spawn;
 mod storage;
