@@ -9,8 +9,8 @@ use std::time::Duration;
 use fencelock::HostPort;
 use fencelock::redis::{RedisConfig, RedlockConfig};
 use fencelock_bench::{BenchError, Suite};
+use fencelock_redis::servers::RedisServer;
 use fencelock_testkit::proxy::FaultProxy;
-use fencelock_testkit::redis::RedisServer;
 
 async fn redlock(
     nodes: usize,

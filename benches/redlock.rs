@@ -13,8 +13,8 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use fencelock::redis::{RedisConfig, Redlock, RedlockConfig};
 use fencelock::{LockBackend, LockKey};
+use fencelock_redis::servers::RedisServer;
 use fencelock_testkit::proxy::FaultProxy;
-use fencelock_testkit::redis::RedisServer;
 
 const TTL: Duration = Duration::from_secs(30);
 const SLOW: Duration = Duration::from_millis(50);

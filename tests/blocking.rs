@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use fencelock::Error;
 use fencelock::blocking::Locker;
-use fencelock_testkit::redis::RedisServer;
+use fencelock_redis::servers::RedisServer;
 
 #[test]
 fn locks_and_fences_from_a_program_without_a_runtime() {

@@ -15,7 +15,7 @@ use fencelock::mysql::{MySqlFence, sqlx as mysql_sqlx};
 use fencelock::postgres::{PgDatabase, sqlx as pg_sqlx};
 use fencelock::redis::{RedisFence, redis};
 use fencelock::{Error, Fence, FencedStorageExt, FencingToken, Locker, OwnerId};
-use fencelock_testkit::redis::RedisServer;
+use fencelock_redis::servers::RedisServer;
 
 /// Names `lock` refuses, and what it says of each.
 async fn refused_by_lock() -> Vec<(&'static str, Error)> {

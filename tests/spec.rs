@@ -6,7 +6,7 @@
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_spec_keeps_data_on_its_storage_server() {
     use fencelock::spec::BackendSpec;
-    use fencelock_testkit::redis::RedisServer;
+    use fencelock_redis::servers::RedisServer;
 
     let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::spawn()).collect();
     let data = RedisServer::spawn();
@@ -47,7 +47,7 @@ async fn redlock_spec_keeps_data_on_its_storage_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cluster_spec_connects_a_cluster() {
     use fencelock::spec::BackendSpec;
-    use fencelock_testkit::redis_cluster::RedisCluster;
+    use fencelock_redis::servers::RedisCluster;
 
     let cluster = tokio::task::spawn_blocking(|| RedisCluster::spawn(3, 0))
         .await

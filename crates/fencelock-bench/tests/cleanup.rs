@@ -141,7 +141,7 @@ async fn a_redlock_run_leaves_no_key_on_its_nodes_or_its_storage() {
 #[tokio::test]
 async fn a_redis_cluster_run_leaves_no_key_on_any_master() {
     use fencelock_redis::RedisClusterConfig;
-    use fencelock_testkit::redis_cluster::RedisCluster;
+    use fencelock_redis::servers::RedisCluster;
 
     // Three masters, no replica: every node is a master, and each gets keys of the run.
     let cluster = tokio::task::spawn_blocking(|| RedisCluster::spawn(3, 0))

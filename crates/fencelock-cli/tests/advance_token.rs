@@ -5,7 +5,7 @@
 mod common;
 
 use common::fencelock;
-use fencelock_testkit::redis::RedisServer;
+use fencelock::redis::servers::RedisServer;
 
 /// The token a `fencelock run` on `key` was granted.
 fn token_of_a_run(url: &str, key: &str) -> u64 {

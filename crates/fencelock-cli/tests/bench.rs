@@ -7,8 +7,8 @@ mod common;
 
 use common::fencelock;
 
+use fencelock::redis::servers::RedisServer;
 use fencelock_testkit::postgres::PgSchema;
-use fencelock_testkit::redis::RedisServer;
 
 /// Every scenario but the reader's, which only a backend with shared locks has.
 const SCENARIOS: [&str; 16] = [
@@ -173,7 +173,7 @@ fn bench_redlock() {
 /// any master.
 #[test]
 fn bench_redis_cluster() {
-    use fencelock_testkit::redis_cluster::RedisCluster;
+    use fencelock::redis::servers::RedisCluster;
 
     let cluster = RedisCluster::spawn(3, 0);
     let subjects = bench_json(&cluster.url());

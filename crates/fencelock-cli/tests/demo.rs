@@ -25,7 +25,7 @@ fn demo_on_memory() {
 
 #[test]
 fn demo_on_redis() {
-    let server = fencelock_testkit::redis::RedisServer::spawn();
+    let server = fencelock::redis::servers::RedisServer::spawn();
     demo_on(&server.url());
 }
 

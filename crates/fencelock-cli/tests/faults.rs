@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use fencelock::redis::servers::RedisServer;
 use fencelock_testkit::pg_cluster::PgCluster;
-use fencelock_testkit::redis::RedisServer;
 
 use common::{code, explain, wait_for_line};
 

@@ -10,7 +10,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{command, fencelock, inspect_row};
-use fencelock_testkit::redis::RedisServer;
+use fencelock::redis::servers::RedisServer;
 use serde_json::Value;
 
 /// Starts `fencelock ARGS -- sleep 30` and waits until its grant file exists.

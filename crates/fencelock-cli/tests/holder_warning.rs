@@ -7,7 +7,7 @@
 mod common;
 
 use common::fencelock;
-use fencelock_testkit::redis::RedisServer;
+use fencelock::redis::servers::RedisServer;
 
 fn redlock_url(nodes: &[&RedisServer]) -> String {
     let hosts: Vec<String> = nodes

@@ -7,7 +7,8 @@
 mod common;
 
 use common::{fencelock, fencelock_with};
-use fencelock_testkit::redis::{RedisServer, free_port};
+use fencelock::redis::servers::RedisServer;
+use fencelock_servers::port::free_port;
 
 const PASSWORD: &str = "pw-s3cr3t-9f1";
 

@@ -8,11 +8,11 @@
 mod common;
 
 use fencelock::postgres::PgConfig;
+use fencelock::redis::servers::RedisServer;
 use fencelock::redis::{RedisConfig, RedlockConfig};
 use fencelock::spec::{BackendConfig, BackendSpec};
 use fencelock::{LockGuard, Locker};
 use fencelock_testkit::postgres::PgSchema;
-use fencelock_testkit::redis::RedisServer;
 use serde_json::Value;
 
 /// A locker on the backend `config` describes, set up in the library, not from a URL.

@@ -11,12 +11,12 @@ mod common;
 
 use std::time::Duration;
 
+use fencelock::redis::servers::RedisServer;
 use fencelock::spec::BackendSpec;
 use fencelock::zookeeper::servers::{ZkMembers, ZooKeeper};
 use fencelock::{LockBackend, LockKey, Locker, OwnerId};
 use fencelock_testkit::members::Spawned;
 use fencelock_testkit::postgres::PgSchema;
-use fencelock_testkit::redis::RedisServer;
 use serde_json::Value;
 
 /// `fencelock inspect [--json] --backend spec key`: exit code and stdout.

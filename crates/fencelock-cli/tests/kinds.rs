@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use fencelock_testkit::redis::RedisServer;
+use fencelock::redis::servers::RedisServer;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 

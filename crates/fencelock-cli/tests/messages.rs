@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::{explain, fencelock, wait_for_line};
-use fencelock_testkit::redis::RedisServer;
+use fencelock::redis::servers::RedisServer;
 
 /// The subcommands that take `--backend`.
 const WITH_BACKEND: &[&str] = &[

@@ -15,8 +15,8 @@ use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use common::{command, explain, fencelock, wait_for_line};
+use fencelock::redis::servers::RedisServer;
 use fencelock_testkit::proxy::FaultProxy;
-use fencelock_testkit::redis::RedisServer;
 use serde_json::Value;
 
 /// Per chunk and direction: a round trip to the slow node is 80 ms, a release there 240 ms.

@@ -8,8 +8,9 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use fencelock::redis::servers::RedisServer;
+use fencelock_servers::port::free_port;
 use fencelock_testkit::postgres::PgSchema;
-use fencelock_testkit::redis::{RedisServer, free_port};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 

@@ -7,7 +7,7 @@ mod common;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use fencelock_testkit::redis::RedisServer;
+use fencelock::redis::servers::RedisServer;
 
 use common::{fencelock, wait_for_line};
 

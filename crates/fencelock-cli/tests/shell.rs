@@ -12,7 +12,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use common::fencelock;
-use fencelock_testkit::redis::RedisServer;
+use fencelock::redis::servers::RedisServer;
 use serde_json::Value;
 
 /// `fencelock run --backend URL --key KEY` followed by `rest`.

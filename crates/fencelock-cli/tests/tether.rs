@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::{command, wait_for_line};
-use fencelock_testkit::redis::RedisServer;
+use fencelock::redis::servers::RedisServer;
 
 /// Whether process `pid` is gone: no such process, or dead and waiting to be reaped.
 fn gone(pid: u32) -> bool {

@@ -6,7 +6,8 @@
 
 use std::process::{Command, Output};
 
-use fencelock_testkit::tls::{TestCerts, TlsPostgres, TlsRedis};
+use fencelock::redis::servers::{RedisTlsFiles, TlsRedis};
+use fencelock_testkit::tls::{TestCerts, TlsPostgres};
 
 fn fencelock(backend: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_fencelock"))
@@ -17,6 +18,15 @@ fn fencelock(backend: &str, args: &[&str]) -> Output {
         .expect("the fencelock binary runs")
 }
 
+/// A `redis-server` speaking TLS only with `certs`' server certificate.
+fn spawn_tls(certs: &TestCerts) -> TlsRedis {
+    TlsRedis::spawn(&RedisTlsFiles {
+        cert: certs.server_cert(),
+        key: certs.server_key(),
+        ca: certs.ca(),
+    })
+}
+
 fn path(p: &std::path::Path) -> &str {
     p.to_str().expect("a UTF-8 temp path")
 }
@@ -24,7 +34,7 @@ fn path(p: &std::path::Path) -> &str {
 #[test]
 fn run_reaches_redis_over_tls() {
     let certs = TestCerts::generate();
-    let server = TlsRedis::spawn(&certs);
+    let server = spawn_tls(&certs);
     let url = format!("{}?tls_ca={}", server.url(), path(&certs.ca()));
     let out = fencelock(
         &url,

@@ -10,9 +10,9 @@ mod common;
 use std::process::Command;
 
 use common::fencelock;
+use fencelock::redis::servers::RedisServer;
 use fencelock::zookeeper::servers::{ZkMembers, ZooKeeper};
 use fencelock_testkit::members::Spawned;
-use fencelock_testkit::redis::RedisServer;
 
 fn redis_cli(server: &RedisServer, args: &[&str]) {
     let out = Command::new("redis-cli")

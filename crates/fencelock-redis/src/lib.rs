@@ -32,6 +32,9 @@ mod storage;
 pub mod baseline;
 mod schemes;
 #[cfg(feature = "servers")]
+#[cfg_attr(docsrs, doc(cfg(feature = "servers")))]
+pub mod servers;
+#[cfg(feature = "servers")]
 mod spawn;
 
 pub use backend::RedisLockBackend;

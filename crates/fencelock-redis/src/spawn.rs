@@ -9,11 +9,11 @@ use std::sync::Arc;
 
 use fencelock_core::tools::{SpawnFuture, SpawnRequest, SpawnedServers};
 use fencelock_core::{Error, Result};
-use fencelock_servers::redis::{RedisOptions, RedisServer};
 use fencelock_servers::set::{self, Process, ServerSet};
 
 use crate::config::RedisConfig;
 use crate::redlock::RedlockConfig;
+use crate::servers::{RedisServer, RedisServerOptions};
 
 /// `redis://`: one server.
 pub(crate) fn redis(request: SpawnRequest) -> SpawnFuture {
@@ -37,9 +37,9 @@ async fn spawn(request: SpawnRequest, redlock: bool) -> Result<Box<dyn SpawnedSe
         _ => {}
     }
     let options = if request.durable {
-        RedisOptions::persistent()
+        RedisServerOptions::persistent()
     } else {
-        RedisOptions::default()
+        RedisServerOptions::default()
     };
     let mut nodes = Vec::with_capacity(count);
     for _ in 0..count {
@@ -54,7 +54,7 @@ async fn spawn(request: SpawnRequest, redlock: bool) -> Result<Box<dyn SpawnedSe
     } else {
         Some(Arc::new(
             set::start("redis-server", || {
-                RedisServer::try_spawn_with(RedisOptions::persistent())
+                RedisServer::try_spawn_with(RedisServerOptions::persistent())
             })
             .await?,
         ))

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_core::{FencedStorage, LockBackend, LockKey, Locker, OwnerId};
+use fencelock_redis::servers::RedisServer;
 use fencelock_redis::{RedisConfig, RedisLockBackend};
-use fencelock_testkit::redis::RedisServer;
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(30);

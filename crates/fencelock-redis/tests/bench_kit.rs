@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use fencelock_core::tools::{BenchKit, Peer};
 use fencelock_core::{BackendConfig, Connected, LockKey};
+use fencelock_redis::servers::RedisCluster;
+use fencelock_redis::servers::RedisServer;
 use fencelock_redis::{RedisClusterConfig, RedisConfig, RedlockConfig};
-use fencelock_testkit::redis::RedisServer;
-use fencelock_testkit::redis_cluster::RedisCluster;
 use redis::cluster::ClusterClientBuilder;
 
 const TTL: Duration = Duration::from_secs(30);

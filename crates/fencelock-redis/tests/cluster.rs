@@ -10,7 +10,7 @@ use std::time::Duration;
 use fencelock_conformance::Setup;
 use fencelock_core::LockBackend;
 use fencelock_redis::RedisClusterConfig;
-use fencelock_testkit::redis_cluster::RedisCluster;
+use fencelock_redis::servers::RedisCluster;
 
 async fn spawn() -> Arc<RedisCluster> {
     tokio::task::spawn_blocking(|| Arc::new(RedisCluster::spawn(3, 0)))

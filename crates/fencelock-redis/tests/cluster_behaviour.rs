@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_core::{Error, FencedStorage, LockBackend, LockKey, TokenGuarantee};
+use fencelock_redis::servers::RedisCluster;
+use fencelock_redis::servers::RedisServer;
 use fencelock_redis::{RedisClusterConfig, hash_tag};
-use fencelock_testkit::redis::RedisServer;
-use fencelock_testkit::redis_cluster::RedisCluster;
 
 const TTL: Duration = Duration::from_secs(60);
 
@@ -233,7 +233,7 @@ async fn a_master_that_may_evict_is_refused_by_name() {
 /// Connect errors name the seeds: nothing listening, a server without cluster support.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_errors_name_the_seeds() {
-    let port = fencelock_testkit::redis::free_port().unwrap();
+    let port = fencelock_servers::port::free_port().unwrap();
     let config = RedisClusterConfig::from_url(&format!("redis+cluster://127.0.0.1:{port}"))
         .unwrap()
         .connect_timeout(Duration::from_secs(1))

@@ -23,8 +23,8 @@ use std::time::Duration;
 use fencelock_core::{
     Error, FencedStorage, HostPort, LockBackend, LockKey, TokenGuarantee, WakeUp,
 };
+use fencelock_redis::servers::RedisCluster;
 use fencelock_redis::{RedisClusterBackend, RedisClusterConfig, hash_tag};
-use fencelock_testkit::redis_cluster::RedisCluster;
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(60);

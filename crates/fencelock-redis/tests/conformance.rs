@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use fencelock_conformance::Setup;
 use fencelock_redis::RedisConfig;
-use fencelock_testkit::redis::RedisServer;
+use fencelock_redis::servers::RedisServer;
 
 async fn setup() -> Setup {
     let server = Arc::new(RedisServer::spawn());

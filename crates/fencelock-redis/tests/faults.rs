@@ -7,9 +7,10 @@ use std::time::Duration;
 use fencelock_core::{
     Error, FencedStorage, FencingToken, LockBackend, LockKey, OwnerId, TokenGuarantee,
 };
+use fencelock_redis::servers::{RedisServer, RedisServerOptions};
 use fencelock_redis::{RedisConfig, RedisLockBackend};
+use fencelock_servers::port::free_port;
 use fencelock_testkit::proxy::FaultProxy;
-use fencelock_testkit::redis::{RedisOptions, RedisServer, free_port};
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(30);
@@ -145,7 +146,7 @@ async fn retry_acquire(backend: &RedisLockBackend, key: &LockKey) -> fencelock_c
 /// With AOF and `appendfsync always`, counters survive a SIGKILL and restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn persistent_server_keeps_counters_across_kill() {
-    let server = std::sync::Arc::new(RedisServer::spawn_with(RedisOptions::persistent()));
+    let server = std::sync::Arc::new(RedisServer::spawn_with(RedisServerOptions::persistent()));
     let backend = connect(&server.url(), Duration::from_secs(2)).await;
     assert_eq!(
         backend.capabilities().tokens,
@@ -169,9 +170,9 @@ async fn persistent_server_keeps_counters_across_kill() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_or_missing_password_is_invalid_config() {
-    let server = RedisServer::spawn_with(RedisOptions {
+    let server = RedisServer::spawn_with(RedisServerOptions {
         password: Some("s3cret".into()),
-        ..RedisOptions::default()
+        ..RedisServerOptions::default()
     });
     let port = server.port();
     for url in [
@@ -195,10 +196,10 @@ async fn wrong_or_missing_password_is_invalid_config() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acl_user_urls_work() {
-    let server = RedisServer::spawn_with(RedisOptions {
+    let server = RedisServer::spawn_with(RedisServerOptions {
         acl_user: Some(("locker".into(), "pw".into())),
         password: Some("admin".into()),
-        ..RedisOptions::default()
+        ..RedisServerOptions::default()
     });
     assert!(server.url().starts_with("redis://locker:pw@"));
     let backend = connect(&server.url(), Duration::from_secs(2)).await;

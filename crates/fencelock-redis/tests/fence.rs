@@ -7,8 +7,8 @@ use std::time::Duration;
 use fencelock_core::{Error, Fence, FenceRule, FencingToken, LockBackend, LockKey, OwnerId};
 use fencelock_redis::redis::AsyncCommands;
 use fencelock_redis::redis::aio::{ConnectionManager, MultiplexedConnection};
+use fencelock_redis::servers::RedisServer;
 use fencelock_redis::{RedisConfig, RedisFence, Reply, hash_tag, redis};
-use fencelock_testkit::redis::RedisServer;
 
 fn resource(name: &str) -> LockKey {
     LockKey::new(format!("fence/{name}/{}", OwnerId::random())).unwrap()

@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use fencelock_conformance::Setup;
 use fencelock_core::{Fence, FencedStorage, LockKey, Result, Snapshot};
 use fencelock_redis::redis::aio::MultiplexedConnection;
+use fencelock_redis::servers::RedisServer;
 use fencelock_redis::{RedisConfig, RedisFence, Reply, hash_tag, redis};
-use fencelock_testkit::redis::RedisServer;
 
 /// The largest value the adapter accepts.
 const MAX_VALUE_LEN: usize = 2 << 20;

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use fencelock_core::{LockBackend, LockKey, Locker, OwnerId, QueueRole};
+use fencelock_redis::servers::RedisServer;
 use fencelock_redis::{RedisConfig, RedisLockBackend};
-use fencelock_testkit::redis::RedisServer;
 use tokio::time::{Instant, sleep, timeout};
 
 const TTL: Duration = Duration::from_secs(30);

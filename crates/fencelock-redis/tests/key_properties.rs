@@ -17,8 +17,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use fencelock_core::{Error, FencedStorage, LockBackend, LockKey, Locker};
+use fencelock_redis::servers::RedisServer;
 use fencelock_redis::{RedisConfig, hash_tag, redis};
-use fencelock_testkit::redis::RedisServer;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 

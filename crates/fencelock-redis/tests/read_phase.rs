@@ -9,11 +9,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fencelock_core::{LockBackend, LockKey, OwnerId};
+use fencelock_redis::servers::RedisServer;
 use fencelock_redis::{RedisClusterConfig, RedisConfig, redis};
-use fencelock_testkit::redis::RedisServer;
 
 mod stats;
-use fencelock_testkit::redis_cluster::RedisCluster;
+use fencelock_redis::servers::RedisCluster;
 use tokio::time::{Instant, sleep};
 
 const LONG: Duration = Duration::from_secs(30);

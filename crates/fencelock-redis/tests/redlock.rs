@@ -9,9 +9,9 @@ use fencelock_conformance::Setup;
 use fencelock_core::{
     Error, FencedStorage, FencingToken, Lease, LockBackend, LockKey, OwnerId, TokenGuarantee,
 };
+use fencelock_redis::servers::{RedisServer, RedisServerOptions};
 use fencelock_redis::{RedisConfig, Redlock, RedlockConfig};
 use fencelock_testkit::proxy::FaultProxy;
-use fencelock_testkit::redis::{RedisOptions, RedisServer};
 
 mod stats;
 use tokio::time::Instant;
@@ -24,7 +24,7 @@ fn key(name: &str) -> LockKey {
 }
 
 /// `n` independent servers, spawned in parallel.
-fn spawn_nodes(n: usize, options: &RedisOptions) -> Vec<Arc<RedisServer>> {
+fn spawn_nodes(n: usize, options: &RedisServerOptions) -> Vec<Arc<RedisServer>> {
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..n)
             .map(|_| scope.spawn(|| Arc::new(RedisServer::spawn_with(options.clone()))))
@@ -79,7 +79,7 @@ async fn acquire(redlock: &Redlock, key: &LockKey) -> Lease {
 /// A fresh Redlock over `n` nodes for one property. The storage has a server of its own, which
 /// the outage leaves alone: the outage kills a majority of the lock nodes.
 async fn setup(n: usize) -> Setup {
-    let mut servers = spawn_nodes(n + 1, &RedisOptions::default());
+    let mut servers = spawn_nodes(n + 1, &RedisServerOptions::default());
     let data = servers.pop().unwrap();
     let redlock = connect(urls(&servers), Duration::from_secs(1)).await;
     let storage = RedisConfig::new(data.url())
@@ -113,7 +113,7 @@ mod five_nodes {
 /// of them by killing the others: every grant still carries a higher token than the last.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_increase_with_counters_set_apart() {
-    let nodes = spawn_nodes(3, &RedisOptions::default());
+    let nodes = spawn_nodes(3, &RedisServerOptions::default());
     let redlock = connect(urls(&nodes), NODE_TIMEOUT).await;
     let key = key("apart");
     let mut last: Option<FencingToken> = None;
@@ -168,7 +168,7 @@ async fn tokens_increase_with_counters_set_apart() {
 /// the node timeout, never a hang. All back: service resumes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn minority_down_works_majority_down_fails_fast_then_recovers() {
-    let nodes = spawn_nodes(5, &RedisOptions::default());
+    let nodes = spawn_nodes(5, &RedisServerOptions::default());
     let redlock = connect(urls(&nodes), NODE_TIMEOUT).await;
     let key = key("majority");
 
@@ -263,7 +263,7 @@ async fn minority_down_works_majority_down_fails_fast_then_recovers() {
 /// of the fast quorum, not of the slow node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_node_does_not_gate_acquisition() {
-    let nodes = spawn_nodes(5, &RedisOptions::default());
+    let nodes = spawn_nodes(5, &RedisServerOptions::default());
     let proxy = FaultProxy::start(nodes[0].addr()).await.unwrap();
     let mut via = urls(&nodes);
     via[0] = format!("redis://127.0.0.1:{}", proxy.port());
@@ -298,7 +298,7 @@ async fn slow_node_does_not_gate_acquisition() {
 /// A node that is down at connect time does not prevent connecting, and joins once it is up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_down_at_connect_joins_later() {
-    let nodes = spawn_nodes(3, &RedisOptions::default());
+    let nodes = spawn_nodes(3, &RedisServerOptions::default());
     kill(&nodes[2]).await;
     let redlock = connect(urls(&nodes), NODE_TIMEOUT).await;
     let key = key("late-node");
@@ -326,7 +326,7 @@ async fn node_down_at_connect_joins_later() {
 /// Capabilities: tokens persist only if every node persists.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_durability_needs_every_node_to_persist() {
-    let persistent = spawn_nodes(3, &RedisOptions::persistent());
+    let persistent = spawn_nodes(3, &RedisServerOptions::persistent());
     let redlock = connect(urls(&persistent), NODE_TIMEOUT).await;
     assert_eq!(
         redlock.capabilities().tokens,
@@ -336,7 +336,7 @@ async fn token_durability_needs_every_node_to_persist() {
     );
     assert!(redlock.capabilities().locks_survive_restart);
 
-    let plain = spawn_nodes(1, &RedisOptions::default());
+    let plain = spawn_nodes(1, &RedisServerOptions::default());
     let mut mixed = urls(&persistent[..2]);
     mixed.extend(urls(&plain));
     let redlock = connect(mixed, NODE_TIMEOUT).await;
@@ -385,7 +385,7 @@ async fn bad_configurations_are_refused() {
 /// A ttl the drift margin would eat entirely is refused before any node is asked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ttl_within_the_drift_margin_is_refused() {
-    let nodes = spawn_nodes(1, &RedisOptions::default());
+    let nodes = spawn_nodes(1, &RedisServerOptions::default());
     let redlock = connect(urls(&nodes), NODE_TIMEOUT).await;
     let key = key("tiny-ttl");
     for ttl in [Duration::from_millis(1), Duration::from_millis(2)] {
@@ -406,7 +406,7 @@ async fn ttl_within_the_drift_margin_is_refused() {
 /// Redlock's errors say `redlock`, not `redis`, and name the node that answered them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_say_redlock_and_name_the_node() {
-    let nodes = spawn_nodes(3, &RedisOptions::default());
+    let nodes = spawn_nodes(3, &RedisServerOptions::default());
     let redlock = connect(urls(&nodes), NODE_TIMEOUT).await;
     kill(&nodes[1]).await;
     kill(&nodes[2]).await;
@@ -420,9 +420,9 @@ async fn errors_say_redlock_and_name_the_node() {
         other => panic!("expected QuorumFailed, got {other:?}"),
     }
 
-    let locked = RedisServer::spawn_with(RedisOptions {
+    let locked = RedisServer::spawn_with(RedisServerOptions {
         password: Some("s3cret".into()),
-        ..RedisOptions::default()
+        ..RedisServerOptions::default()
     });
     let url = format!("redis://:wrong@127.0.0.1:{}", locked.port());
     match RedlockConfig::new([url]).connect().await {
@@ -443,7 +443,7 @@ async fn errors_say_redlock_and_name_the_node() {
 /// the node is back, storage works without reconnecting anything by hand.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_node_down_at_connect_leaves_the_lock_working() {
-    let nodes = spawn_nodes(3, &RedisOptions::default());
+    let nodes = spawn_nodes(3, &RedisServerOptions::default());
     kill(&nodes[0]).await;
     let hosts: Vec<String> = nodes.iter().map(|n| n.addr().to_string()).collect();
     let config = RedlockConfig::from_url(&format!("redlock://{}", hosts.join(",")))
@@ -494,7 +494,7 @@ async fn first_node_down_at_connect_leaves_the_lock_working() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_sets_off_one_try_per_process_not_one_per_waiter() {
-    let servers = spawn_nodes(3, &RedisOptions::default());
+    let servers = spawn_nodes(3, &RedisServerOptions::default());
     let redlock = Arc::new(connect(urls(&servers), NODE_TIMEOUT).await);
     let key = key("herd");
     let held = acquire(&redlock, &key).await;

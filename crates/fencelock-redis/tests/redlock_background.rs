@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_core::{LockBackend, LockKey, Locker, OwnerId};
+use fencelock_redis::servers::RedisServer;
 use fencelock_redis::{RedisConfig, RedlockConfig};
 use fencelock_testkit::proxy::FaultProxy;
-use fencelock_testkit::redis::RedisServer;
 
 const TTL: Duration = Duration::from_secs(60);
 /// Long enough that three slowed round trips fit with a wide margin.

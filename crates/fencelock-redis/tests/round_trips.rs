@@ -4,8 +4,8 @@
 
 use fencelock_core::{LockBackend, LockKey};
 use fencelock_redis::RedisConfig;
+use fencelock_redis::servers::RedisServer;
 use fencelock_testkit::proxy::{FaultProxy, uncontended_round_trips};
-use fencelock_testkit::redis::RedisServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_uncontended_grant_and_a_release_are_one_round_trip_each() {

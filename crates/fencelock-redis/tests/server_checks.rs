@@ -6,8 +6,9 @@
 use std::time::Duration;
 
 use fencelock_core::{Error, FencedStorage, LockBackend, LockKey, OwnerId, TokenGuarantee};
+use fencelock_redis::servers::{RedisServer, RedisServerOptions};
 use fencelock_redis::{RedisConfig, RedlockConfig, redis};
-use fencelock_testkit::redis::{RedisOptions, RedisServer, free_port};
+use fencelock_servers::port::free_port;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const PASSWORD: &str = "s3cr3t-pw";
@@ -114,7 +115,7 @@ async fn evicting_server_is_refused_unless_allowed() {
         },
         "no AOF: not persisted"
     );
-    let persistent = RedisServer::spawn_with(RedisOptions::persistent());
+    let persistent = RedisServer::spawn_with(RedisServerOptions::persistent());
     let backend = RedisConfig::from_url(&persistent.url())
         .unwrap()
         .connect()
@@ -301,9 +302,9 @@ async fn refused_credentials_report_what_the_server_said() {
         }
         other => panic!("expected InvalidConfig, got {other:?}"),
     }
-    let locked = RedisServer::spawn_with(RedisOptions {
+    let locked = RedisServer::spawn_with(RedisServerOptions {
         password: Some("the-right-one".into()),
-        ..RedisOptions::default()
+        ..RedisServerOptions::default()
     });
     let config =
         RedisConfig::from_url(&format!("redis://:{PASSWORD}@127.0.0.1:{}", locked.port())).unwrap();

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_core::{FencingToken, LockBackend, LockKey, Locker, OwnerId};
+use fencelock_redis::servers::RedisServer;
 use fencelock_redis::{RedisConfig, RedisLockBackend};
-use fencelock_testkit::redis::RedisServer;
 
 mod stats;
 use stats::{admin, script_calls};

@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use fencelock_core::{LockGuard, Locker};
+use fencelock_redis::servers::RedisServer;
 use fencelock_redis::{RedisConfig, RedisLockBackend};
-use fencelock_testkit::redis::RedisServer;
 
 mod stats;
 use stats::{admin, calls};

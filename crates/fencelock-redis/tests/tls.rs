@@ -7,15 +7,24 @@ use std::time::Duration;
 
 use fencelock_core::{Error, FencedStorage, LockKey, Locker};
 use fencelock_redis::RedisConfig;
-use fencelock_testkit::redis::RedisServer;
-use fencelock_testkit::tls::{TestCerts, TlsRedis};
+use fencelock_redis::servers::{RedisServer, RedisTlsFiles, TlsRedis};
+use fencelock_testkit::tls::TestCerts;
 
 const TTL: Duration = Duration::from_secs(10);
+
+/// A `redis-server` speaking TLS only with `certs`' server certificate.
+fn spawn_tls(certs: &TestCerts) -> TlsRedis {
+    TlsRedis::spawn(&RedisTlsFiles {
+        cert: certs.server_cert(),
+        key: certs.server_key(),
+        ca: certs.ca(),
+    })
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_and_writes_over_tls_with_the_test_ca() {
     let certs = TestCerts::generate();
-    let server = TlsRedis::spawn(&certs);
+    let server = spawn_tls(&certs);
     let url = format!(
         "{}?tls_ca={}",
         server.url(),
@@ -50,7 +59,7 @@ async fn locks_and_writes_over_tls_with_the_test_ca() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_certificate_from_another_ca_is_refused_naming_the_server() {
     let certs = TestCerts::generate();
-    let server = TlsRedis::spawn(&certs);
+    let server = spawn_tls(&certs);
     let wrong = TestCerts::other_ca();
     let config = RedisConfig::from_url(&format!("rediss://:s3cr3t@localhost:{}", server.port()))
         .unwrap()
@@ -98,7 +107,7 @@ async fn a_tls_ca_that_is_not_a_certificate_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_certificate_for_another_name_says_the_name_does_not_match() {
     let certs = TestCerts::generate_for_name("elsewhere.fencelock.invalid");
-    let server = TlsRedis::spawn(&certs);
+    let server = spawn_tls(&certs);
     let config = RedisConfig::from_url(&format!("rediss://127.0.0.1:{}", server.port()))
         .unwrap()
         .tls_ca(certs.ca());
@@ -137,7 +146,7 @@ async fn tls_and_plain_urls_at_the_wrong_kind_of_port_say_so() {
     }
 
     let certs = TestCerts::generate();
-    let tls = TlsRedis::spawn(&certs);
+    let tls = spawn_tls(&certs);
     let config = RedisConfig::from_url(&format!("redis://127.0.0.1:{}", tls.port())).unwrap();
     match config.connect().await {
         Err(Error::InvalidConfig { message, .. }) => {

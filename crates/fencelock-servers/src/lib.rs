@@ -6,5 +6,4 @@ pub mod members;
 pub mod moto;
 pub mod port;
 pub mod proxy;
-pub mod redis;
 pub mod set;

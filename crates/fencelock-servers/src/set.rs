@@ -1,6 +1,7 @@
 //! Spawned servers as one set a fault run pulls: [`ServerSet`] implements the core's
-//! [`SpawnedServers`] over any [`Process`] (a redis-server, or each member of a
-//! [`Members`](crate::members::Members) group), so a backend's spawner is a few lines that
+//! [`SpawnedServers`] over any [`Process`] (each member of a
+//! [`Members`](crate::members::Members) group, or a server a backend's crate runs itself, such
+//! as `fencelock_redis::servers::RedisServer`), so a backend's spawner is a few lines that
 //! start its servers and name the lock service and the storage on them.
 
 use std::any::Any;
@@ -10,8 +11,6 @@ use std::sync::Arc;
 
 use fencelock_core::tools::SpawnedServers;
 use fencelock_core::{BackendConfig, Error, Result, async_trait};
-
-use crate::redis::RedisServer;
 
 /// One server of a set: a process a fault run kills with SIGKILL and starts again on its port
 /// and data.
@@ -28,20 +27,6 @@ pub trait Process: Send + Sync + fmt::Debug + 'static {
     /// Whether the process leads the others now (an etcd leader, a ZooKeeper leader).
     fn leads(&self) -> bool {
         false
-    }
-}
-
-impl Process for RedisServer {
-    fn is_running(&self) -> bool {
-        RedisServer::is_running(self)
-    }
-
-    fn kill(&self) {
-        RedisServer::kill(self);
-    }
-
-    fn try_restart(&self) -> io::Result<()> {
-        RedisServer::try_restart(self)
     }
 }
 

@@ -1,5 +1,6 @@
-//! The server tools against a real redis-server: spawn, kill, restart, pause, and the fault
-//! proxy's faults. A missing `redis-server` fails with a message saying what to install.
+//! The fault proxy's faults against a real redis-server (Redis's own spawner, a dev-dependency):
+//! delay, blackhole, reset, and its count of round trips. A missing `redis-server` fails with a
+//! message saying what to install.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -7,8 +8,8 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
+use fencelock_redis::servers::RedisServer;
 use fencelock_servers::proxy::FaultProxy;
-use fencelock_servers::redis::{RedisOptions, RedisServer};
 
 /// Sends PING on a fresh connection to `addr`; `Some(reply)` when one came within `within`.
 fn ping(addr: SocketAddr, within: Duration) -> Option<String> {
@@ -22,45 +23,13 @@ fn ping(addr: SocketAddr, within: Duration) -> Option<String> {
     }
 }
 
-fn spawn(options: RedisOptions) -> RedisServer {
-    RedisServer::try_spawn_with(options).unwrap_or_else(|e| panic!("{e}"))
-}
-
 const ANSWER: Duration = Duration::from_secs(5);
 /// How long silence must last to count as no answer (a live server answers in microseconds).
 const SILENCE: Duration = Duration::from_millis(300);
 
-#[test]
-fn a_server_is_killed_paused_and_restarted() {
-    let server = spawn(RedisOptions::persistent());
-    assert_eq!(ping(server.addr(), ANSWER).as_deref(), Some("+PONG\r\n"));
-    server.pause().unwrap();
-    assert_eq!(ping(server.addr(), SILENCE), None);
-    server.resume().unwrap();
-    assert_eq!(ping(server.addr(), ANSWER).as_deref(), Some("+PONG\r\n"));
-    server.kill();
-    assert!(!server.is_running());
-    assert_eq!(ping(server.addr(), SILENCE), None);
-    server.try_restart().unwrap();
-    assert!(server.is_running());
-    assert_eq!(ping(server.addr(), ANSWER).as_deref(), Some("+PONG\r\n"));
-}
-
-#[test]
-fn passwords_stay_out_of_debug_output() {
-    let options = RedisOptions {
-        password: Some("pw-secret-1".into()),
-        acl_user: Some(("app".into(), "pw-secret-2".into())),
-        ..RedisOptions::default()
-    };
-    let shown = format!("{options:?}");
-    assert!(!shown.contains("pw-secret"), "{shown}");
-    assert!(shown.contains("app"), "{shown}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_proxy_delays_swallows_and_cuts_traffic() {
-    let server = spawn(RedisOptions::default());
+    let server = RedisServer::spawn();
     let proxy = FaultProxy::start(server.addr()).await.unwrap();
     let via = proxy.addr();
     let ping_via = move |within| tokio::task::spawn_blocking(move || ping(via, within));
@@ -108,7 +77,7 @@ fn pings(stream: &mut TcpStream, request: &[u8], pongs: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_proxy_counts_round_trips() {
-    let server = spawn(RedisOptions::default());
+    let server = RedisServer::spawn();
     let proxy = FaultProxy::start(server.addr()).await.unwrap();
     let via = proxy.addr();
     tokio::task::spawn_blocking(move || {

@@ -18,7 +18,9 @@ use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::tls::{as_account, free_port, pg_bin, unprivileged};
+use fencelock_servers::port::free_port;
+
+use crate::tls::{as_account, pg_bin, unprivileged};
 
 /// How long `pg_ctl` may wait for a start or a stop (crash recovery included).
 const PG_CTL_WAIT_SECS: &str = "60";

@@ -25,11 +25,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use fencelock_servers::port::free_port;
 use sqlx::postgres::PgConnectOptions;
 
 use crate::postgres::{pg_addr, pg_options};
-
-pub use fencelock_servers::redis::free_port;
 
 /// The variable that names the `pgbouncer` binary (default: `/usr/sbin/pgbouncer`, then
 /// `pgbouncer` on `PATH`).

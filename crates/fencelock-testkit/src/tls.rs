@@ -1,16 +1,16 @@
 //! TLS servers for tests: a throwaway certificate authority and server certificate made at test
-//! time with the `openssl` command, a `redis-server` listening with TLS only, and a throwaway
-//! PostgreSQL cluster (`initdb`, then `postgres` with `ssl = on`), each on a free port of
-//! 127.0.0.1 in a temporary directory, killed and removed on drop.
+//! time with the `openssl` command, and a throwaway PostgreSQL cluster (`initdb`, then
+//! `postgres` with `ssl = on`) on a free port of 127.0.0.1 in a temporary directory, killed and
+//! removed on drop. A backend's crate gives its own TLS servers, taking the PEM files of a
+//! [`TestCerts`] (`fencelock_redis::servers::TlsRedis`).
 //!
 //! ```no_run
-//! use fencelock_testkit::tls::{TestCerts, TlsPostgres, TlsRedis};
+//! use fencelock_testkit::tls::{TestCerts, TlsPostgres};
 //! let certs = TestCerts::generate();          // CA + server cert for localhost/127.0.0.1
-//! let redis = TlsRedis::spawn(&certs);        // rediss://127.0.0.1:<port>
 //! let pg = TlsPostgres::spawn(Some(&certs));  // ssl = on; None: a cluster without TLS
 //! let wrong = TestCerts::other_ca();          // a CA that signed nothing the servers show
 //! let (cert, key) = certs.client_cert("app");  // a client certificate, CN=app
-//! # let _ = (redis.url(), pg.url(), wrong.ca());
+//! # let _ = (certs.server_cert(), pg.url(), wrong.ca());
 //! ```
 
 use std::fmt;
@@ -24,10 +24,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use fencelock_servers::port::free_port;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-
-pub use fencelock_servers::redis::free_port;
 
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -316,115 +315,6 @@ fn await_ready(what: &str, process: &Owned, port: u16, ready: impl Fn() -> bool)
             )));
         }
         std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// A `redis-server` that speaks TLS only (`--port 0 --tls-port <port>`), with the server
-/// certificate of a [`TestCerts`]; clients need not present one. Killed on drop.
-pub struct TlsRedis {
-    port: u16,
-    _dir: tempfile::TempDir,
-    process: Owned,
-}
-
-impl fmt::Debug for TlsRedis {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TlsRedis")
-            .field("port", &self.port)
-            .finish_non_exhaustive()
-    }
-}
-
-impl TlsRedis {
-    /// Starts the server.
-    ///
-    /// # Panics
-    /// If `redis-server` is missing, built without TLS, or does not start, saying which.
-    pub fn spawn(certs: &TestCerts) -> Self {
-        match Self::try_spawn(certs) {
-            Ok(server) => server,
-            Err(e) => panic!("cannot start redis-server with TLS: {e}"),
-        }
-    }
-
-    /// [`spawn`](Self::spawn), reporting failures.
-    pub fn try_spawn(certs: &TestCerts) -> io::Result<Self> {
-        let mut last = None;
-        // A free port can be taken between probing and binding; try a few times.
-        for _ in 0..5 {
-            match Self::start(certs) {
-                Ok(server) => return Ok(server),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(e),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.unwrap_or_else(|| io::Error::other("redis-server did not start")))
-    }
-
-    fn start(certs: &TestCerts) -> io::Result<Self> {
-        let dir = tempfile::Builder::new().prefix("fl-redis-tls-").tempdir()?;
-        let port = free_port()?;
-        let child = Command::new("redis-server")
-            .args(["--port", "0", "--tls-port", &port.to_string()])
-            .arg("--tls-cert-file")
-            .arg(certs.server_cert())
-            .arg("--tls-key-file")
-            .arg(certs.server_key())
-            .arg("--tls-ca-cert-file")
-            .arg(certs.ca())
-            .args(["--tls-auth-clients", "no", "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .args(["--protected-mode", "no", "--loglevel", "warning"])
-            .arg("--dir")
-            .arg(dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| {
-                if e.kind() == io::ErrorKind::NotFound {
-                    io::Error::new(
-                        io::ErrorKind::NotFound,
-                        "redis-server is not installed (Debian: apt-get install redis-server, \
-                         which is built with TLS)",
-                    )
-                } else {
-                    io::Error::new(e.kind(), format!("cannot run redis-server: {e}"))
-                }
-            })?;
-        let process = Owned {
-            child: Mutex::new(Some(child)),
-            signal: Signal::SIGKILL,
-        };
-        let server = TlsRedis {
-            port,
-            _dir: dir,
-            process,
-        };
-        if let Err(e) = await_ready("redis-server", &server.process, port, || true) {
-            let text = e.to_string();
-            if text.contains("not built with TLS") || text.contains("tls-port") {
-                return Err(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!(
-                        "this redis-server has no TLS support ({text}); install one built with \
-                         BUILD_TLS=yes (Debian's redis-server 6 and later are)"
-                    ),
-                ));
-            }
-            return Err(e);
-        }
-        Ok(server)
-    }
-
-    /// `rediss://localhost:<port>` (the name the certificate is for).
-    pub fn url(&self) -> String {
-        format!("rediss://localhost:{}", self.port)
-    }
-
-    /// The server's port on 127.0.0.1.
-    pub fn port(&self) -> u16 {
-        self.port
     }
 }
 

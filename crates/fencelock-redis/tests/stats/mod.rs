@@ -2,7 +2,7 @@
 //! count requests: one parser for all of them.
 #![allow(dead_code, clippy::unwrap_used)]
 
-use fencelock_testkit::redis::RedisServer;
+use fencelock_redis::servers::RedisServer;
 use redis::aio::MultiplexedConnection;
 
 /// A connection of its own to `server`, for `INFO` and `PUBSUB`.

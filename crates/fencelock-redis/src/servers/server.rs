@@ -1,17 +1,9 @@
-//! `RedisServer`: a real `redis-server` process on a free port of 127.0.0.1, killed on drop.
+//! [`RedisServer`]: a real `redis-server` process on a free port of 127.0.0.1, killed on drop.
 //!
-//! The chaos run starts its lock and storage nodes with it, and kills and restarts them;
-//! `fencelock-testkit` re-exports it for tests (with panicking shorthands).
-//!
-//! ```no_run
-//! # fn demo() -> std::io::Result<()> {
-//! use fencelock_servers::redis::{RedisOptions, RedisServer};
-//! let server = RedisServer::try_spawn_with(RedisOptions::persistent())?;
-//! let url = server.url();  // redis://127.0.0.1:<port>
-//! server.kill();           // SIGKILL: the server is gone
-//! server.try_restart()?;   // same port and directory, so AOF persistence is observable
-//! # let _ = url; Ok(()) }
-//! ```
+//! The chaos run starts its lock and storage nodes with it, and kills and restarts them
+//! (through its [`Process`] impl); tests use the same servers, with shorthands that panic
+//! saying what to install ([`spawn`](RedisServer::spawn), [`restart`](RedisServer::restart),
+//! [`stop`](RedisServer::stop), [`cont`](RedisServer::cont)).
 
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -20,6 +12,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use fencelock_servers::port::free_port;
+use fencelock_servers::set::Process;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -28,7 +22,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// How to start a server. `Debug` shows the passwords as `***`.
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct RedisOptions {
+pub struct RedisServerOptions {
     /// AOF with `appendfsync always` (counters survive a restart), instead of no persistence.
     pub persistence: bool,
     /// `requirepass` for the default user.
@@ -38,9 +32,9 @@ pub struct RedisOptions {
     pub acl_user: Option<(String, String)>,
 }
 
-impl fmt::Debug for RedisOptions {
+impl fmt::Debug for RedisServerOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisOptions")
+        f.debug_struct("RedisServerOptions")
             .field("persistence", &self.persistence)
             .field("password", &self.password.as_ref().map(|_| "***"))
             .field(
@@ -51,10 +45,10 @@ impl fmt::Debug for RedisOptions {
     }
 }
 
-impl RedisOptions {
+impl RedisServerOptions {
     /// AOF persistence with `appendfsync always`.
     pub fn persistent() -> Self {
-        RedisOptions {
+        RedisServerOptions {
             persistence: true,
             ..Self::default()
         }
@@ -63,25 +57,52 @@ impl RedisOptions {
 
 /// A `redis-server` process owned by its creator. Dropping it kills the process and removes its
 /// directory.
+///
+/// ```no_run
+/// # fn demo() -> std::io::Result<()> {
+/// use fencelock_redis::servers::{RedisServer, RedisServerOptions};
+/// let server = RedisServer::try_spawn_with(RedisServerOptions::persistent())?;
+/// let url = server.url();  // redis://127.0.0.1:<port>
+/// server.kill();           // SIGKILL: the server is gone
+/// server.try_restart()?;   // same port and directory, so AOF persistence is observable
+/// # let _ = url; Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct RedisServer {
     port: u16,
-    options: RedisOptions,
+    options: RedisServerOptions,
     dir: tempfile::TempDir,
     child: Mutex<Option<Child>>,
 }
 
-pub use crate::port::free_port;
-
 impl RedisServer {
     /// Starts a server without persistence or password.
+    ///
+    /// # Panics
+    /// If `redis-server` is missing or does not start, with a message saying what to install.
+    pub fn spawn() -> Self {
+        Self::spawn_with(RedisServerOptions::default())
+    }
+
+    /// Starts a server with `options`.
+    ///
+    /// # Panics
+    /// If `redis-server` is missing or does not start, with a message saying what to install.
+    pub fn spawn_with(options: RedisServerOptions) -> Self {
+        match Self::try_spawn_with(options) {
+            Ok(server) => server,
+            Err(e) => panic!("cannot start redis-server: {e}"),
+        }
+    }
+
+    /// [`spawn`](Self::spawn), reporting failures.
     pub fn try_spawn() -> io::Result<Self> {
-        Self::try_spawn_with(RedisOptions::default())
+        Self::try_spawn_with(RedisServerOptions::default())
     }
 
     /// Starts a server with `options`. A missing `redis-server` is an
     /// [`io::ErrorKind::NotFound`] error that says what to install.
-    pub fn try_spawn_with(options: RedisOptions) -> io::Result<Self> {
+    pub fn try_spawn_with(options: RedisServerOptions) -> io::Result<Self> {
         let mut last_error = None;
         // A free port can be taken between probing and binding; try a few.
         for _ in 0..5 {
@@ -122,7 +143,7 @@ impl RedisServer {
     }
 
     /// The options it was started with.
-    pub fn options(&self) -> &RedisOptions {
+    pub fn options(&self) -> &RedisServerOptions {
         &self.options
     }
 
@@ -162,6 +183,16 @@ impl RedisServer {
         }
     }
 
+    /// [`try_restart`](Self::try_restart), for tests.
+    ///
+    /// # Panics
+    /// If the server does not come back.
+    pub fn restart(&self) {
+        if let Err(e) = self.try_restart() {
+            panic!("{e}");
+        }
+    }
+
     /// Freezes the server with SIGSTOP: connections stay open, nothing is answered.
     pub fn pause(&self) -> io::Result<()> {
         self.signal(Signal::SIGSTOP)
@@ -170,6 +201,27 @@ impl RedisServer {
     /// Resumes a server frozen with [`pause`](Self::pause).
     pub fn resume(&self) -> io::Result<()> {
         self.signal(Signal::SIGCONT)
+    }
+
+    /// [`pause`](Self::pause), for tests.
+    ///
+    /// # Panics
+    /// If the signal cannot be sent.
+    pub fn stop(&self) {
+        if let Err(e) = self.pause() {
+            panic!("{e}");
+        }
+    }
+
+    /// [`resume`](Self::resume), for tests: continues a server frozen with
+    /// [`stop`](Self::stop).
+    ///
+    /// # Panics
+    /// If the signal cannot be sent.
+    pub fn cont(&self) {
+        if let Err(e) = self.resume() {
+            panic!("{e}");
+        }
     }
 
     /// Sends `signal`; `Ok` when there is no process to signal.
@@ -261,12 +313,10 @@ impl RedisServer {
     }
 }
 
-/// Whether a server on `port` answers PING (an authentication demand counts: it is up;
-/// `-LOADING` does not).
 /// The process id of the `redis-server` answering on `port` (`INFO server`), logging in
 /// with `options`' credentials first; `None` while nothing answers, the server is still
 /// loading its data (its `PING` is not `+PONG`), or the reply is not that.
-fn serving_pid(port: u16, options: &RedisOptions) -> Option<u32> {
+fn serving_pid(port: u16, options: &RedisServerOptions) -> Option<u32> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
     let mut request = Vec::new();
@@ -309,6 +359,20 @@ fn resp_command(out: &mut Vec<u8>, args: &[&str]) {
     }
 }
 
+impl Process for RedisServer {
+    fn is_running(&self) -> bool {
+        RedisServer::is_running(self)
+    }
+
+    fn kill(&self) {
+        RedisServer::kill(self);
+    }
+
+    fn try_restart(&self) -> io::Result<()> {
+        RedisServer::try_restart(self)
+    }
+}
+
 impl Drop for RedisServer {
     fn drop(&mut self) {
         // A stopped process still dies of SIGKILL; no SIGCONT needed.
@@ -325,10 +389,10 @@ mod tests {
     #[test]
     fn another_server_on_the_port_is_not_taken_for_this_one() {
         for options in [
-            RedisOptions::default(),
-            RedisOptions {
+            RedisServerOptions::default(),
+            RedisServerOptions {
                 password: Some("p4ss".into()),
-                ..RedisOptions::default()
+                ..RedisServerOptions::default()
             },
         ] {
             let first = RedisServer::try_spawn_with(options.clone())

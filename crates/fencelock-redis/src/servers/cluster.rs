@@ -1,19 +1,9 @@
-//! `RedisCluster`: a real Redis Cluster of `redis-server` processes on free ports of 127.0.0.1,
+//! [`RedisCluster`]: a real Redis Cluster of `redis-server` processes on free ports of 127.0.0.1,
 //! made with `redis-cli --cluster create`, in a temporary directory, killed and removed on drop.
 //!
 //! Nodes can be killed (SIGKILL) one at a time, and a test can wait until the cluster has
 //! failed a killed master over to its replica. Nodes run without persistence and with a
 //! `cluster-node-timeout` of one second, so a failover takes a few seconds.
-//!
-//! ```no_run
-//! use std::time::Duration;
-//! use fencelock_testkit::redis_cluster::RedisCluster;
-//! let cluster = RedisCluster::spawn(3, 1);   // three masters, one replica each: six nodes
-//! let url = cluster.url();                   // redis+cluster://127.0.0.1:<p1>,...
-//! let master = cluster.master_of_slot(0);    // the node index serving slot 0
-//! cluster.kill(master);                      // SIGKILL
-//! let promoted = cluster.await_failover(master, Duration::from_secs(30)); // its replica
-//! ```
 
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -23,10 +13,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use fencelock_servers::port::free_port;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-
-pub use fencelock_servers::redis::free_port;
 
 const INSTALL_HINT: &str = "a Redis Cluster test needs `redis-server` and `redis-cli` on PATH \
                             (Debian: apt-get install redis-server, which ships both)";
@@ -73,6 +62,16 @@ pub struct NodeView {
 }
 
 /// A Redis Cluster owned by a test. Dropping it kills every node and removes the directory.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use fencelock_redis::servers::RedisCluster;
+/// let cluster = RedisCluster::spawn(3, 1);   // three masters, one replica each: six nodes
+/// let url = cluster.url();                   // redis+cluster://127.0.0.1:<p1>,...
+/// let master = cluster.master_of_slot(0);    // the node index serving slot 0
+/// cluster.kill(master);                      // SIGKILL
+/// let promoted = cluster.await_failover(master, Duration::from_secs(30)); // its replica
+/// ```
 #[derive(Debug)]
 pub struct RedisCluster {
     nodes: Vec<Node>,
