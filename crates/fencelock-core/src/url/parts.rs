@@ -73,6 +73,16 @@ impl<'a> UrlParts<'a> {
     /// when it has no `:`. Whether a user, a password or both are required is the backend's
     /// rule.
     pub fn credentials(&self) -> Result<Option<(String, Option<String>)>> {
+        self.credentials_named("user name", "password")
+    }
+
+    /// [`credentials`](Self::credentials) for a backend whose two parts have other names
+    /// (an access key id and a secret key), as its messages call them.
+    pub fn credentials_named(
+        &self,
+        user_is: &str,
+        password_is: &str,
+    ) -> Result<Option<(String, Option<String>)>> {
         let Some(userinfo) = self.userinfo else {
             return Ok(None);
         };
@@ -80,9 +90,9 @@ impl<'a> UrlParts<'a> {
             Some((user, password)) => (user, Some(password)),
             None => (userinfo, None),
         };
-        let user = decode_part("user name", user)?;
+        let user = decode_part(user_is, user)?;
         let password = password
-            .map(|password| decode_part("password", password))
+            .map(|password| decode_part(password_is, password))
             .transpose()?;
         Ok(Some((user, password)))
     }

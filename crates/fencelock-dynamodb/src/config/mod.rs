@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use fencelock_core::url::{Known, Options, decode_part, parse_host, redact, safe_to_echo};
+use fencelock_core::url::{Known, Options, UrlParts, parse_host, redact, safe_to_echo};
 use fencelock_core::{Error, HostPort, Result};
 use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 use url::form_urlencoded;
@@ -141,40 +141,27 @@ impl DynamoConfig {
     pub fn from_url(url: &str) -> Result<Self> {
         let shown = redact(url);
         let fail = |what: String| Error::config(format!("DynamoDB URL {shown:?}: {what}"));
-        let rest = match url.get(..SCHEME.len()) {
-            Some(scheme) if scheme.eq_ignore_ascii_case(SCHEME) => &url[SCHEME.len()..],
-            _ => {
-                return Err(Error::config(format!(
-                    "{shown:?} is not a DynamoDB URL: expected dynamodb://[key:secret@]table?region=.."
-                )));
-            }
-        };
+        let context = format!("DynamoDB URL {shown:?}");
         if !safe_to_echo(url) {
             return Err(fail(
                 "an access key or secret key holding `/`, `?` or `#` must be percent-encoded"
                     .to_owned(),
             ));
         }
-        if rest.contains('#') {
-            return Err(fail(
-                "takes no fragment (`#...`); a secret key holding `#` must be percent-encoded"
-                    .to_owned(),
-            ));
-        }
-        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-        if !path.is_empty() && path != "/" {
+        let parts = UrlParts::split(url, "dynamodb").map_err(|e| e.in_context(&context))?;
+        let (table, query) = (parts.hosts, parts.query);
+        if !parts.path.is_empty() && parts.path != "/" {
             return Err(fail(
                 "takes no path (only `/`): the table is the part after `dynamodb://`".to_owned(),
             ));
         }
-        let (userinfo, table) = match authority.rsplit_once('@') {
-            Some((userinfo, table)) => (Some(userinfo), table),
-            None => (None, authority),
-        };
-        let credentials = userinfo.map(parse_credentials).transpose().map_err(&fail)?;
+        let credentials = parts
+            .credentials_named("access key id", "secret key")
+            .map_err(|e| e.in_context(&context))?
+            .map(credentials)
+            .transpose()
+            .map_err(&fail)?;
         validate_table(table).map_err(&fail)?;
-        let context = format!("DynamoDB URL {shown:?}");
         let options = Options::parse(query, KNOWN).map_err(|e| e.in_context(&context))?;
         let region = options
             .get("region")
@@ -470,20 +457,14 @@ pub fn validate_prefix(prefix: &str) -> Result<()> {
 }
 
 /// `access_key_id:secret_access_key`, percent-decoded.
-fn parse_credentials(userinfo: &str) -> std::result::Result<(String, String), String> {
-    let Some((key, secret)) = userinfo.split_once(':') else {
+fn credentials(
+    (key, secret): (String, Option<String>),
+) -> std::result::Result<(String, String), String> {
+    let Some(secret) = secret else {
         return Err(
             "names an access key without a secret key (write dynamodb://key:secret@table)".into(),
         );
     };
-    let decode = |part: &str, what: &str| {
-        decode_part(what, part).map_err(|e| match e {
-            Error::InvalidConfig { message, .. } => message,
-            other => other.to_string(),
-        })
-    };
-    let key = decode(key, "access key id")?;
-    let secret = decode(secret, "secret key")?;
     if key.is_empty() {
         return Err("names a secret key without an access key id".into());
     }

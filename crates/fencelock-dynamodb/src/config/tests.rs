@@ -130,7 +130,7 @@ fn names_what_is_wrong() {
         ("dynamodb://:s@locks", "without an access key id"),
         ("dynamodb://k:@locks", "empty secret key"),
         ("dynamodb://locks#f", "no fragment"),
-        ("redis://locks", "not a DynamoDB URL"),
+        ("redis://locks", "does not start with dynamodb://"),
     ];
     for (url, expected) in cases {
         let message = refusal(url);
