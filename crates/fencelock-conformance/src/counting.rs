@@ -37,6 +37,7 @@ pub struct CountingTries {
     inner: Arc<dyn LockBackend>,
     tries: AtomicUsize,
     queued: AtomicUsize,
+    passes: AtomicUsize,
 }
 
 impl CountingTries {
@@ -51,12 +52,18 @@ impl CountingTries {
             inner,
             tries: AtomicUsize::new(0),
             queued: AtomicUsize::new(0),
+            passes: AtomicUsize::new(0),
         }
     }
 
     /// The tries answered so far.
     pub fn tries(&self) -> usize {
         self.tries.load(Ordering::SeqCst)
+    }
+
+    /// The passes ([`LockBackend::pass`]) that handed the lock to a new owner.
+    pub fn passes(&self) -> usize {
+        self.passes.load(Ordering::SeqCst)
     }
 
     /// The queued tries among [`tries`](Self::tries).
@@ -120,6 +127,13 @@ impl LockBackend for CountingTries {
     }
     async fn leave_queue(&self, key: &LockKey, waiter: OwnerId) -> Result<()> {
         self.inner.leave_queue(key, waiter).await
+    }
+    async fn pass(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
+        let outcome = self.inner.pass(lease, ttl).await;
+        if matches!(outcome, Ok(Some(_))) {
+            self.passes.fetch_add(1, Ordering::SeqCst);
+        }
+        outcome
     }
     async fn inspect(&self, key: &LockKey) -> Result<LockInfo> {
         self.inner.inspect(key).await

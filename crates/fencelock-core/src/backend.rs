@@ -148,6 +148,25 @@ pub trait LockBackend: Send + Sync + Debug + 'static {
         Ok(())
     }
 
+    /// Ends `lease` and grants its key to a new owner in the same write on the server, with
+    /// the key's next token and `ttl`: the lock passes from one holder of this process to
+    /// another without being free in between
+    /// ([`Capabilities::passes`](crate::Capabilities::passes)). A
+    /// [`Locker`](crate::Locker) calls it at a release when a barging waiter of the same key
+    /// waits in the same locker, and hands the returned lease to that waiter.
+    ///
+    /// `Ok(None)` when nothing was passed and the caller releases `lease` as usual: the
+    /// backend has no such step (the default), `lease` is no longer held, the key has a
+    /// queued waiter (a pass never goes ahead of a fair request's place), or no token can be
+    /// issued in one step (an epoch to start). The returned lease has a fresh owner, a token
+    /// above `lease`'s and every earlier one of the key, and `ttl`; its `valid_until` is
+    /// counted from when the pass was sent. On an error the outcome is unknown: `lease` may
+    /// have ended, and a lease passed in that write lapses after `ttl`.
+    async fn pass(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
+        let _ = (lease, ttl);
+        Ok(None)
+    }
+
     /// The current holder, its token and remaining time, and the key's last token. During a
     /// read phase the holder is the phase's shared fence.
     async fn inspect(&self, key: &LockKey) -> Result<LockInfo>;
@@ -374,6 +393,9 @@ macro_rules! forward_lock_backend {
             }
             async fn inspect_shared(&self, key: &LockKey) -> Result<Option<ReadPhase>> {
                 (**self).inspect_shared(key).await
+            }
+            async fn pass(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
+                (**self).pass(lease, ttl).await
             }
             async fn finish_background(&self) {
                 (**self).finish_background().await

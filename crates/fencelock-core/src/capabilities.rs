@@ -111,6 +111,11 @@ pub struct Capabilities {
     /// its own token, in one round trip. [`Locker::lock_all`](crate::Locker::lock_all) tries
     /// that first and takes the keys one at a time in order when it is refused or not offered.
     pub atomic_sets: bool,
+    /// Whether a release can pass the lock to a waiter of the same process in one step
+    /// ([`pass`](crate::LockBackend::pass)): the old lease ends and the new one begins, with
+    /// the next token, in one write on the server. A [`Locker`](crate::Locker) then hands a
+    /// released lock to its own barging waiters of that key without freeing it in between.
+    pub passes: bool,
     /// The most locks one backend value can hold at once, where each held lock keeps a
     /// server session of a bounded pool (`GET_LOCK`, PostgreSQL advisory locks); `None` when
     /// held locks take no session. [`Locker::lock_all`](crate::Locker::lock_all) refuses a set
@@ -147,6 +152,7 @@ impl Capabilities {
             kinds: LockKinds::GENERIC,
             fair: false,
             atomic_sets: false,
+            passes: false,
             max_held: None,
             max_ttl_setting: None,
         }
@@ -172,6 +178,12 @@ impl Capabilities {
     /// Sets [`atomic_sets`](Self::atomic_sets).
     pub const fn with_atomic_sets(mut self, atomic: bool) -> Self {
         self.atomic_sets = atomic;
+        self
+    }
+
+    /// Sets [`passes`](Self::passes).
+    pub const fn with_passes(mut self, passes: bool) -> Self {
+        self.passes = passes;
         self
     }
 

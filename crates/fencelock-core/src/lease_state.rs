@@ -13,7 +13,7 @@ use tracing::Instrument;
 use crate::backend::LockBackend;
 use crate::error::{Error, LostReason, Result};
 use crate::lease::{self, Lease};
-use crate::live_leases::LiveLeases;
+use crate::live_leases::{LiveLeases, backend_id};
 use crate::metrics;
 
 /// What a renewal is for.
@@ -212,7 +212,19 @@ impl LeaseState {
     }
 
     /// Releases the lease on the backend; only after [`claim_release`](Self::claim_release).
+    /// A lease still held is passed instead to a barging waiter of the same key in its
+    /// locker, where the backend can ([`pass_on`](Self::pass_on)).
     pub(crate) async fn release(&self) -> Result<bool> {
+        self.release_or_pass(true).await
+    }
+
+    /// Releases the lease on the backend without passing it to a waiter:
+    /// [`Locker::shutdown`](crate::Locker::shutdown)'s releases leave no lock behind them.
+    pub(crate) async fn release_only(&self) -> Result<bool> {
+        self.release_or_pass(false).await
+    }
+
+    async fn release_or_pass(&self, may_pass: bool) -> Result<bool> {
         let lease = self.lease();
         let span = tracing::debug_span!(
             "fencelock.release",
@@ -220,7 +232,14 @@ impl LeaseState {
             key = %lease.key,
             token = lease.token.get(),
         );
-        let release = self.backend.release(&lease).instrument(span.clone());
+        let may_pass = may_pass && !self.lost_before_release();
+        let release = async {
+            if may_pass && let Some(passed) = self.pass_on(&lease).await {
+                return passed;
+            }
+            self.backend.release(&lease).await
+        }
+        .instrument(span.clone());
         // A lease already lost (its deadline passed, or the server said so) is released as a
         // courtesy to the next holder: bounded by a quarter of its ttl (at most 1 s, at least
         // 50 ms), since a server that let it lapse may not be answering at all, and whoever
@@ -241,6 +260,39 @@ impl LeaseState {
         span.in_scope(|| tracing::debug!(outcome = ?released.as_ref().ok(), "released"));
         self.release_finished();
         released
+    }
+
+    /// Passes the lock to the first barging waiter of the same key in this lease's locker,
+    /// where the backend can ([`LockBackend::pass`]; DESIGN 4.0.2): `Some(Ok(true))` when the
+    /// lock went to that waiter, `None` when nothing was passed and the lease is to be
+    /// released as usual, `Some(Err(_))` when the pass's outcome is unknown.
+    async fn pass_on(&self, lease: &Lease) -> Option<Result<bool>> {
+        let live_leases = self.registration.as_ref()?.live_leases.upgrade()?;
+        if !self.backend.capabilities().passes {
+            return None;
+        }
+        let backend = backend_id(&self.backend);
+        let taker = live_leases.next_taker(backend, &lease.key)?;
+        match self.backend.pass(lease, taker.ttl).await {
+            Ok(Some(passed)) => {
+                if let Err(passed) = taker.to.send(passed) {
+                    // The waiter went while the pass was on its way: its lease is freed.
+                    if let Err(e) = self.backend.release(&passed).await {
+                        tracing::debug!(error = %e, "releasing a pass nobody took failed");
+                    }
+                }
+                metrics::passed(self.backend.name());
+                Some(Ok(true))
+            }
+            Ok(None) => {
+                live_leases.not_passed(backend, &lease.key, taker);
+                None
+            }
+            Err(e) => {
+                live_leases.not_passed(backend, &lease.key, taker);
+                Some(Err(e))
+            }
+        }
     }
 
     /// Whether the lease was lost before its release was claimed (the claim marks it lost

@@ -20,7 +20,7 @@ use crate::fence::OwnerId;
 use crate::guard::LockGuard;
 use crate::key::LockKey;
 use crate::lease::Lease;
-use crate::live_leases::LiveLeases;
+use crate::live_leases::{LiveLeases, PassOffer, backend_id};
 use crate::metrics;
 
 /// The lease ttl of a request that names none, where the backend allows it: 30 s.
@@ -338,7 +338,7 @@ impl Locker {
             .filter(|held| held.claim_release())
             .map(|held| {
                 let held = held.clone();
-                tokio::spawn(async move { held.release().await })
+                tokio::spawn(async move { held.release_only().await })
             })
             .collect();
         let mut released = 0;
@@ -447,7 +447,12 @@ impl LockRequest {
     /// release wins, which on a hot key keeps the lock with whoever is quickest (often the
     /// process that just released it) at the price of a long tail. A barging request never
     /// takes a free lock a queued fair request waits for. On a backend without a queue every
-    /// request barges. BENCHMARKS.md measures both.
+    /// request barges. Where the backend passes
+    /// ([`Capabilities::passes`](crate::Capabilities::passes)), a guard of this locker (or a
+    /// clone) released while barging requests of its key wait here passes the lock to the
+    /// first of them in one step, with the next token, and a new barging request lines up
+    /// behind them: within one locker barging requests are served in arrival order (DESIGN.md
+    /// 4.0.2). BENCHMARKS.md measures both.
     pub fn fair(mut self, fair: bool) -> Self {
         self.options.fair = fair;
         self
@@ -488,12 +493,28 @@ impl LockRequest {
             let mut attempt = 0u32;
             // A grant the backend handed to the waiter, taken up in place of the next try.
             let mut handed = None;
+            // A barging waiter on a backend that passes: offered, from its first wait, to the
+            // releases of the same key in this locker, which pass the lock on to it
+            // (DESIGN 4.0.2). Dropped with the request, which withdraws the offer.
+            let passes = !queued && !options.wait.is_zero() && backend.capabilities().passes;
+            // Where this locker's waiters already line up for the key, a new one goes behind
+            // them at once: its try would be refused (the key is held), and would go ahead of
+            // them if the key were just freed.
+            let mut offered = passes
+                .then(|| {
+                    live_leases.offer_behind_takers(backend_id(&backend), &place.key, options.ttl)
+                })
+                .flatten()
+                .map(|passed| PassOffer::new(passed, backend.clone(), live_leases.clone()));
+            let mut skip_try = offered.is_some();
             // The loop's results are matched where they are made, in blocks of their own, so
             // none is kept in the future's state across the awaits after it.
             let outcome = loop {
                 {
                     let tried = if let Some(lease) = handed.take() {
                         Ok(Some(lease))
+                    } else if std::mem::take(&mut skip_try) {
+                        Ok(None)
                     } else if queued {
                         place.taken = true;
                         backend
@@ -569,6 +590,30 @@ impl LockRequest {
                             },
                             Ok(None) => Ok(()),
                             Err(e) => Err(e),
+                        }
+                    } else if passes {
+                        let offer = offered.get_or_insert_with(|| {
+                            let passed = live_leases.offer_taker(
+                                backend_id(&backend),
+                                &place.key,
+                                options.ttl,
+                            );
+                            PassOffer::new(passed, backend.clone(), live_leases.clone())
+                        });
+                        tokio::select! {
+                            biased;
+                            passed = offer => match passed {
+                                Ok(lease) => {
+                                    handed = Some(lease);
+                                    continue;
+                                }
+                                // The offer was dropped unanswered: made again at the next wait.
+                                Err(_) => {
+                                    offered = None;
+                                    Ok(())
+                                }
+                            },
+                            waited = backend.wait_for_release(&place.key, pause) => waited,
                         }
                     } else {
                         backend.wait_for_release(&place.key, pause).await

@@ -5,6 +5,7 @@
 //! | name | kind | labels | what |
 //! |---|---|---|---|
 //! | `fencelock_grants_total` | counter | `backend` | locks granted through [`Locker`](crate::Locker) |
+//! | `fencelock_passes_total` | counter | `backend` | releases that passed the lock to a barging waiter of the same locker (DESIGN 4.0.2) |
 //! | `fencelock_wait_seconds` | histogram | `backend`, `outcome` (`granted`, `timeout`, `error`) | from the request to its outcome |
 //! | `fencelock_hold_seconds` | histogram | `backend` | from the grant to the end of the lease (release, drop or loss) |
 //! | `fencelock_renewals_total` | counter | `backend`, `outcome` (`renewed`, `lost`, `error`) | renewals by the watchdog and `extend` |
@@ -43,6 +44,14 @@ pub(crate) fn waited(backend: &'static str, waited: Duration, outcome: Result<()
     }
     #[cfg(not(feature = "metrics"))]
     let _ = (backend, waited, outcome);
+}
+
+/// A release passed the lock to a waiter of its locker.
+pub(crate) fn passed(backend: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("fencelock_passes_total", "backend" => backend).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = backend;
 }
 
 /// A backend call made by `Locker` or a guard failed.

@@ -412,6 +412,8 @@ impl LockBackend for PgAdvisoryBackend {
         .with_fair(true)
         // Each held lock keeps a session of the holder pool.
         .with_max_held(self.db.holder_pool_size())
+        // A session passes its lock on to a new owner of this process without unlocking.
+        .with_passes(true)
     }
 
     async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
@@ -497,6 +499,30 @@ impl LockBackend for PgAdvisoryBackend {
                 .bind(&owner[..])
                 .bind(token_param(BACKEND, lease.token)?);
             self.unlock(held, unlock).await
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn pass(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
+        validate_ttl(ttl, &self.capabilities())?;
+        let span = tracing::debug_span!(
+            "fencelock.pg.pass",
+            backend = BACKEND,
+            key = %lease.key,
+            token = lease.token.get()
+        );
+        async {
+            let owner = OwnerId::random();
+            let (old, new) = (owner_bytes(lease.owner), owner_bytes(owner));
+            let pass = sqlx::query_as(self.db.sql().advisory_pass.text())
+                .bind(lease.key.as_str())
+                .bind(&old[..])
+                .bind(token_param(BACKEND, lease.token)?)
+                .bind(&new[..])
+                .bind(micros(ttl))
+                .bind(millis_setting(ttl));
+            self.pass_session(lease, owner, ttl, pass).await
         }
         .instrument(span)
         .await

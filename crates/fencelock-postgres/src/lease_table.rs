@@ -305,6 +305,7 @@ impl LockBackend for PgLeaseBackend {
         // Fair where a release can wake the waiter it hands the lock to by name; through a
         // transaction pooler (no LISTEN) waiters poll, and none queues.
         .with_fair(wake_up == WakeUp::Notify)
+        .with_passes(true)
     }
 
     async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {
@@ -623,6 +624,74 @@ impl LockBackend for PgLeaseBackend {
 
     async fn extend_shared(&self, lease: &Lease, reader: OwnerId, ttl: Duration) -> Result<Lease> {
         self.extend_reader(lease, reader, ttl).await
+    }
+
+    async fn pass(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
+        validate_ttl(ttl, &self.capabilities())?;
+        let span = tracing::debug_span!(
+            "fencelock.pg.pass",
+            backend = BACKEND,
+            key = %lease.key,
+            token = lease.token.get()
+        );
+        async {
+            let protocol = self.db.protocol().await?;
+            let token = token_param(BACKEND, lease.token)?;
+            let owner = OwnerId::random();
+            let lock_wait = millis_setting(self.lock_wait());
+            let sent_at = Instant::now();
+            let passed: std::result::Result<Option<i64>, sqlx::Error> = match tokio::time::timeout(
+                self.timeout(),
+                self.db.sql().lease_pass.scalar_one(
+                    protocol,
+                    self.db.checked(),
+                    &[
+                        Arg::Text(lease.key.as_str()),
+                        Arg::Bytea(&owner_bytes(lease.owner)),
+                        Arg::Int8(token),
+                        Arg::Bytea(&owner_bytes(owner)),
+                        Arg::Float8(micros(ttl)),
+                        Arg::Text(&lock_wait),
+                    ],
+                ),
+            )
+            .await
+            {
+                Ok(passed) => passed,
+                Err(_) => return Err(timed_out(BACKEND, self.timeout())),
+            };
+            let passed = match passed {
+                Ok(passed) => passed,
+                // Behind another transaction's lock on the key's rows past the statement's
+                // wait: rolled back, nothing changed; the holder releases as usual.
+                Err(e) if sqlstate(&e).as_deref() == Some(LOCK_NOT_AVAILABLE) => return Ok(None),
+                Err(e) => return Err(map_sqlx_error(BACKEND, e)),
+            };
+            let Some(passed) = passed else {
+                return Ok(None);
+            };
+            let token = FencingToken::from_backend(BACKEND, passed)?;
+            if token <= lease.token {
+                return Err(protocol_error(
+                    BACKEND,
+                    format!(
+                        "a pass answered token {} for a lease of token {}",
+                        token.get(),
+                        lease.token.get()
+                    ),
+                ));
+            }
+            tracing::debug!(token = token.get(), outcome = "passed", "passed");
+            Ok(Some(Lease {
+                key: lease.key.clone(),
+                owner,
+                token,
+                ttl,
+                valid_until: valid_until(sent_at, ttl),
+            }))
+        }
+        .instrument(span)
+        .await
     }
 
     async fn release_shared(&self, lease: &Lease, reader: OwnerId) -> Result<bool> {

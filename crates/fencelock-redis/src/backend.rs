@@ -78,7 +78,8 @@ impl RedisLockBackend {
         .with_kinds(LockKinds::GENERIC.with_shared())
         .with_locks_survive_restart(server_persists == Some(true))
         .with_fair(true)
-        .with_atomic_sets(true);
+        .with_atomic_sets(true)
+        .with_passes(true);
         RedisLockBackend {
             locks: Locks {
                 wake: Wake::Notify(Arc::new(Waiters::with_grant_box(conn.clone()))),
@@ -471,6 +472,71 @@ impl Locks {
         .instrument(span.clone())
         .await;
         finish(&span, result, "ok")
+    }
+
+    /// Passes the lock from `lease`'s holder to a new owner in one script, with the key's
+    /// next token (DESIGN 4.0.2): `None`, with nothing changed, when `lease` is no longer
+    /// held or a waiter is queued for the key (one server).
+    pub(crate) async fn pass(&self, lease: &Lease, ttl: Duration) -> Result<Option<Lease>> {
+        validate_ttl(ttl, &self.capabilities)?;
+        let span = tracing::debug_span!("pass", backend = self.conn.backend, key = %lease.key, token = lease.token.get(), ?ttl, outcome = Empty);
+        let result = async {
+            let owner = OwnerId::random();
+            let mut invocation = SCRIPTS.pass.prepare_invoke();
+            invocation
+                .key(self.conn.keys.lock(&lease.key))
+                .key(self.conn.keys.token(&lease.key));
+            if matches!(self.wake, Wake::Notify(_)) {
+                invocation
+                    .key(self.conn.keys.queue(&lease.key))
+                    .key(self.conn.keys.places(&lease.key))
+                    .key(self.conn.keys.asks(&lease.key));
+            }
+            invocation
+                .arg(lock_value(lease.owner, lease.token))
+                .arg(owner.to_string())
+                .arg(ttl_millis(ttl));
+            let mut conn = self.conn.link.clone();
+            let sent_at = Instant::now();
+            let reply: redis::Value = self
+                .conn
+                .call("pass", invocation.invoke_async(&mut conn))
+                .await?;
+            let token = match reply {
+                redis::Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+                redis::Value::SimpleString(text) => text,
+                redis::Value::Nil | redis::Value::Int(0) => return Ok(None),
+                other => {
+                    return Err(fencelock_core::Error::Backend {
+                        backend: self.conn.backend,
+                        message: format!("the pass script answered {other:?}"),
+                        source: None,
+                    });
+                }
+            };
+            let token = parse_token(self.conn.backend, &token)?;
+            if token <= lease.token {
+                return Err(fencelock_core::Error::Backend {
+                    backend: self.conn.backend,
+                    message: format!(
+                        "the pass script answered token {} for a lease of token {}: the token counter went back",
+                        token.get(),
+                        lease.token.get()
+                    ),
+                    source: None,
+                });
+            }
+            Ok(Some(Lease {
+                key: lease.key.clone(),
+                owner,
+                token,
+                ttl,
+                valid_until: valid_until(sent_at, ttl),
+            }))
+        }
+        .instrument(span.clone())
+        .await;
+        finish(&span, result, "passed")
     }
 
     pub(crate) async fn wait_for_release(&self, key: &LockKey, max: Duration) -> Result<()> {

@@ -92,6 +92,14 @@ macro_rules! delegate_lock_backend {
                 self.locks.leave_queue(key, waiter).await
             }
 
+            async fn pass(
+                &self,
+                lease: &fencelock_core::Lease,
+                ttl: std::time::Duration,
+            ) -> fencelock_core::Result<Option<fencelock_core::Lease>> {
+                self.locks.pass(lease, ttl).await
+            }
+
             async fn inspect(
                 &self,
                 key: &fencelock_core::LockKey,

@@ -335,4 +335,57 @@ declare_properties!(__fencelock_conformance_lease, {
         let after = b.inspect_queue(&key).await.unwrap().unwrap();
         assert!(after.is_empty(), "the readers left, yet the queue lists {after:?}");
     }
+
+    /// A pass ([`LockBackend::pass`](fencelock_core::LockBackend::pass)) ends the holder's
+    /// lease and begins a new owner's with a higher token in one step; a pass of a lease no
+    /// longer held changes nothing. Backends that do not claim passes answer `Ok(None)`.
+    pub async fn a_pass_ends_the_lease_and_grants_the_next_token(s: &Setup) {
+        let b = &*s.backend;
+        let key = key("pass");
+        let held = grant(b, &key, LONG_TTL).await;
+        let passed = b.pass(&held, LONG_TTL).await.expect("pass failed");
+        if !b.capabilities().passes {
+            assert!(passed.is_none(), "{}: passed without claiming passes", b.name());
+            assert!(b.release(&held).await.unwrap());
+            return not_applicable("a_pass_ends_the_lease_and_grants_the_next_token", "the backend does not claim passes");
+        }
+        let passed = passed.unwrap_or_else(|| panic!("{}: a held lease was not passed", b.name()));
+        assert!(
+            passed.token > held.token,
+            "the passed token {} is not above the holder's {}",
+            passed.token,
+            held.token
+        );
+        assert_ne!(passed.owner, held.owner, "a pass kept the holder's owner");
+        assert_eq!(passed.ttl, LONG_TTL);
+        assert_eq!(
+            b.inspect(&key).await.unwrap().holder,
+            Some(passed.fence()),
+            "inspect does not name the new owner after a pass"
+        );
+        assert!(
+            matches!(b.extend(&held, LONG_TTL).await, Err(Error::LeaseLost { .. })),
+            "the passed-on lease could still be extended"
+        );
+        assert!(
+            !b.release(&held).await.unwrap(),
+            "the passed-on lease was still released as held"
+        );
+        assert!(
+            b.pass(&held, LONG_TTL).await.unwrap().is_none(),
+            "a lease already passed on was passed again"
+        );
+        assert!(
+            b.try_acquire(&key, LONG_TTL).await.unwrap().is_none(),
+            "the key was free after a pass"
+        );
+        assert!(b.release(&passed).await.unwrap(), "the passed lease was not held");
+        assert!(
+            b.pass(&passed, LONG_TTL).await.unwrap().is_none(),
+            "a released lease was passed"
+        );
+        let next = grant(b, &key, LONG_TTL).await;
+        assert!(next.token > passed.token, "a grant after a pass repeated a token");
+        assert!(b.release(&next).await.unwrap());
+    }
 });

@@ -11,7 +11,7 @@ use super::support::{not_applicable,
     LONG_TTL, PATIENCE, grant, grant_after_expiry, grant_within_patience, key, peek,
     spawn_barging, spawn_waiter,
 };
-use crate::Setup;
+use crate::{CountingTries, Setup};
 
 declare_properties!(__fencelock_conformance_locker, {
     /// A waiting request gets the lock once the holder releases it, with a higher token.
@@ -614,5 +614,128 @@ declare_properties!(__fencelock_conformance_locker, {
         for pair in intervals.windows(2) {
             assert!(pair[0].1 <= pair[1].0, "two valid leases overlapped");
         }
+    }
+
+    /// A guard released while a barging request of the same key waits in the same locker
+    /// passes the lock to that request in one step, where the backend claims passes: the
+    /// waiter is granted with a higher token by the pass, not by a try of its own.
+    pub async fn a_release_passes_the_lock_to_a_barging_waiter_of_its_locker(s: &Setup) {
+        if !s.backend.capabilities().passes {
+            return not_applicable("a_release_passes_the_lock_to_a_barging_waiter_of_its_locker", "the backend does not claim passes");
+        }
+        let counting = Arc::new(CountingTries::over(s.backend.clone()));
+        let locker = Locker::new(counting.clone());
+        let key = key("passed");
+        let holder = locker.clone().lock(key.as_str()).ttl(LONG_TTL).await.unwrap();
+        let held = holder.lease();
+        let waiter = spawn_barging(&locker, &key);
+        let settled = Instant::now() + PATIENCE;
+        while counting.tries() < 2 && Instant::now() < settled {
+            sleep(Duration::from_millis(10)).await;
+        }
+        sleep(Duration::from_millis(100)).await;
+        assert!(!waiter.is_finished(), "the barging waiter got a held lock");
+        assert!(holder.release().await.unwrap(), "the holder's release answered not held");
+        let guard = timeout(PATIENCE, waiter)
+            .await
+            .expect("the barging waiter was not granted within 10 s of the release")
+            .unwrap()
+            .expect("the barging waiter failed");
+        assert_eq!(
+            counting.passes(),
+            1,
+            "{}: the release did not pass the lock to the waiter",
+            s.backend.name()
+        );
+        assert!(
+            guard.token() > held.token,
+            "the passed token {} is not above the holder's {}",
+            guard.token(),
+            held.token
+        );
+        assert_eq!(
+            s.backend.inspect(&key).await.unwrap().holder,
+            Some(guard.fence()),
+            "inspect does not name the waiter the lock was passed to"
+        );
+        assert!(
+            !s.backend.release(&held).await.unwrap(),
+            "the holder's lease was still held after the pass"
+        );
+        assert!(guard.release().await.unwrap(), "the passed guard was not held");
+        assert_eq!(counting.passes(), 1, "a release with nobody waiting passed");
+        assert!(
+            s.backend.try_acquire(&key, LONG_TTL).await.unwrap().is_some(),
+            "the key stayed held after the last release"
+        );
+    }
+
+    /// A release never passes the lock to a barging waiter of its locker ahead of a fair
+    /// request queued for the key: the fair one is granted first.
+    pub async fn a_pass_never_goes_ahead_of_a_queued_waiter(s: &Setup) {
+        let capabilities = s.backend.capabilities();
+        if !(capabilities.passes && capabilities.fair) {
+            return not_applicable("a_pass_never_goes_ahead_of_a_queued_waiter", "the backend does not claim both passes and fair");
+        }
+        let counting = Arc::new(CountingTries::over(s.backend.clone()));
+        let locker = Locker::new(counting.clone());
+        let key = key("pass-behind");
+        let holder = locker.clone().lock(key.as_str()).ttl(LONG_TTL).await.unwrap();
+        // The fair request comes from another locker: a process of its own.
+        let fair = spawn_waiter(&Locker::new(s.backend.clone()), &key);
+        sleep(Duration::from_millis(400)).await;
+        let barging = spawn_barging(&locker, &key);
+        sleep(Duration::from_millis(400)).await;
+        assert!(holder.release().await.unwrap(), "the holder's release answered not held");
+        let first = timeout(PATIENCE, fair)
+            .await
+            .expect("the queued fair waiter was not granted within 10 s of the release")
+            .unwrap()
+            .expect("the queued fair waiter failed");
+        assert_eq!(counting.passes(), 0, "the lock was passed past a queued waiter");
+        assert!(
+            !barging.is_finished(),
+            "{}: a barging request was granted while the queued fair one held the lock",
+            s.backend.name()
+        );
+        assert!(first.release().await.unwrap());
+        let second = timeout(PATIENCE, barging)
+            .await
+            .expect("the barging waiter was not granted within 10 s of the fair one's release")
+            .unwrap()
+            .expect("the barging waiter failed");
+        assert!(second.release().await.unwrap());
+    }
+
+    /// A barging request cancelled as a release passes it the lock leaves no lock behind:
+    /// the lease passed to it is released, so the key is free at once rather than after the
+    /// lease's ttl.
+    pub async fn a_pass_to_a_cancelled_waiter_is_released(s: &Setup) {
+        if !s.backend.capabilities().passes {
+            return not_applicable("a_pass_to_a_cancelled_waiter_is_released", "the backend does not claim passes");
+        }
+        let counting = Arc::new(CountingTries::over(s.backend.clone()));
+        let locker = Locker::new(counting.clone());
+        let key = key("pass-cancelled");
+        let holder = locker.clone().lock(key.as_str()).ttl(LONG_TTL).await.unwrap();
+        let mut waiter = locker
+            .lock(key.as_str())
+            .ttl(LONG_TTL)
+            .wait(PATIENCE * 3)
+            .fair(false)
+            .into_future();
+        // Polled until it has tried and waits for a pass or a release.
+        assert!(
+            timeout(Duration::from_millis(300), &mut waiter).await.is_err(),
+            "the barging waiter got a held lock"
+        );
+        assert!(holder.release().await.unwrap(), "the holder's release answered not held");
+        assert_eq!(counting.passes(), 1, "the release did not pass the lock to the waiter");
+        // Cancelled with the passed lease unclaimed.
+        drop(waiter);
+        let free = grant_within_patience(&*s.backend, &key, LONG_TTL)
+            .await
+            .expect("the lease passed to a cancelled waiter was left held");
+        assert!(s.backend.release(&free).await.unwrap());
     }
 });

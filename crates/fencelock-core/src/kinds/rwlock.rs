@@ -261,8 +261,12 @@ impl LockBackend for Reader {
     }
 
     fn capabilities(&self) -> Capabilities {
-        // A set in one step is the inner backend's exclusive grant, not this kind's.
-        self.inner.capabilities().with_atomic_sets(false)
+        // A set in one step, and a pass, are the inner backend's exclusive grant, not this
+        // kind's.
+        self.inner
+            .capabilities()
+            .with_atomic_sets(false)
+            .with_passes(false)
     }
 
     async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {

@@ -264,6 +264,7 @@ impl LockBackend for Slots {
             .capabilities()
             .with_atomic_sets(false)
             .with_fair(false)
+            .with_passes(false)
     }
 
     async fn try_acquire(&self, _key: &LockKey, ttl: Duration) -> Result<Option<Lease>> {

@@ -220,6 +220,9 @@ pub(super) fn session_gone(error: &Error) -> bool {
 /// records the lease, none when its record was taken over.
 pub(super) type Renewal<'q> = QueryScalar<'q, Postgres, Option<String>, PgArguments>;
 
+/// A pass statement on a holding session: the new token (none: not passed), `armed`.
+pub(super) type Pass<'q> = QueryAs<'q, Postgres, (Option<i64>, Option<String>), PgArguments>;
+
 /// A release statement on a holding session: `unlocked`, `forgotten`, `disarmed`.
 pub(super) type Unlock<'q> = QueryAs<'q, Postgres, (bool, bool, String), PgArguments>;
 
@@ -303,6 +306,83 @@ impl PgAdvisoryBackend {
         self.forget(slot, held);
         held.mark_lost(reason);
         Err(Error::lease_lost(&lease.key, reason))
+    }
+
+    /// Passes `lease` to `owner` on its own session, by `pass` (`advisory_pass.sql`; DESIGN
+    /// 4.0.2): the session keeps the advisory lock and is filed under the new lease, with a
+    /// watch of its own; the old lease's entry ends as released. `None` when nothing was
+    /// passed: the session is filed under `lease` as it was. On an error the session is
+    /// closed, which frees the lock whether or not the pass ran.
+    pub(super) async fn pass_session(
+        &self,
+        lease: &Lease,
+        owner: OwnerId,
+        ttl: Duration,
+        pass: Pass<'_>,
+    ) -> Result<Option<Lease>> {
+        let slot = Slot::Lease(lease_id(lease));
+        let Some(held) = self.sessions().remove(&slot, None) else {
+            return Ok(None);
+        };
+        let mut session = held.holder.lock().await;
+        let Some(holder) = session.as_mut() else {
+            return Ok(None);
+        };
+        let sent_at = Instant::now();
+        let outcome: Result<(Option<i64>, Option<String>)> =
+            async { timed(BACKEND, self.timeout(), pass.fetch_one(holder.conn()?)).await }.await;
+        let passed = match outcome {
+            Ok((None, _)) => {
+                drop(session);
+                self.sessions().insert(slot, held);
+                return Ok(None);
+            }
+            Ok((Some(token), _)) => FencingToken::from_backend(BACKEND, token).and_then(|token| {
+                if token > lease.token {
+                    Ok(token)
+                } else {
+                    Err(crate::error::protocol(
+                        BACKEND,
+                        format!(
+                            "a pass answered token {} for a lease of token {}",
+                            token.get(),
+                            lease.token.get()
+                        ),
+                    ))
+                }
+            }),
+            Err(error) => Err(error),
+        };
+        // From here the session is the new lease's, or closed.
+        let holder = session.take();
+        drop(session);
+        match (passed, holder) {
+            (Ok(token), Some(holder)) => {
+                held.mark_lost(LostReason::Released);
+                let passed = Lease {
+                    key: lease.key.clone(),
+                    owner,
+                    token,
+                    ttl,
+                    valid_until: valid_until(sent_at, ttl),
+                };
+                self.hold(
+                    Slot::Lease(lease_id(&passed)),
+                    holder,
+                    &passed,
+                    Instant::now() + ttl,
+                );
+                Ok(Some(passed))
+            }
+            (Err(error), _) => {
+                held.mark_lost(LostReason::SessionEnded);
+                Err(error)
+            }
+            (Ok(_), None) => {
+                held.mark_lost(LostReason::SessionEnded);
+                Err(Error::lease_lost(&lease.key, LostReason::SessionEnded))
+            }
+        }
     }
 
     /// Runs `unlock` on the session of `held`, already taken out of the map: `Ok(true)` when

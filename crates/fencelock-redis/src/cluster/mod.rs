@@ -104,7 +104,8 @@ impl RedisClusterConfig {
             MAX_TTL,
         )
         .with_kinds(LockKinds::GENERIC.with_shared())
-        .with_locks_survive_restart(server_persists == Some(true));
+        .with_locks_survive_restart(server_persists == Some(true))
+        .with_passes(true);
         Ok(RedisClusterBackend {
             locks: Locks {
                 conn,
