@@ -274,6 +274,22 @@ impl LeaseState {
         let backend = backend_id(&self.backend);
         let taker = live_leases.next_taker(backend, &lease.key)?;
         match self.backend.pass(lease, taker.ttl).await {
+            // A pass that answers no higher token of the same key is the server's (or the
+            // backend's) fault: reported, never handed to the waiter.
+            Ok(Some(passed)) if passed.key != lease.key || passed.token <= lease.token => {
+                live_leases.not_passed(backend, &lease.key, taker);
+                Some(Err(Error::Backend {
+                    backend: self.backend.name(),
+                    message: format!(
+                        "a pass of {} answered token {} of {} for a lease of token {}",
+                        lease.key,
+                        passed.token.get(),
+                        passed.key,
+                        lease.token.get()
+                    ),
+                    source: None,
+                }))
+            }
             Ok(Some(passed)) => {
                 if let Err(passed) = taker.to.send(passed) {
                     // The waiter went while the pass was on its way: its lease is freed.

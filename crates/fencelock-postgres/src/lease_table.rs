@@ -671,16 +671,6 @@ impl LockBackend for PgLeaseBackend {
                 return Ok(None);
             };
             let token = FencingToken::from_backend(BACKEND, passed)?;
-            if token <= lease.token {
-                return Err(protocol_error(
-                    BACKEND,
-                    format!(
-                        "a pass answered token {} for a lease of token {}",
-                        token.get(),
-                        lease.token.get()
-                    ),
-                ));
-            }
             tracing::debug!(token = token.get(), outcome = "passed", "passed");
             Ok(Some(Lease {
                 key: lease.key.clone(),

@@ -515,17 +515,6 @@ impl Locks {
                 }
             };
             let token = parse_token(self.conn.backend, &token)?;
-            if token <= lease.token {
-                return Err(fencelock_core::Error::Backend {
-                    backend: self.conn.backend,
-                    message: format!(
-                        "the pass script answered token {} for a lease of token {}: the token counter went back",
-                        token.get(),
-                        lease.token.get()
-                    ),
-                    source: None,
-                });
-            }
             Ok(Some(Lease {
                 key: lease.key.clone(),
                 owner,

@@ -583,3 +583,55 @@ async fn a_free_grant_and_its_release_are_one_request_each() {
         );
     }
 }
+
+/// A pass whose answer is no higher token than the holder's (here the key's counter was set
+/// back from outside while the lock was held) is an error naming both tokens, and the token
+/// is never handed to the waiting request (DESIGN 4.0.2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_that_answers_a_lower_token_is_an_error_and_hands_nothing() {
+    let server = RedisServer::spawn();
+    let backend = connect(&server).await;
+    let key = LockKey::new("pass-back").unwrap();
+    let locker = Locker::new(backend.clone());
+    let holder = locker.clone().lock(key.as_str()).ttl(TTL).await.unwrap();
+    let held = holder.lease();
+    let waiter = tokio::spawn(
+        locker
+            .lock(key.as_str())
+            .ttl(TTL)
+            .wait(Duration::from_secs(3))
+            .fair(false)
+            .into_future(),
+    );
+    sleep(Duration::from_millis(300)).await;
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+    let counters: Vec<String> = redis::cmd("KEYS")
+        .arg("handoff:*:token")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(counters.len(), 1, "one token counter: {counters:?}");
+    let _: () = redis::cmd("SET")
+        .arg(&counters[0])
+        .arg(0)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let error = holder
+        .release()
+        .await
+        .expect_err("a pass that answered token 1 was taken");
+    let message = error.to_string();
+    assert!(
+        message.contains("answered token 1") && message.contains(&held.token.to_string()),
+        "the error does not name both tokens: {message}"
+    );
+    match waiter.await.unwrap() {
+        Ok(guard) => panic!("the waiter was handed token {}", guard.token()),
+        Err(e) => assert!(
+            matches!(e, fencelock_core::Error::Timeout { .. }),
+            "the waiter failed otherwise: {e}"
+        ),
+    }
+}

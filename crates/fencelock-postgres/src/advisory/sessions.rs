@@ -337,20 +337,7 @@ impl PgAdvisoryBackend {
                 self.sessions().insert(slot, held);
                 return Ok(None);
             }
-            Ok((Some(token), _)) => FencingToken::from_backend(BACKEND, token).and_then(|token| {
-                if token > lease.token {
-                    Ok(token)
-                } else {
-                    Err(crate::error::protocol(
-                        BACKEND,
-                        format!(
-                            "a pass answered token {} for a lease of token {}",
-                            token.get(),
-                            lease.token.get()
-                        ),
-                    ))
-                }
-            }),
+            Ok((Some(token), _)) => FencingToken::from_backend(BACKEND, token),
             Err(error) => Err(error),
         };
         // From here the session is the new lease's, or closed.
