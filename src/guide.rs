@@ -811,10 +811,13 @@
 //! (lease schema) and 1.14x (advisory schema) a raw `UPDATE` on PostgreSQL (BENCHMARKS.md,
 //! *Against the targets*).
 //!
-//! Fair waiting is the default because it was faster on a hot key: on one Redis server, 64 tasks
-//! on one key made 4,368 / 5,118 / 4,904 grants/s fair and 1,621 / 1,417 / 1,835 barging, with a
-//! p99 of 23.0 / 17.1 / 20.6 ms against 157-212 ms (BENCHMARKS.md, *The grant in the reply of a
-//! blocked pop*). `lock(k).fair(false)` barges where that suits you better.
+//! Fair waiting is the default: it keeps the order of waiters across processes, and on one
+//! Redis server it is also the faster (64 tasks on one key: 5,292-7,679 grants/s fair against
+//! 4,067-5,391 barging, p99 13-18 ms against 17-22 ms, in three sittings). `lock(k).fair(false)`
+//! barges where that suits you better: within one process a release then passes the lock to the
+//! next barging waiter in one step, which on the PostgreSQL lease backend made a hot key of one
+//! process faster than fair (939-1,381 grants/s against 686-865 with 16 and 64 tasks)
+//! (BENCHMARKS.md, *Passing within a process*).
 //!
 //! # 8. Operating it
 //!
