@@ -46,6 +46,16 @@ struct Takers {
     streak: u32,
 }
 
+impl Takers {
+    /// A new waiter at the back of the line, for a lease of `ttl`: the receiver of the lease
+    /// passed to it.
+    fn line_up(&mut self, ttl: Duration) -> oneshot::Receiver<Lease> {
+        let (to, passed) = oneshot::channel();
+        self.waiting.push_back(Taker { ttl, to });
+        passed
+    }
+}
+
 /// A barging waiter a release may pass the lock to: the ttl it asked for, and where the
 /// passed lease goes.
 pub(crate) struct Taker {
@@ -61,20 +71,6 @@ pub(crate) struct PassOffer {
     passed: oneshot::Receiver<Lease>,
     backend: Arc<dyn LockBackend>,
     live_leases: Arc<LiveLeases>,
-}
-
-impl PassOffer {
-    pub(crate) fn new(
-        passed: oneshot::Receiver<Lease>,
-        backend: Arc<dyn LockBackend>,
-        live_leases: Arc<LiveLeases>,
-    ) -> Self {
-        PassOffer {
-            passed,
-            backend,
-            live_leases,
-        }
-    }
 }
 
 impl Future for PassOffer {
@@ -167,39 +163,62 @@ impl LiveLeases {
     }
 
     /// Offers a barging waiter of `key` on `backend` as a taker of a pass, for a lease of
-    /// `ttl`; the receiver yields the passed lease. Dropping it withdraws the offer.
-    pub(crate) fn offer_taker(
+    /// `ttl`: the offer yields the passed lease, and dropping it withdraws it.
+    pub(crate) fn offer_pass(
+        self: &Arc<Self>,
+        backend: &Arc<dyn LockBackend>,
+        key: &LockKey,
+        ttl: Duration,
+    ) -> PassOffer {
+        let passed = self.offer_taker(backend_id(backend), key, ttl);
+        self.pass_offer(backend, passed)
+    }
+
+    /// [`offer_pass`](Self::offer_pass) if a waiter of `key` on `backend` is already offered
+    /// (the key is held, and this locker's waiters line up for it): the new waiter goes
+    /// behind them, without a try of its own first. `None` when nobody waits.
+    pub(crate) fn offer_pass_behind_others(
+        self: &Arc<Self>,
+        backend: &Arc<dyn LockBackend>,
+        key: &LockKey,
+        ttl: Duration,
+    ) -> Option<PassOffer> {
+        let passed = {
+            let mut takers = self.takers();
+            let entry = takers.get_mut(&(backend_id(backend), key.clone()))?;
+            entry.waiting.retain(|taker| !taker.to.is_closed());
+            if entry.waiting.is_empty() {
+                return None;
+            }
+            entry.line_up(ttl)
+        };
+        Some(self.pass_offer(backend, passed))
+    }
+
+    fn pass_offer(
+        self: &Arc<Self>,
+        backend: &Arc<dyn LockBackend>,
+        passed: oneshot::Receiver<Lease>,
+    ) -> PassOffer {
+        PassOffer {
+            passed,
+            backend: backend.clone(),
+            live_leases: self.clone(),
+        }
+    }
+
+    /// [`offer_pass`](Self::offer_pass)'s place in line, by backend id: the receiver of the
+    /// passed lease.
+    fn offer_taker(
         &self,
         backend: usize,
         key: &LockKey,
         ttl: Duration,
     ) -> oneshot::Receiver<Lease> {
-        let (to, passed) = oneshot::channel();
         let mut takers = self.takers();
         let entry = takers.entry((backend, key.clone())).or_default();
         entry.waiting.retain(|taker| !taker.to.is_closed());
-        entry.waiting.push_back(Taker { ttl, to });
-        passed
-    }
-
-    /// [`offer_taker`](Self::offer_taker) if a waiter of `key` on `backend` is already
-    /// offered (the key is held, and this locker's waiters line up for it): the new waiter
-    /// goes behind them, without a try of its own first. `None` when nobody waits.
-    pub(crate) fn offer_behind_takers(
-        &self,
-        backend: usize,
-        key: &LockKey,
-        ttl: Duration,
-    ) -> Option<oneshot::Receiver<Lease>> {
-        let mut takers = self.takers();
-        let entry = takers.get_mut(&(backend, key.clone()))?;
-        entry.waiting.retain(|taker| !taker.to.is_closed());
-        if entry.waiting.is_empty() {
-            return None;
-        }
-        let (to, passed) = oneshot::channel();
-        entry.waiting.push_back(Taker { ttl, to });
-        Some(passed)
+        entry.line_up(ttl)
     }
 
     /// The first waiter of `key` on `backend` still offered, unless the key was passed

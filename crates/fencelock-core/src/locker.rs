@@ -20,7 +20,7 @@ use crate::fence::OwnerId;
 use crate::guard::LockGuard;
 use crate::key::LockKey;
 use crate::lease::Lease;
-use crate::live_leases::{LiveLeases, PassOffer, backend_id};
+use crate::live_leases::LiveLeases;
 use crate::metrics;
 
 /// The lease ttl of a request that names none, where the backend allows it: 30 s.
@@ -501,11 +501,8 @@ impl LockRequest {
             // them at once: its try would be refused (the key is held), and would go ahead of
             // them if the key were just freed.
             let mut offered = passes
-                .then(|| {
-                    live_leases.offer_behind_takers(backend_id(&backend), &place.key, options.ttl)
-                })
-                .flatten()
-                .map(|passed| PassOffer::new(passed, backend.clone(), live_leases.clone()));
+                .then(|| live_leases.offer_pass_behind_others(&backend, &place.key, options.ttl))
+                .flatten();
             let mut skip_try = offered.is_some();
             // The loop's results are matched where they are made, in blocks of their own, so
             // none is kept in the future's state across the awaits after it.
@@ -593,12 +590,7 @@ impl LockRequest {
                         }
                     } else if passes {
                         let offer = offered.get_or_insert_with(|| {
-                            let passed = live_leases.offer_taker(
-                                backend_id(&backend),
-                                &place.key,
-                                options.ttl,
-                            );
-                            PassOffer::new(passed, backend.clone(), live_leases.clone())
+                            live_leases.offer_pass(&backend, &place.key, options.ttl)
                         });
                         tokio::select! {
                             biased;

@@ -325,14 +325,15 @@ impl PgAdvisoryBackend {
             return Ok(None);
         };
         let mut session = held.holder.lock().await;
-        let Some(holder) = session.as_mut() else {
+        let Some(mut holder) = session.take() else {
             return Ok(None);
         };
         let sent_at = Instant::now();
         let outcome: Result<(Option<i64>, Option<String>)> =
             async { timed(BACKEND, self.timeout(), pass.fetch_one(holder.conn()?)).await }.await;
-        let passed = match outcome {
+        let token = match outcome {
             Ok((None, _)) => {
+                *session = Some(holder);
                 drop(session);
                 self.sessions().insert(slot, held);
                 return Ok(None);
@@ -340,36 +341,30 @@ impl PgAdvisoryBackend {
             Ok((Some(token), _)) => FencingToken::from_backend(BACKEND, token),
             Err(error) => Err(error),
         };
-        // From here the session is the new lease's, or closed.
-        let holder = session.take();
         drop(session);
-        match (passed, holder) {
-            (Ok(token), Some(holder)) => {
-                held.mark_lost(LostReason::Released);
-                let passed = Lease {
-                    key: lease.key.clone(),
-                    owner,
-                    token,
-                    ttl,
-                    valid_until: valid_until(sent_at, ttl),
-                };
-                self.hold(
-                    Slot::Lease(lease_id(&passed)),
-                    holder,
-                    &passed,
-                    Instant::now() + ttl,
-                );
-                Ok(Some(passed))
-            }
-            (Err(error), _) => {
+        let token = match token {
+            Ok(token) => token,
+            Err(error) => {
+                // Dropping `holder` closes the session.
                 held.mark_lost(LostReason::SessionEnded);
-                Err(error)
+                return Err(error);
             }
-            (Ok(_), None) => {
-                held.mark_lost(LostReason::SessionEnded);
-                Err(Error::lease_lost(&lease.key, LostReason::SessionEnded))
-            }
-        }
+        };
+        held.mark_lost(LostReason::Released);
+        let passed = Lease {
+            key: lease.key.clone(),
+            owner,
+            token,
+            ttl,
+            valid_until: valid_until(sent_at, ttl),
+        };
+        self.hold(
+            Slot::Lease(lease_id(&passed)),
+            holder,
+            &passed,
+            Instant::now() + ttl,
+        );
+        Ok(Some(passed))
     }
 
     /// Runs `unlock` on the session of `held`, already taken out of the map: `Ok(true)` when
